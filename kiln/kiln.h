@@ -1,0 +1,6 @@
+// The whole of kiln's public API.
+#pragma once
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/cuda/cuda.h"
+#include "kiln/tensor/ops.h"

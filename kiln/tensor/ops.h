@@ -1,0 +1,11 @@
+// Every tensor-level op, by family.
+#pragma once
+
+#include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/binary.h"
+#include "kiln/tensor/ops/indexing.h"
+#include "kiln/tensor/ops/linalg.h"
+#include "kiln/tensor/ops/reduce.h"
+#include "kiln/tensor/ops/unary.h"
+#include "kiln/tensor/parallel.h"
+#include "kiln/tensor/tensor.h"

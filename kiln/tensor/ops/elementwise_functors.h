@@ -1,0 +1,177 @@
+// The math of every element-wise op, written once as __host__ __device__ functors.
+//
+// The CPU loops (loops_cpu.h) and the CUDA kernels apply these same functors, so the CPU tests exercise the
+// arithmetic the GPU runs. Each functor takes and returns the op-math type (float for float16/bfloat16);
+// the loops do the loading and the rounding back.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kiln/tensor/macros.h"
+
+namespace kiln::functors {
+
+// ---- unary ----
+struct Neg { template <class T> KILN_INLINE T operator()(T x) const { return -x; } };
+struct Abs {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? -x : x;  // NOTE: keeps -0.0 as -0.0 only through std::abs; 0 stays 0
+  }
+};
+struct Sign {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x != x) return x;  // NaN stays NaN
+    }
+    return static_cast<T>((T(0) < x) - (x < T(0)));
+  }
+};
+struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return std::exp(x); } };
+struct Log { template <class T> KILN_INLINE T operator()(T x) const { return std::log(x); } };
+struct Log1p { template <class T> KILN_INLINE T operator()(T x) const { return std::log1p(x); } };
+struct Expm1 { template <class T> KILN_INLINE T operator()(T x) const { return std::expm1(x); } };
+struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return std::sqrt(x); } };
+struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
+struct Sin { template <class T> KILN_INLINE T operator()(T x) const { return std::sin(x); } };
+struct Cos { template <class T> KILN_INLINE T operator()(T x) const { return std::cos(x); } };
+struct Tanh { template <class T> KILN_INLINE T operator()(T x) const { return std::tanh(x); } };
+struct Sigmoid {
+  // NOTE: 1 / (1 + exp(-x)) is exact enough in float and saturates cleanly to 0 and 1 (exp overflow to inf
+  // gives 1/inf = 0, never NaN).
+  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+};
+struct Relu {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x != x) return x;  // NaN propagates, as PyTorch's relu does
+    }
+    return x > T(0) ? x : T(0);
+  }
+};
+struct Gelu {  // exact: x * Phi(x) = x/2 * (1 + erf(x / sqrt(2)))
+  template <class T> KILN_INLINE T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+};
+struct GeluTanh {  // the tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T k = T(0.79788456080286535588);
+    return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  }
+};
+struct Silu { template <class T> KILN_INLINE T operator()(T x) const { return x / (T(1) + std::exp(-x)); } };
+struct LogicalNot { template <class T> KILN_INLINE bool operator()(T x) const { return !static_cast<bool>(x); } };
+struct IsNan { template <class T> KILN_INLINE bool operator()(T x) const { return x != x; } };
+struct IsInf {
+  template <class T> KILN_INLINE bool operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::isinf(x);
+    else return false;
+  }
+};
+
+// ---- unary with parameters ----
+struct Softplus {  // log(1 + exp(beta x)) / beta, linear above threshold (as PyTorch)
+  double beta, threshold;
+  template <class T> KILN_INLINE T operator()(T x) const {
+    T bx = x * T(beta);
+    return bx > T(threshold) ? x : std::log1p(std::exp(bx)) / T(beta);
+  }
+};
+struct PowScalar {
+  double exponent;
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) {
+      // Integer powers by squaring; a negative exponent is rejected by the frontend.
+      T result = 1, base = x;
+      for (auto e = static_cast<int64_t>(exponent); e > 0; e >>= 1, base *= base)
+        if (e & 1) result *= base;
+      return result;
+    } else {
+      if (exponent == 2.0) return x * x;
+      if (exponent == 0.5) return std::sqrt(x);
+      return std::pow(x, T(exponent));
+    }
+  }
+};
+struct Clamp {  // min/max absent are -inf/+inf; NaN input stays NaN
+  double lo, hi;
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x != x) return x;
+      T y = x < T(lo) ? T(lo) : x;
+      return y > T(hi) ? T(hi) : y;
+    } else {
+      double y = static_cast<double>(x);
+      y = y < lo ? lo : y;
+      y = y > hi ? hi : y;
+      return static_cast<T>(y);
+    }
+  }
+};
+struct LeakyRelu {
+  double slope;
+  template <class T> KILN_INLINE T operator()(T x) const { return x > T(0) ? x : x * T(slope); }
+};
+
+// ---- binary ----
+template <class T> struct AddAlpha {
+  T alpha;
+  KILN_INLINE T operator()(T a, T b) const { return a + alpha * b; }
+};
+template <class T> struct SubAlpha {
+  T alpha;
+  KILN_INLINE T operator()(T a, T b) const { return a - alpha * b; }
+};
+struct Add { template <class T> KILN_INLINE T operator()(T a, T b) const { return a + b; } };
+struct Mul { template <class T> KILN_INLINE T operator()(T a, T b) const { return a * b; } };
+struct Div { template <class T> KILN_INLINE T operator()(T a, T b) const { return a / b; } };
+struct Pow { template <class T> KILN_INLINE T operator()(T a, T b) const { return std::pow(a, b); } };
+struct Maximum {  // NaN wins, as in PyTorch
+  template <class T> KILN_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a > b ? a : b;
+  }
+};
+struct Minimum {
+  template <class T> KILN_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a < b ? a : b;
+  }
+};
+struct Eq { template <class T> KILN_INLINE bool operator()(T a, T b) const { return a == b; } };
+struct Ne { template <class T> KILN_INLINE bool operator()(T a, T b) const { return a != b; } };
+struct Lt { template <class T> KILN_INLINE bool operator()(T a, T b) const { return a < b; } };
+struct Le { template <class T> KILN_INLINE bool operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <class T> KILN_INLINE bool operator()(T a, T b) const { return a > b; } };
+struct Ge { template <class T> KILN_INLINE bool operator()(T a, T b) const { return a >= b; } };
+struct LogicalAnd {
+  template <class T> KILN_INLINE bool operator()(T a, T b) const { return static_cast<bool>(a) && static_cast<bool>(b); }
+};
+struct LogicalOr {
+  template <class T> KILN_INLINE bool operator()(T a, T b) const { return static_cast<bool>(a) || static_cast<bool>(b); }
+};
+struct LogicalXor {
+  template <class T> KILN_INLINE bool operator()(T a, T b) const { return static_cast<bool>(a) != static_cast<bool>(b); }
+};
+
+// ---- ternary ----
+struct Where {
+  template <class T> KILN_INLINE T operator()(bool c, T a, T b) const { return c ? a : b; }
+};
+struct Lerp {  // start + weight * (end - start), in the form PyTorch uses for weight >= 0.5 to hit end exactly
+  template <class T> KILN_INLINE T operator()(T start, T end, T w) const {
+    T diff = end - start;
+    return (w < T(0.5)) ? start + w * diff : end - diff * (T(1) - w);
+  }
+};
+
+}  // namespace kiln::functors

@@ -1,0 +1,2 @@
+// PLACEHOLDER: replaced by the indexing frontends.
+#include "kiln/tensor/ops/indexing.h"

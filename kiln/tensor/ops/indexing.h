@@ -1,0 +1,44 @@
+// Moving data: joining, splitting, gathering, scattering, and the shape utilities built on them.
+// Index tensors are int64 (int32 is accepted and converted); an out-of-range index is an error naming it.
+#pragma once
+
+#include <vector>
+
+#include "kiln/tensor/tensor.h"
+
+namespace kiln {
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);  // views
+std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim = 0);   // views
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);      // views
+
+// x: (..., n, ...), index: (k) -> (..., k, ...)
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and so on); index has x's number of dims.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// The inverses of gather: self[index[i][j]][j] = src[i][j] (dim 0). scatter with duplicate indices keeps one
+// of the values (which one is unspecified, as in PyTorch); scatter_add sums them.
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+// self.index_select(dim, index) += alpha * src
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
+Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
+
+// indices: (...) int64 in [0, num_classes) -> (..., num_classes) int64. num_classes -1: max + 1.
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+// The lower / upper triangle of the last two dims (diagonal k and below / above), zeros elsewhere.
+Tensor tril(const Tensor& x, int64_t k = 0);
+Tensor triu(const Tensor& x, int64_t k = 0);
+Tensor flip(const Tensor& x, IntArrayRef dims);
+// Tiles x: repeats has at least x.dim() entries (leading ones add dims), as torch.Tensor.repeat.
+Tensor repeat(const Tensor& x, IntArrayRef repeats);
+// Constant padding; pads lists (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
+Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
+
+}  // namespace kiln

@@ -1,0 +1,145 @@
+// Frontends of the matrix products: shape rules (PyTorch's matmul), type promotion, and the reduction of
+// every case to one batched kernel, bmm: out (B, M, N) = beta * out + alpha * a (B, M, K) @ b (B, K, N).
+#include "kiln/tensor/ops/linalg.h"
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/binary.h"
+
+namespace kiln {
+namespace {
+
+void check_pair(const char* op, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), op, ": an input tensor is undefined");
+  KILN_CHECK(a.device() == b.device(), op, ": expected both tensors on one device, got ", a.device(), " and ", b.device());
+  KILN_CHECK(a.dtype() != kBool && b.dtype() != kBool, op, ": bool tensors are not supported");
+}
+
+// out: (B, M, N) contiguous, freshly allocated unless beta != 0.
+void run_bmm(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  if (out.numel() == 0) return;
+  get_kernel<Op::bmm>(out.device())(out, a, b, beta, alpha);
+}
+
+}  // namespace
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_pair("bmm", a, b);
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got shapes ", shape_str(a.sizes()), " and ",
+             shape_str(b.sizes()));
+  KILN_CHECK(a.size(0) == b.size(0), "bmm: batch sizes of ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
+             " do not match: ", a.size(0), " != ", b.size(0));
+  KILN_CHECK(a.size(2) == b.size(1), "bmm: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
+             " do not match: ", a.size(2), " != ", b.size(1));
+  DType d = result_type(a, b);
+  Tensor out = empty({a.size(0), a.size(1), b.size(2)}, TensorOptions(d).device(a.device()));
+  if (a.size(2) == 0) return out.zero_();
+  run_bmm(out, a.to(d), b.to(d), 0.0, 1.0);
+  return out;
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_pair("mm", a, b);
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got shapes ", shape_str(a.sizes()), " and ",
+             shape_str(b.sizes()));
+  KILN_CHECK(a.size(1) == b.size(0), "mm: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
+             " do not match: ", a.size(1), " != ", b.size(0));
+  return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
+}
+
+Tensor mv(const Tensor& a, const Tensor& v) {
+  check_pair("mv", a, v);
+  KILN_CHECK(a.dim() == 2 && v.dim() == 1, "mv: expected a 2-D and a 1-D tensor, got shapes ", shape_str(a.sizes()),
+             " and ", shape_str(v.sizes()));
+  KILN_CHECK(a.size(1) == v.size(0), "mv: shapes ", shape_str(a.sizes()), " and ", shape_str(v.sizes()),
+             " do not match: ", a.size(1), " != ", v.size(0));
+  return mm(a, v.unsqueeze(1)).squeeze(1);
+}
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  check_pair("dot", a, b);
+  KILN_CHECK(a.dim() == 1 && b.dim() == 1, "dot: expected 1-D tensors, got shapes ", shape_str(a.sizes()), " and ",
+             shape_str(b.sizes()));
+  KILN_CHECK(a.size(0) == b.size(0), "dot: sizes do not match: ", a.size(0), " != ", b.size(0));
+  return mm(a.unsqueeze(0), b.unsqueeze(1)).view({});
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.dim() == 1 && b.dim() == 1, "outer: expected 1-D tensors, got shapes ", shape_str(a.sizes()), " and ",
+             shape_str(b.sizes()));
+  return mul(a.unsqueeze(1), b.unsqueeze(0));
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_pair("matmul", a, b);
+  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got shapes ",
+             shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  if (a.dim() == 1 && b.dim() == 1) return dot(a, b);
+  if (a.dim() == 2 && b.dim() == 1) return mv(a, b);
+  if (a.dim() == 1 && b.dim() == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+  if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  int64_t k_a = a.size(-1), k_b = b.dim() == 1 ? b.size(0) : b.size(-2);
+  KILN_CHECK(k_a == k_b, "matmul: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()), " do not match: ", k_a,
+             " != ", k_b);
+  // (..., M, K) @ (K, N) or (K): fold the batch dims into M and do one matrix product.
+  if (a.dim() >= 3 && b.dim() <= 2) {
+    Shape out_shape(a.sizes().begin(), a.sizes().end() - 1);
+    Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    if (b.dim() == 2) out_shape.push_back(b.size(1));
+    return mm(a.reshape({-1, k_a}), b2).reshape(out_shape);
+  }
+  // General case: broadcast the batch dims, then bmm.
+  Tensor a3 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor b3 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Shape batch_a(a3.sizes().begin(), a3.sizes().end() - 2), batch_b(b3.sizes().begin(), b3.sizes().end() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  int64_t m = a3.size(-2), n = b3.size(-1);
+  Shape ea = batch, eb = batch;
+  ea.insert(ea.end(), {m, k_a});
+  eb.insert(eb.end(), {k_a, n});
+  int64_t nb = shape_numel(batch);
+  Tensor out = bmm(a3.expand(ea).reshape({nb, m, k_a}), b3.expand(eb).reshape({nb, k_a, n}));
+  Shape out_shape = batch;
+  if (a.dim() > 1) out_shape.push_back(m);
+  if (b.dim() > 1) out_shape.push_back(n);
+  return out.view(out_shape);
+}
+
+namespace {
+
+Tensor add_product(const char* op, const Tensor& c, const Tensor& a3, const Tensor& b3, const Scalar& beta,
+                   const Scalar& alpha, bool batched) {
+  DType d = promote_types(result_type(a3, b3), c.dtype());
+  Shape shape{a3.size(0), a3.size(1), b3.size(2)};
+  Shape c_shape = batched ? shape : Shape{shape[1], shape[2]};
+  KILN_CHECK(broadcast_shapes(c.sizes(), c_shape, op) == c_shape, op, ": c of shape ", shape_str(c.sizes()),
+             " does not broadcast to the product's shape ", shape_str(c_shape));
+  Tensor out = empty(shape, TensorOptions(d).device(a3.device()));
+  double be = beta.to_double();
+  if (be != 0.0) out.view(c_shape).copy_(c);
+  if (a3.size(2) == 0) {  // an empty sum: the product is zero
+    if (be == 0.0) out.zero_();
+    else out.mul_(beta);
+  } else {
+    run_bmm(out, a3.to(d), b3.to(d), be, alpha.to_double());
+  }
+  return batched ? out : out.squeeze(0);
+}
+
+}  // namespace
+
+Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  check_pair("addmm", a, b);
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "addmm: shapes ", shape_str(a.sizes()), " and ",
+             shape_str(b.sizes()), " cannot be multiplied");
+  return add_product("addmm", c, a.unsqueeze(0), b.unsqueeze(0), beta, alpha, false);
+}
+
+Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  check_pair("baddbmm", a, b);
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1), "baddbmm: shapes ",
+             shape_str(a.sizes()), " and ", shape_str(b.sizes()), " cannot be batch-multiplied");
+  return add_product("baddbmm", c, a, b, beta, alpha, true);
+}
+
+}  // namespace kiln

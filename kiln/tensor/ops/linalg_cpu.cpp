@@ -1,0 +1,151 @@
+// The CPU bmm kernel: out (B, M, N) = beta * out + alpha * a (B, M, K) @ b (B, K, N).
+//
+// float32/float64 go to a BLAS sgemm/dgemm when kiln is built with one (OpenBLAS), else to Eigen's own
+// product; both read operands in place when each matrix has one unit stride (row- or column-major, i.e.
+// plain or transposed), so x.t() costs nothing. Other layouts are made contiguous first. float16/bfloat16
+// compute in float32 (converted once, rounded once). Integer types use the naive loop below, which is also
+// the readable reference of what every variant computes.
+#include <Eigen/Core>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/register.h"
+#include "kiln/tensor/parallel.h"
+
+#ifdef KILN_WITH_BLAS
+#include <cblas.h>
+#endif
+
+namespace kiln {
+namespace {
+
+// How one matrix (rows x cols, strides sr, sc in elements) can be handed to GEMM without copying.
+struct MatLayout {
+  bool ok = false;         // false: needs a contiguous copy
+  bool transposed = false;  // column-major in memory
+  int64_t ld = 0;          // leading dimension
+};
+
+MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  if (sc == 1 && (rows == 1 || sr >= std::max<int64_t>(1, cols))) return {true, false, std::max<int64_t>({sr, cols, 1})};
+  if (sr == 1 && (cols == 1 || sc >= std::max<int64_t>(1, rows))) return {true, true, std::max<int64_t>({sc, rows, 1})};
+  return {};
+}
+
+// out[m][n] = beta * out[m][n] + alpha * sum_k a[m][k] b[k][n], for one matrix, any strides. The reference.
+template <typename T>
+void gemm_naive(int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t sam, int64_t sak, const T* b,
+                int64_t sbk, int64_t sbn, T beta, T* c, int64_t scm, int64_t scn) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      T acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += a[m * sam + k * sak] * b[k * sbk + n * sbn];
+      T& o = c[m * scm + n * scn];
+      o = beta == T(0) ? alpha * acc : beta * o + alpha * acc;
+    }
+}
+
+// One row-major output matrix with leading dimension ldc; a and b as described by their layouts.
+template <typename T>
+void gemm_fast(int64_t M, int64_t N, int64_t K, T alpha, const T* a, MatLayout la, const T* b, MatLayout lb, T beta,
+               T* c, int64_t ldc) {
+#ifdef KILN_WITH_BLAS
+  auto ta = la.transposed ? CblasTrans : CblasNoTrans;
+  auto tb = lb.transposed ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, ldc);
+  }
+#else
+  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<RowMat, 0, Stride> C(c, M, N, Stride(ldc));
+  if (beta == T(0)) C.setZero();
+  else if (beta != T(1)) C *= beta;
+  // Four combinations of operand order, each a Map over the memory as it lies.
+  auto run = [&](const auto& A, const auto& B) { C.noalias() += alpha * (A * B); };
+  if (!la.transposed && !lb.transposed)
+    run(Eigen::Map<const RowMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const RowMat, 0, Stride>(b, K, N, Stride(lb.ld)));
+  else if (!la.transposed)
+    run(Eigen::Map<const RowMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const ColMat, 0, Stride>(b, K, N, Stride(lb.ld)));
+  else if (!lb.transposed)
+    run(Eigen::Map<const ColMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const RowMat, 0, Stride>(b, K, N, Stride(lb.ld)));
+  else
+    run(Eigen::Map<const ColMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const ColMat, 0, Stride>(b, K, N, Stride(lb.ld)));
+#endif
+}
+
+// A 3-D operand whose every matrix GEMM can read in place (copied to contiguous if not).
+Tensor gemm_ready(const Tensor& x, MatLayout& layout) {
+  layout = layout_of(x.size(1), x.size(2), x.stride(1), x.stride(2));
+  if (layout.ok) return x;
+  Tensor c = x.contiguous();
+  layout = layout_of(c.size(1), c.size(2), c.stride(1), c.stride(2));
+  return c;
+}
+
+template <typename T>
+void bmm_float(const Tensor& out, const Tensor& a_in, const Tensor& b_in, double beta, double alpha) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a_in.size(2);
+  MatLayout la, lb;
+  Tensor a = gemm_ready(a_in, la), b = gemm_ready(b_in, lb);
+  // The output must be row-major with unit column stride; otherwise compute into a temporary.
+  bool out_ok = out.stride(2) == 1 && out.stride(1) >= std::max<int64_t>(N, 1);
+  Tensor c = out_ok ? out : out.contiguous();
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  T* pc = c.data_ptr<T>();
+  const int64_t sa = a.stride(0), sb = b.stride(0), sc = c.stride(0), ldc = c.stride(1);
+  auto one = [&](int64_t i) {
+    gemm_fast<T>(M, N, K, static_cast<T>(alpha), pa + i * sa, la, pb + i * sb, lb, static_cast<T>(beta), pc + i * sc,
+                 std::max<int64_t>(ldc, 1));
+  };
+  // Small matrices in a batch: one whole GEMM per thread. Large ones: one at a time, threaded inside GEMM.
+  if (B > 1 && M * N * K < (1 << 18)) {
+    parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < B; ++i) one(i);
+  }
+  if (!out_ok) out.copy_(c);
+}
+
+void bmm_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  switch (out.dtype()) {
+    case kFloat32:
+      return bmm_float<float>(out, a, b, beta, alpha);
+    case kFloat64:
+      return bmm_float<double>(out, a, b, beta, alpha);
+    case kFloat16:
+    case kBFloat16: {
+      // Compute in float32: convert the operands once, round the result once.
+      Tensor o32 = beta != 0.0 ? out.to(kFloat32) : empty(out.sizes(), kFloat32);
+      bmm_float<float>(o32, a.to(kFloat32), b.to(kFloat32), beta, alpha);
+      out.copy_(o32);
+      return;
+    }
+    default:
+      break;
+  }
+  visit_dtype<kIntegralSet>(out.dtype(), "bmm", [&]<typename T>() {
+    const T* pa = a.data_ptr<T>();
+    const T* pb = b.data_ptr<T>();
+    T* pc = out.data_ptr<T>();
+    parallel_for(0, out.size(0), 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i)
+        gemm_naive<T>(out.size(1), out.size(2), a.size(2), static_cast<T>(alpha), pa + i * a.stride(0), a.stride(1),
+                      a.stride(2), pb + i * b.stride(0), b.stride(1), b.stride(2), static_cast<T>(beta),
+                      pc + i * out.stride(0), out.stride(1), out.stride(2));
+    });
+  });
+}
+
+}  // namespace
+
+namespace detail {
+void register_linalg_cpu_kernels() { register_kernel<Op::bmm>(DeviceType::CPU, bmm_cpu); }
+}  // namespace detail
+}  // namespace kiln

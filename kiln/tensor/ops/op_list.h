@@ -1,0 +1,153 @@
+// The one list of ops that have kernels, with the signature their kernels take.
+//
+// It generates the Op enum, the op names and the slots of the dispatch table (dispatch.h). Ops built from
+// other ops (stack, tril, one_hot, pad, ...) are not here: they have no kernels of their own and run on every
+// device that runs their parts.
+//
+// Kernels receive outputs already allocated with the right shape and dtype, and inputs already broadcast
+// (expanded) to the output's shape and converted to the dtype the op computes in; the frontends in
+// kiln/tensor/ops/*.cpp do that checking and preparation once, for every device.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/tensor/scalar.h"
+#include "kiln/tensor/shape.h"
+
+namespace kiln {
+
+class Tensor;
+
+// out = f(x); out and x have one shape.
+using UnaryKernel = void(const Tensor& out, const Tensor& x);
+// out = f(x; p0, p1), e.g. clamp(x, lo, hi), pow(x, e), leaky_relu(x, slope).
+using UnaryParamKernel = void(const Tensor& out, const Tensor& x, double p0, double p1);
+// out = f(a, b); all three have one shape.
+using BinaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b);
+// out = a + alpha * b (and a - alpha * b).
+using BinaryAlphaKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha);
+// out = f(a, b, c), e.g. where(cond, a, b), lerp(a, b, w).
+using TernaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c);
+// out[i] = value.
+using FillKernel = void(const Tensor& out, const Scalar& value);
+// out[i] = start + i * step, i over out's elements in row-major order.
+using RangeKernel = void(const Tensor& out, double start, double step);
+// Fills out with random numbers from Philox(seed) starting at counter `offset`; (a, b) parametrize the
+// distribution. See rng.h for how element i maps to the counter.
+using RandomKernel = void(const Tensor& out, uint64_t seed, uint64_t offset, double a, double b);
+// out: x's shape with size 1 along `dims` (keepdim); reduces x over `dims`.
+using ReduceKernel = void(const Tensor& out, const Tensor& x, IntArrayRef dims);
+// As ReduceKernel, with a parameter (the p of a p-norm, the correction of var).
+using ReduceParamKernel = void(const Tensor& out, const Tensor& x, IntArrayRef dims, double p);
+// values, indices: x's shape with size 1 along dim; the max (min) along dim and where it is (first one).
+using ReduceIndexKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim);
+// out = f(x) along dim (softmax, log_softmax); out and x have one shape.
+using DimKernel = void(const Tensor& out, const Tensor& x, int64_t dim);
+// out: (B, M, N), a: (B, M, K), b: (B, K, N); out = beta * out + alpha * (a @ b). With beta == 0 the old
+// contents of out are ignored (NaN included), as BLAS does.
+using BmmKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha);
+// out = x.index_select(dim, index) / x.gather(dim, index); index is int64.
+using IndexKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);
+// In place on self along dim at index: scatter (self[index] = src), scatter_add (+=), index_add (+= alpha*src).
+using ScatterKernel = void(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                           const Scalar& alpha);
+
+// X(op, kernel signature)
+#define KILN_FORALL_OPS(X)                 \
+  /* data movement and creation */         \
+  X(copy, UnaryKernel)                     \
+  X(fill, FillKernel)                      \
+  X(arange, RangeKernel)                   \
+  X(uniform, RandomKernel)                 \
+  X(normal, RandomKernel)                  \
+  X(randint, RandomKernel)                 \
+  X(bernoulli, RandomKernel)               \
+  /* element-wise unary */                 \
+  X(neg, UnaryKernel)                      \
+  X(abs, UnaryKernel)                      \
+  X(sign, UnaryKernel)                     \
+  X(exp, UnaryKernel)                      \
+  X(log, UnaryKernel)                      \
+  X(log1p, UnaryKernel)                    \
+  X(expm1, UnaryKernel)                    \
+  X(sqrt, UnaryKernel)                     \
+  X(rsqrt, UnaryKernel)                    \
+  X(sin, UnaryKernel)                      \
+  X(cos, UnaryKernel)                      \
+  X(tanh, UnaryKernel)                     \
+  X(sigmoid, UnaryKernel)                  \
+  X(relu, UnaryKernel)                     \
+  X(gelu, UnaryKernel)                     \
+  X(gelu_tanh, UnaryKernel)                \
+  X(silu, UnaryKernel)                     \
+  X(logical_not, UnaryKernel)              \
+  X(isnan, UnaryKernel)                    \
+  X(isinf, UnaryKernel)                    \
+  X(softplus, UnaryParamKernel)            \
+  X(pow_scalar, UnaryParamKernel)          \
+  X(clamp, UnaryParamKernel)               \
+  X(leaky_relu, UnaryParamKernel)          \
+  /* element-wise binary */                \
+  X(add, BinaryAlphaKernel)                \
+  X(sub, BinaryAlphaKernel)                \
+  X(mul, BinaryKernel)                     \
+  X(div, BinaryKernel)                     \
+  X(pow, BinaryKernel)                     \
+  X(maximum, BinaryKernel)                 \
+  X(minimum, BinaryKernel)                 \
+  X(eq, BinaryKernel)                      \
+  X(ne, BinaryKernel)                      \
+  X(lt, BinaryKernel)                      \
+  X(le, BinaryKernel)                      \
+  X(gt, BinaryKernel)                      \
+  X(ge, BinaryKernel)                      \
+  X(logical_and, BinaryKernel)             \
+  X(logical_or, BinaryKernel)              \
+  X(logical_xor, BinaryKernel)             \
+  X(where, TernaryKernel)                  \
+  X(lerp, TernaryKernel)                   \
+  /* reductions */                         \
+  X(sum, ReduceKernel)                     \
+  X(mean, ReduceKernel)                    \
+  X(prod, ReduceKernel)                    \
+  X(amax, ReduceKernel)                    \
+  X(amin, ReduceKernel)                    \
+  X(all, ReduceKernel)                     \
+  X(any, ReduceKernel)                     \
+  X(norm, ReduceParamKernel)               \
+  X(var, ReduceParamKernel)                \
+  X(max_dim, ReduceIndexKernel)            \
+  X(min_dim, ReduceIndexKernel)            \
+  X(softmax, DimKernel)                    \
+  X(log_softmax, DimKernel)                \
+  /* linear algebra */                     \
+  X(bmm, BmmKernel)                        \
+  /* indexing */                           \
+  X(index_select, IndexKernel)             \
+  X(gather, IndexKernel)                   \
+  X(scatter, ScatterKernel)                \
+  X(scatter_add, ScatterKernel)            \
+  X(index_add, ScatterKernel)
+
+enum class Op : uint16_t {
+#define KILN_OP_ENUM(name, K) name,
+  KILN_FORALL_OPS(KILN_OP_ENUM)
+#undef KILN_OP_ENUM
+};
+
+#define KILN_OP_COUNT(name, K) +1
+inline constexpr int kNumOps = 0 KILN_FORALL_OPS(KILN_OP_COUNT);
+#undef KILN_OP_COUNT
+
+// The kernel signature of each op.
+template <Op op>
+struct OpSignature;
+#define KILN_OP_SIG(name, K) \
+  template <>                \
+  struct OpSignature<Op::name> { using type = K; };
+KILN_FORALL_OPS(KILN_OP_SIG)
+#undef KILN_OP_SIG
+
+const char* op_name(Op op);
+
+}  // namespace kiln

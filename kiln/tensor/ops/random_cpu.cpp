@@ -1,0 +1,109 @@
+// CPU kernels for random draws. Element i of the output (row-major) takes its bits from Philox counter
+// offset + i / per_call, word(s) i % per_call; see rng.h. Chunks of counters run in parallel, and since no
+// element depends on another, the result is the same on any number of threads.
+#include <cmath>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/register.h"
+#include "kiln/tensor/parallel.h"
+#include "kiln/tensor/rng.h"
+#include "kiln/tensor/tensor.h"
+
+namespace kiln {
+namespace {
+
+constexpr double kTwoPi = 6.283185307179586476925;
+
+// Calls fill(block, first_element, count) for every counter; out must be contiguous.
+template <typename F>
+void for_each_counter(const Tensor& out, int per_call, uint64_t seed, uint64_t offset, F&& fill) {
+  KILN_ASSERT(out.is_contiguous(), "random kernels write contiguous outputs");
+  int64_t n = out.numel();
+  int64_t counters = (n + per_call - 1) / per_call;
+  parallel_for(0, counters, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      auto block = Philox4x32::generate(seed, offset + static_cast<uint64_t>(c));
+      int64_t first = c * per_call;
+      fill(block, first, std::min<int64_t>(per_call, n - first));
+    }
+  });
+}
+
+void uniform_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double from, double to) {
+  visit_dtype<kFloatingSet>(out.dtype(), "uniform", [&]<typename T>() {
+    T* p = out.data_ptr<T>();
+    constexpr bool dbl = std::is_same_v<T, double>;
+    for_each_counter(out, values_per_counter(RandomDist::Uniform, dbl), seed, offset,
+                     [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
+                       for (int64_t j = 0; j < count; ++j) {
+                         double u = dbl ? uniform_double(w[2 * j], w[2 * j + 1]) : uniform_float(w[j]);
+                         p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(from + u * (to - from)));
+                       }
+                     });
+  });
+}
+
+// Box-Muller on pairs of uniforms: (u1, u2) -> r cos(2 pi u2), r sin(2 pi u2), r = sqrt(-2 log u1), u1 in (0, 1].
+void normal_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std) {
+  visit_dtype<kFloatingSet>(out.dtype(), "normal", [&]<typename T>() {
+    T* p = out.data_ptr<T>();
+    constexpr bool dbl = std::is_same_v<T, double>;
+    for_each_counter(out, values_per_counter(RandomDist::Normal, dbl), seed, offset,
+                     [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
+                       double z[4];
+                       if (dbl) {
+                         double u1 = 1.0 - uniform_double(w[0], w[1]), u2 = uniform_double(w[2], w[3]);
+                         double r = std::sqrt(-2.0 * std::log(u1));
+                         z[0] = r * std::cos(kTwoPi * u2);
+                         z[1] = r * std::sin(kTwoPi * u2);
+                       } else {
+                         for (int pair = 0; pair < 2; ++pair) {
+                           double u1 = 1.0 - uniform_float(w[2 * pair]), u2 = uniform_float(w[2 * pair + 1]);
+                           double r = std::sqrt(-2.0 * std::log(u1));
+                           z[2 * pair] = r * std::cos(kTwoPi * u2);
+                           z[2 * pair + 1] = r * std::sin(kTwoPi * u2);
+                         }
+                       }
+                       for (int64_t j = 0; j < count; ++j)
+                         p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(mean + std * z[j]));
+                     });
+  });
+}
+
+void randint_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double low, double high) {
+  visit_dtype<kNumericSet>(out.dtype(), "randint", [&]<typename T>() {
+    T* p = out.data_ptr<T>();
+    int per_call = values_per_counter(RandomDist::RandInt, false, low, high);
+    uint64_t range = static_cast<uint64_t>(high - low);
+    auto lo = static_cast<int64_t>(low);
+    for_each_counter(out, per_call, seed, offset, [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
+      for (int64_t j = 0; j < count; ++j) {
+        uint64_t bits = per_call == 4 ? w[j] : (static_cast<uint64_t>(w[2 * j]) << 32 | w[2 * j + 1]);
+        p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(lo + static_cast<int64_t>(bits % range)));
+      }
+    });
+  });
+}
+
+void bernoulli_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double prob, double) {
+  visit_dtype(out.dtype(), "bernoulli", [&]<typename T>() {
+    T* p = out.data_ptr<T>();
+    for_each_counter(out, values_per_counter(RandomDist::Bernoulli, false), seed, offset,
+                     [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
+                       for (int64_t j = 0; j < count; ++j)
+                         p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(uniform_float(w[j]) < prob ? 1 : 0));
+                     });
+  });
+}
+
+}  // namespace
+
+namespace detail {
+void register_random_cpu_kernels() {
+  register_kernel<Op::uniform>(DeviceType::CPU, uniform_cpu);
+  register_kernel<Op::normal>(DeviceType::CPU, normal_cpu);
+  register_kernel<Op::randint>(DeviceType::CPU, randint_cpu);
+  register_kernel<Op::bernoulli>(DeviceType::CPU, bernoulli_cpu);
+}
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,20 @@
+// The functions that install kiln's built-in kernels into the dispatch table, one per op family and device.
+// dispatch.cpp calls them, in this order, the first time the table is used.
+#pragma once
+
+namespace kiln::detail {
+
+void register_copy_cpu_kernels();
+void register_random_cpu_kernels();
+void register_unary_cpu_kernels();
+void register_binary_cpu_kernels();
+void register_reduce_cpu_kernels();
+void register_softmax_cpu_kernels();
+void register_linalg_cpu_kernels();
+void register_indexing_cpu_kernels();
+
+#ifdef KILN_WITH_CUDA
+void register_cuda_kernels();  // kiln/tensor/cuda: device memory, copies, and the CUDA kernels so far
+#endif
+
+}  // namespace kiln::detail

@@ -1,0 +1,144 @@
+// Frontends of the element-wise unary ops: pick the dtype the op computes in, allocate the output, dispatch.
+#include "kiln/tensor/ops/unary.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/binary.h"
+
+namespace kiln {
+namespace {
+
+enum class Kind {
+  KeepDtype,  // neg, abs, relu: the result has the input's dtype
+  FloatMath,  // exp, log, sin: integer and bool inputs compute in the default float dtype
+  BoolOut,    // logical_not, isnan: any input, bool result
+};
+
+DType compute_dtype(DType in, Kind kind) {
+  return (kind == Kind::FloatMath && !is_floating(in)) ? default_dtype() : in;
+}
+
+template <Op op, typename... Params>
+Tensor unary(const Tensor& x, Kind kind, Params... params) {
+  KILN_CHECK(x.defined(), op_name(op), ": input tensor is undefined");
+  DType compute = compute_dtype(x.dtype(), kind);
+  Tensor out = empty(x.sizes(), TensorOptions(kind == Kind::BoolOut ? kBool : compute).device(x.device()));
+  get_kernel<op>(x.device())(out, x.to(compute), params...);
+  return out;
+}
+
+template <Op op, typename... Params>
+Tensor& unary_(Tensor& x, Kind kind, Params... params) {
+  DType compute = compute_dtype(x.dtype(), kind);
+  KILN_CHECK(compute == x.dtype(), op_name(op), "_: the result has dtype ", compute,
+             " and cannot be written in place into a tensor of dtype ", x.dtype());
+  get_kernel<op>(x.device())(x, x, params...);
+  x.bump_version();
+  return x;
+}
+
+void check_not_bool(const Tensor& x, const char* op) {
+  KILN_CHECK(x.dtype() != kBool, op, ": not supported for bool tensors", std::string(op) == "neg" ? " (use logical_not)" : "");
+}
+
+}  // namespace
+
+#define KILN_UNARY_DEF(name, kind)                                                 \
+  Tensor name(const Tensor& x) { return unary<Op::name>(x, Kind::kind); }          \
+  Tensor& name##_(Tensor& x) { return unary_<Op::name>(x, Kind::kind); }
+KILN_UNARY_DEF(exp, FloatMath)
+KILN_UNARY_DEF(log, FloatMath)
+KILN_UNARY_DEF(log1p, FloatMath)
+KILN_UNARY_DEF(expm1, FloatMath)
+KILN_UNARY_DEF(sqrt, FloatMath)
+KILN_UNARY_DEF(rsqrt, FloatMath)
+KILN_UNARY_DEF(sin, FloatMath)
+KILN_UNARY_DEF(cos, FloatMath)
+KILN_UNARY_DEF(tanh, FloatMath)
+KILN_UNARY_DEF(sigmoid, FloatMath)
+KILN_UNARY_DEF(silu, FloatMath)
+#undef KILN_UNARY_DEF
+
+#define KILN_UNARY_NOBOOL_DEF(name)                                                              \
+  Tensor name(const Tensor& x) {                                                                 \
+    check_not_bool(x, #name);                                                                    \
+    return unary<Op::name>(x, Kind::KeepDtype);                                                  \
+  }                                                                                              \
+  Tensor& name##_(Tensor& x) {                                                                   \
+    check_not_bool(x, #name "_");                                                                \
+    return unary_<Op::name>(x, Kind::KeepDtype);                                                 \
+  }
+KILN_UNARY_NOBOOL_DEF(neg)
+KILN_UNARY_NOBOOL_DEF(abs)
+KILN_UNARY_NOBOOL_DEF(sign)
+KILN_UNARY_NOBOOL_DEF(relu)
+#undef KILN_UNARY_NOBOOL_DEF
+
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  if (approximate == "none") return unary<Op::gelu>(x, Kind::FloatMath);
+  KILN_CHECK(approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"", approximate, "\"");
+  return unary<Op::gelu_tanh>(x, Kind::FloatMath);
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  KILN_CHECK(beta != 0, "softplus: beta must be nonzero");
+  return unary<Op::softplus>(x, Kind::FloatMath, beta, threshold);
+}
+
+Tensor leaky_relu(const Tensor& x, double slope) { return unary<Op::leaky_relu>(x, Kind::FloatMath, slope, 0.0); }
+Tensor& leaky_relu_(Tensor& x, double slope) { return unary_<Op::leaky_relu>(x, Kind::FloatMath, slope, 0.0); }
+
+namespace {
+DType pow_dtype(const Tensor& x, const Scalar& e) {
+  DType d = result_type(x, e);
+  KILN_CHECK(d != kBool, "pow: not supported for bool tensors with a bool exponent");
+  if (is_integral(d)) {
+    KILN_CHECK(e.to_int() >= 0, "pow: integers to negative integer powers are not allowed (exponent ", e, ")");
+  }
+  return d;
+}
+}  // namespace
+
+Tensor pow(const Tensor& x, const Scalar& e) {
+  DType d = pow_dtype(x, e);
+  return unary<Op::pow_scalar>(x.to(d), Kind::KeepDtype, e.to_double(), 0.0);
+}
+
+Tensor& pow_(Tensor& x, const Scalar& e) {
+  DType d = pow_dtype(x, e);
+  KILN_CHECK(d == x.dtype(), "pow_: the result has dtype ", d, " and cannot be written in place into ", x.dtype());
+  return unary_<Op::pow_scalar>(x, Kind::KeepDtype, e.to_double(), 0.0);
+}
+
+namespace {
+DType clamp_dtype(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
+  KILN_CHECK(lo.has_value() || hi.has_value(), "clamp: at least one of min and max must be given");
+  KILN_CHECK(x.dtype() != kBool, "clamp: not supported for bool tensors");
+  DType d = x.dtype();
+  if (lo) d = promote_types(d, result_type(x, *lo));
+  if (hi) d = promote_types(d, result_type(x, *hi));
+  return d;
+}
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  DType d = clamp_dtype(x, lo, hi);
+  return unary<Op::clamp>(x.to(d), Kind::KeepDtype, lo ? lo->to_double() : -kInf, hi ? hi->to_double() : kInf);
+}
+
+Tensor& clamp_(Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  DType d = clamp_dtype(x, lo, hi);
+  KILN_CHECK(d == x.dtype(), "clamp_: the result has dtype ", d, " and cannot be written in place into ", x.dtype());
+  return unary_<Op::clamp>(x, Kind::KeepDtype, lo ? lo->to_double() : -kInf, hi ? hi->to_double() : kInf);
+}
+
+Tensor logical_not(const Tensor& x) { return unary<Op::logical_not>(x, Kind::BoolOut); }
+Tensor isnan(const Tensor& x) { return unary<Op::isnan>(x, Kind::BoolOut); }
+Tensor isinf(const Tensor& x) { return unary<Op::isinf>(x, Kind::BoolOut); }
+Tensor isfinite(const Tensor& x) { return logical_not(logical_or(isnan(x), isinf(x))); }
+
+}  // namespace kiln

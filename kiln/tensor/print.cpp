@@ -1,0 +1,154 @@
+// Printing tensors the way PyTorch does, so output reads the same in both:
+//   tensor([[1.0000, 2.5000],
+//           [3.0000, 4.0000]], dtype=float64)
+// Float formatting: integers-only tensors print as "1.", others with 4 decimals, switching to scientific
+// notation when the magnitudes span more than 1000x, exceed 1e8 or go below 1e-4. Tensors of more than 1000
+// elements show their first and last 3 items per dim, with "..." between.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "kiln/tensor/tensor.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kThreshold = 1000;
+constexpr int64_t kEdgeItems = 3;
+constexpr int kLineWidth = 80;
+
+struct Formatter {
+  enum Mode { Int, Bool, FloatInt, Fixed, Sci } mode = Fixed;
+  int width = 1;
+
+  std::string format(double v) const {
+    char buf[64];
+    switch (mode) {
+      case Bool:
+        return v != 0 ? "True" : "False";
+      case Int:
+        std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+        return buf;
+      default:
+        break;
+    }
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    if (mode == FloatInt) std::snprintf(buf, sizeof buf, "%.0f.", v);
+    else if (mode == Fixed) std::snprintf(buf, sizeof buf, "%.4f", v);
+    else std::snprintf(buf, sizeof buf, "%.4e", v);
+    return buf;
+  }
+  std::string padded(double v) const {
+    std::string s = format(v);
+    return std::string(std::max<int>(0, width - static_cast<int>(s.size())), ' ') + s;
+  }
+};
+
+// Element values of the part that will be printed (the whole tensor, or its edges when summarized), in order.
+void collect(const Tensor& t, bool summarize, std::vector<double>& out) {
+  if (t.dim() == 0) {
+    out.push_back(t.item().to_double());
+    return;
+  }
+  int64_t n = t.size(0);
+  auto visit = [&](int64_t i) { collect(t.select(0, i), summarize, out); };
+  if (summarize && n > 2 * kEdgeItems) {
+    for (int64_t i = 0; i < kEdgeItems; ++i) visit(i);
+    for (int64_t i = n - kEdgeItems; i < n; ++i) visit(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) visit(i);
+  }
+}
+
+Formatter make_formatter(DType dtype, const std::vector<double>& values) {
+  Formatter f;
+  if (dtype == kBool) f.mode = Formatter::Bool;
+  else if (!is_floating(dtype)) f.mode = Formatter::Int;
+  else {
+    std::vector<double> finite;
+    for (double v : values)
+      if (std::isfinite(v)) finite.push_back(v);
+    bool all_int = std::all_of(finite.begin(), finite.end(), [](double v) { return std::ceil(v) == v; });
+    double max_abs = 0, min_abs = 0;
+    bool first = true;
+    for (double v : finite) {
+      double a = std::fabs(v);
+      if (a == 0) continue;
+      max_abs = first ? a : std::max(max_abs, a);
+      min_abs = first ? a : std::min(min_abs, a);
+      first = false;
+    }
+    if (all_int) f.mode = (!first && max_abs > 1e8) ? Formatter::Sci : Formatter::FloatInt;
+    else if (!first && (max_abs / min_abs > 1000.0 || max_abs > 1e8 || min_abs < 1e-4)) f.mode = Formatter::Sci;
+    else f.mode = Formatter::Fixed;
+  }
+  for (double v : values) f.width = std::max<int>(f.width, static_cast<int>(f.format(v).size()));
+  return f;
+}
+
+void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, bool summarize, int indent) {
+  if (t.dim() == 0) {
+    out << f.padded(t.item().to_double());
+    return;
+  }
+  int64_t n = t.size(0);
+  bool elide = summarize && n > 2 * kEdgeItems;
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < n; ++i)
+    if (!elide || i < kEdgeItems || i >= n - kEdgeItems) rows.push_back(i);
+  out << '[';
+  if (t.dim() == 1) {
+    // Fill lines up to the line width, then wrap under the opening bracket.
+    int per_line = std::max(1, (kLineWidth - indent) / (f.width + 2));
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (k > 0) {
+        out << ',';
+        if (k % per_line == 0) out << '\n' << std::string(indent + 1, ' ');
+        else out << ' ';
+      }
+      if (elide && k == static_cast<size_t>(kEdgeItems)) {
+        out << "...,";
+        out << ' ';
+      }
+      out << f.padded(t.select(0, rows[k]).item().to_double());
+    }
+  } else {
+    std::string sep = "," + std::string(static_cast<size_t>(t.dim() - 1), '\n') + std::string(indent + 1, ' ');
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (k > 0) out << sep;
+      if (elide && k == static_cast<size_t>(kEdgeItems)) out << "..." << sep;
+      print_rec(out, t.select(0, rows[k]), f, summarize, indent + 1);
+    }
+  }
+  out << ']';
+}
+
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  Tensor t = device().is_cpu() ? *this : cpu();
+  bool summarize = t.numel() > kThreshold;
+  std::vector<double> values;
+  collect(t, summarize, values);
+  Formatter f = make_formatter(dtype(), values);
+
+  std::ostringstream out;
+  const std::string prefix = "tensor(";
+  if (numel() == 0) {
+    out << prefix << "[]";
+    if (dim() != 1) out << ", size=" << shape_str(sizes());
+  } else {
+    out << prefix;
+    print_rec(out, t, f, summarize, static_cast<int>(prefix.size()));
+  }
+  if (!device().is_cpu()) out << ", device='" << device().str() << "'";
+  DType d = dtype();
+  if (d != default_dtype() && d != kInt64 && d != kBool) out << ", dtype=" << d;
+  out << ')';
+  return out.str();
+}
+
+}  // namespace kiln

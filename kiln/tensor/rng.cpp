@@ -1,0 +1,37 @@
+#include "kiln/tensor/rng.h"
+
+namespace kiln {
+
+uint64_t Generator::seed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seed_;
+}
+
+uint64_t Generator::offset() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offset_;
+}
+
+void Generator::manual_seed(uint64_t seed) { set_state(seed, 0); }
+
+void Generator::set_state(uint64_t seed, uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  seed_ = seed;
+  offset_ = offset;
+}
+
+uint64_t Generator::reserve(uint64_t counters) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t first = offset_;
+  offset_ += counters;
+  return first;
+}
+
+Generator& default_generator() {
+  static Generator gen;
+  return gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+}  // namespace kiln

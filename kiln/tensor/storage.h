@@ -1,0 +1,44 @@
+// Storage: one refcounted block of memory on one device, shared by every tensor that views it.
+//
+// The version counter lives here too: views share storage, so an in-place write through any view bumps the
+// version that every other view (and, later, autograd's saved tensors) sees.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "kiln/tensor/allocator.h"
+#include "kiln/tensor/device.h"
+
+namespace kiln {
+
+class StorageImpl {
+ public:
+  // Allocates nbytes on device with the device's allocator.
+  StorageImpl(size_t nbytes, Device device);
+  // Wraps memory kiln does not own; `deleter` (may be empty) runs when the last tensor lets go of it.
+  StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  Allocator* allocator_ = nullptr;          // set when kiln allocated the memory
+  std::function<void(void*)> deleter_;      // set when the memory came from outside
+  std::atomic<uint64_t> version_{0};
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+}  // namespace kiln

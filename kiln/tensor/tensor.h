@@ -1,0 +1,279 @@
+// Tensor: a view (offset, shape, strides, dtype) into a shared Storage.
+//
+// A Tensor is a cheap handle (one shared_ptr) to a TensorImpl; copying a Tensor shares the data, as in
+// PyTorch. Views (view, transpose, narrow, expand, ...) make a new TensorImpl over the same Storage; in-place
+// ops write through it and bump the storage's version counter. Strides and offsets are in elements.
+//
+// Member functions that compute (x.exp(), a + b, x.sum(1)) forward to the free functions of
+// kiln/tensor/ops.h, which check their arguments and look up the kernel for the op and the tensor's device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/tensor/device.h"
+#include "kiln/tensor/dtype.h"
+#include "kiln/tensor/error.h"
+#include "kiln/tensor/scalar.h"
+#include "kiln/tensor/shape.h"
+#include "kiln/tensor/storage.h"
+
+namespace kiln {
+
+class TensorImpl {
+ public:
+  TensorImpl(Storage storage, DType dtype, Shape shape, Shape strides, int64_t offset);
+
+  const Storage& storage() const { return storage_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_->device(); }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int64_t offset() const { return offset_; }
+  int64_t numel() const { return numel_; }
+  bool is_contiguous() const { return is_contiguous_; }
+
+  // A scalar that came from a C++ number (add(x, 2)): type promotion lets it yield to tensors.
+  bool is_wrapped_number = false;
+
+ private:
+  Storage storage_;
+  DType dtype_;
+  Shape shape_;
+  Shape strides_;
+  int64_t offset_;
+  int64_t numel_;
+  bool is_contiguous_;
+};
+
+// Options for factories: dtype (default: the default float dtype, or what the factory implies) and device.
+//   zeros({2, 3}, kInt64);  ones({4}, Device::cuda());  empty({8}, TensorOptions().dtype(kF16).device("cuda:1"))
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}
+  TensorOptions(Device d) : device_(d) {}
+  TensorOptions(DeviceType t) : device_(t) {}
+  TensorOptions dtype(DType d) const {
+    auto o = *this;
+    o.dtype_ = d;
+    return o;
+  }
+  TensorOptions device(Device d) const {
+    auto o = *this;
+    o.device_ = d;
+    return o;
+  }
+  std::optional<DType> dtype_opt() const { return dtype_; }
+  DType dtype_or(DType fallback) const { return dtype_.value_or(fallback); }
+  Device device() const { return device_; }
+
+ private:
+  std::optional<DType> dtype_;
+  Device device_ = kCPU;
+};
+
+// Basic indexing, as x[...] in PyTorch: x.index({0, Slice(1, None, 2), None, Ellipsis}).
+struct NoneIndex {};
+struct EllipsisIndex {};
+inline constexpr NoneIndex None{};
+inline constexpr EllipsisIndex Ellipsis{};
+struct Slice {
+  std::optional<int64_t> start, stop;
+  int64_t step = 1;
+  Slice() = default;
+  Slice(std::optional<int64_t> start_, std::optional<int64_t> stop_ = std::nullopt, int64_t step_ = 1)
+      : start(start_), stop(stop_), step(step_) {}
+  Slice(std::optional<int64_t> start_, NoneIndex, int64_t step_ = 1) : start(start_), step(step_) {}
+  Slice(NoneIndex, std::optional<int64_t> stop_ = std::nullopt, int64_t step_ = 1) : stop(stop_), step(step_) {}
+  Slice(NoneIndex, NoneIndex, int64_t step_ = 1) : step(step_) {}
+};
+struct TensorIndex {
+  std::variant<int64_t, Slice, NoneIndex, EllipsisIndex> value;
+  TensorIndex(int64_t i) : value(i) {}
+  TensorIndex(int i) : value(int64_t{i}) {}
+  TensorIndex(Slice s) : value(s) {}
+  TensorIndex(NoneIndex) : value(NoneIndex{}) {}
+  TensorIndex(EllipsisIndex) : value(EllipsisIndex{}) {}
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  int64_t dim() const { return static_cast<int64_t>(checked().shape().size()); }
+  const Shape& sizes() const { return checked().shape(); }
+  const Shape& shape() const { return checked().shape(); }
+  int64_t size(int64_t d) const;
+  const Shape& strides() const { return checked().strides(); }
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return checked().numel(); }
+  DType dtype() const { return checked().dtype(); }
+  Device device() const { return checked().device(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  int64_t storage_offset() const { return checked().offset(); }
+  const Storage& storage() const { return checked().storage(); }
+  bool is_contiguous() const { return checked().is_contiguous(); }
+  size_t element_size() const { return dtype_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  uint64_t version() const { return storage()->version(); }
+  void bump_version() const { storage()->bump_version(); }
+  // True when both tensors view the same storage block.
+  bool shares_storage_with(const Tensor& other) const { return storage() == other.storage(); }
+
+  // ---- data access (CPU) ----
+  // Pointer to the first element (offset applied). T must match the dtype.
+  template <typename T>
+  T* data_ptr() const {
+    KILN_CHECK(dtype_of<T> == dtype(), "data_ptr: tensor has dtype ", dtype(), " but ", dtype_of<T>,
+               " was asked for");
+    return static_cast<T*>(raw_data_ptr());
+  }
+  void* raw_data_ptr() const;
+  // The value of a one-element tensor.
+  Scalar item() const;
+  template <typename T>
+  T item() const {
+    return item().to<T>();
+  }
+  // All elements in row-major order, converted to T (copies through the CPU).
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // ---- views (share storage) ----
+  Tensor view(IntArrayRef shape) const;  // one dim may be -1
+  Tensor reshape(IntArrayRef shape) const;  // a view when the strides allow, else a copy
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor permute(IntArrayRef order) const;
+  Tensor t() const;  // 2-D transpose (0-D and 1-D unchanged)
+  Tensor mT() const;  // swaps the last two dims
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor index(std::initializer_list<TensorIndex> indices) const;
+  Tensor index(const std::vector<TensorIndex>& indices) const;
+  Tensor expand(IntArrayRef shape) const;  // -1 keeps a dim
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unflatten(int64_t dim, IntArrayRef sizes) const;
+  Tensor unfold(int64_t dim, int64_t size, int64_t step) const;  // sliding windows as a new last dim
+  Tensor diagonal(int64_t offset = 0, int64_t d0 = 0, int64_t d1 = 1) const;
+  Tensor as_strided(IntArrayRef shape, IntArrayRef strides, std::optional<int64_t> offset = std::nullopt) const;
+  Tensor alias() const;  // a new handle to the same view
+
+  // ---- copies and conversion ----
+  Tensor contiguous() const;
+  Tensor clone() const;
+  // In-place methods are const, as in current PyTorch: they change the data, never the handle.
+  const Tensor& copy_(const Tensor& src) const;  // broadcasts src, converts dtype and device
+  Tensor to(DType dtype) const;  // returns *this when nothing changes, as PyTorch does
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(kCPU); }
+
+  // ---- math (see ops.h for each one's doc) ----
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor sign() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor pow(const Scalar& exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
+  Tensor add(const Tensor& other, const Scalar& alpha = 1) const;
+  Tensor sub(const Tensor& other, const Scalar& alpha = 1) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor div(const Tensor& other) const;
+  const Tensor& add_(const Tensor& other, const Scalar& alpha = 1) const;
+  const Tensor& sub_(const Tensor& other, const Scalar& alpha = 1) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& add_(const Scalar& other) const;
+  const Tensor& mul_(const Scalar& other) const;
+  const Tensor& fill_(const Scalar& value) const;
+  const Tensor& zero_() const;
+  Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  const Tensor& masked_fill_(const Tensor& mask, const Scalar& value) const;
+
+  Tensor sum() const;
+  Tensor sum(IntArrayRef dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(IntArrayRef dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor mm(const Tensor& other) const;
+
+  // PyTorch-style printing: tensor([[1.0000, 2.5000]], dtype=float64)
+  std::string str() const;
+
+ private:
+  const TensorImpl& checked() const {
+    KILN_CHECK(impl_ != nullptr, "tensor is undefined (default-constructed)");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+// Operators. Comparisons return bool tensors (a == b compares element-wise, as in PyTorch).
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, const Scalar& b);
+Tensor& operator-=(Tensor& a, const Scalar& b);
+Tensor& operator*=(Tensor& a, const Scalar& b);
+Tensor& operator/=(Tensor& a, const Scalar& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Scalar& b);
+Tensor operator!=(const Tensor& a, const Scalar& b);
+Tensor operator<(const Tensor& a, const Scalar& b);
+Tensor operator<=(const Tensor& a, const Scalar& b);
+Tensor operator>(const Tensor& a, const Scalar& b);
+Tensor operator>=(const Tensor& a, const Scalar& b);
+
+}  // namespace kiln

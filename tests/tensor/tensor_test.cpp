@@ -1,0 +1,143 @@
+// Tensor basics: storage sharing, metadata, element access, copies and conversion between dtypes.
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::element;
+using test::values;
+
+TEST(Tensor, EmptyHasShapeStridesAndDtype) {
+  Tensor t = empty({2, 3, 4});
+  EXPECT_EQ(t.sizes(), (Shape{2, 3, 4}));
+  EXPECT_EQ(t.strides(), (Shape{12, 4, 1}));
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.dtype(), kFloat32);
+  EXPECT_TRUE(t.device().is_cpu());
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data_ptr()) % kCpuAlignment, 0u);
+}
+
+TEST(Tensor, UndefinedTensorIsAnError) {
+  Tensor t;
+  EXPECT_FALSE(t.defined());
+  test::expect_error([&] { (void)t.sizes(); }, {"undefined"});
+}
+
+TEST(Tensor, CopySharesStorage) {
+  Tensor a = zeros({3});
+  Tensor b = a;
+  b.fill_(7);
+  EXPECT_EQ(values(a), (std::vector<double>{7, 7, 7}));
+  EXPECT_TRUE(a.shares_storage_with(b));
+}
+
+TEST(Tensor, ItemAndDataPtr) {
+  Tensor t = full({}, 2.5, kFloat64);
+  EXPECT_EQ(t.dim(), 0);
+  EXPECT_DOUBLE_EQ(t.item<double>(), 2.5);
+  EXPECT_EQ(t.item<int>(), 2);
+  test::expect_error([] { (void)ones({2}).item(); }, {"item", "one element", "(2)"});
+  test::expect_error([] { (void)ones({2}).data_ptr<double>(); }, {"data_ptr", "float32", "float64"});
+}
+
+TEST(Tensor, ConvertsBetweenEveryPairOfDtypes) {
+  // Values every dtype holds exactly (bool aside); conversions compared with C++'s own casts.
+  const std::vector<double> v{0, 1, 2, 5, 17, 100};
+  for (DType from : test::kAllDTypes) {
+    for (DType to : test::kAllDTypes) {
+      Tensor src = test::make_tensor(v, {6}, from);
+      Tensor dst = src.to(to);
+      ASSERT_EQ(dst.dtype(), to);
+      for (size_t i = 0; i < v.size(); ++i) {
+        double want = from == kBool || to == kBool ? (v[i] != 0 ? 1 : 0) : v[i];
+        if (from == kBool) want = v[i] != 0;
+        EXPECT_EQ(element(dst, static_cast<int64_t>(i)), want) << from << " -> " << to << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Tensor, ToReturnsSelfWhenNothingChanges) {
+  Tensor a = ones({2});
+  EXPECT_EQ(a.to(kFloat32).impl(), a.impl());
+  EXPECT_NE(a.to(kFloat64).impl(), a.impl());
+}
+
+TEST(Tensor, FloatToHalfRoundsToNearestEven) {
+  // 1 + 2^-11 lies exactly between two half values (1 and 1 + 2^-10): ties go to the even one, 1.
+  // 1 + 3 * 2^-11 lies between 1 + 2^-10 and 1 + 2^-9: ties to even gives 1 + 2^-9.
+  Tensor t = tensor(std::vector<float>{1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 65520.0f, 1e-8f, -0.0f});
+  auto h = t.to(kFloat16).to(kFloat64);
+  EXPECT_EQ(values(h), (std::vector<double>{1.0, 1.0 + 0x1p-9, 65504.0, INFINITY, 0.0, -0.0}));
+  // bfloat16: 1 + 2^-8 ties between 1 and 1 + 2^-7 -> 1.
+  auto b = tensor(std::vector<float>{1.0f + 0x1p-8f, 3.0f}).to(kBFloat16).to(kFloat64);
+  EXPECT_EQ(values(b), (std::vector<double>{1.0, 3.0}));
+  // Subnormal halves: 2^-24 is the smallest.
+  auto s = tensor(std::vector<float>{0x1p-24f, 0x1p-25f * 3}).to(kFloat16).to(kFloat64);
+  EXPECT_EQ(values(s), (std::vector<double>{0x1p-24, 0x1p-23}));
+}
+
+TEST(Tensor, CopyBroadcastsAndConverts) {
+  Tensor dst = zeros({2, 3}, kFloat64);
+  dst.copy_(tensor(std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(values(dst), (std::vector<double>{1, 2, 3, 1, 2, 3}));
+  uint64_t v = dst.version();
+  dst.copy_(ones({1}));
+  EXPECT_GT(dst.version(), v);
+  test::expect_error([&] { dst.copy_(ones({4})); }, {"copy_", "(4)", "(2, 3)"});
+}
+
+TEST(Tensor, CopyIntoTransposedView) {
+  Tensor base = zeros({3, 2});
+  Tensor view = base.t();  // (2, 3) view of (3, 2) memory
+  view.copy_(tensor(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}));
+  EXPECT_EQ(values(base), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+}
+
+TEST(Tensor, CloneIsIndependentAndContiguous) {
+  Tensor a = tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}).t();
+  Tensor c = a.clone();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_FALSE(c.shares_storage_with(a));
+  EXPECT_EQ(values(c), values(a));
+  EXPECT_EQ(a.contiguous().impl() == a.impl(), false);
+  Tensor contiguous = ones({3});
+  EXPECT_EQ(contiguous.contiguous().impl(), contiguous.impl());
+}
+
+TEST(Tensor, ToVector) {
+  Tensor t = arange(6).view({2, 3}).t();
+  EXPECT_EQ(t.to_vector<int64_t>(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Tensor, FromBlobWrapsWithoutCopying) {
+  std::vector<float> buf{1, 2, 3, 4, 5, 6};
+  bool deleted = false;
+  {
+    Tensor t = from_blob(buf.data(), {2, 3}, kFloat32, [&](void*) { deleted = true; });
+    t.select(1, 0).fill_(0);
+    EXPECT_EQ(buf, (std::vector<float>{0, 2, 3, 0, 5, 6}));
+  }
+  EXPECT_TRUE(deleted);
+  Tensor copied = from_buffer(buf.data(), {6}, kFloat32);
+  buf[1] = 100;
+  EXPECT_EQ(element(copied, 1), 2);
+}
+
+TEST(Tensor, CudaDeviceWithoutGpuIsAClearError) {
+  if (cuda::is_available()) GTEST_SKIP() << "a GPU is present";
+  test::expect_error([] { (void)empty({2}, Device::cuda()); }, {"cuda:0"});
+}
+
+TEST(Tensor, DeviceParsing) {
+  EXPECT_EQ(Device("cpu"), kCPU);
+  EXPECT_EQ(Device("cuda:1"), Device::cuda(1));
+  EXPECT_EQ(Device("cuda"), Device::cuda(0));
+  test::expect_error([] { Device("gpu"); }, {"Device", "gpu", "cuda:N"});
+  test::expect_error([] { Device("cuda:x"); }, {"cuda:x"});
+}
+
+}  // namespace
+}  // namespace kiln
