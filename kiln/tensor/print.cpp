@@ -108,10 +108,7 @@ void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, boo
         if (k % per_line == 0) out << '\n' << std::string(indent + 1, ' ');
         else out << ' ';
       }
-      if (elide && k == static_cast<size_t>(kEdgeItems)) {
-        out << "...,";
-        out << ' ';
-      }
+      if (elide && k == static_cast<size_t>(kEdgeItems)) out << " ..., ";
       out << f.padded(t.select(0, rows[k]).item().to_double());
     }
   } else {

@@ -159,7 +159,8 @@ class Tensor {
   Tensor t() const;  // 2-D transpose (0-D and 1-D unchanged)
   Tensor mT() const;  // swaps the last two dims
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
-  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step = 1) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt, std::optional<int64_t> stop = std::nullopt,
+               int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
   Tensor index(std::initializer_list<TensorIndex> indices) const;

@@ -1,1 +1,182 @@
+// Element-wise binary and ternary ops against float64 references, with broadcasting (the reference indexes
+// the inputs by hand), every layout, type promotion and the error messages.
 #include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::Layout;
+
+// Row-major index into `shape` of the element broadcast to position `flat` of `out_shape`.
+int64_t broadcast_index(int64_t flat, const Shape& out_shape, const Shape& shape) {
+  int64_t idx = 0, stride = 1;
+  for (int64_t d = static_cast<int64_t>(out_shape.size()) - 1, s = static_cast<int64_t>(shape.size()) - 1; d >= 0;
+       --d, --s) {
+    int64_t i = flat % out_shape[d];
+    flat /= out_shape[d];
+    if (s >= 0) {
+      if (shape[s] != 1) idx += i * stride;
+      stride *= shape[s];
+    }
+  }
+  return idx;
+}
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  std::function<double(double, double)> ref;
+  double lo = -3, hi = 3;
+};
+
+std::vector<BinaryCase> cases() {
+  return {
+      {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }, [](double a, double b) { return a + b; }},
+      {"add_alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); },
+       [](double a, double b) { return a + 2.5 * b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double a, double b) { return a - b; }},
+      {"sub_alpha", [](const Tensor& a, const Tensor& b) { return sub(a, b, -0.5); },
+       [](double a, double b) { return a + 0.5 * b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double a, double b) { return a / b; }, 0.5, 3},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+       [](double a, double b) { return std::pow(a, b); }, 0.5, 2},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
+       [](double a, double b) { return std::max(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
+       [](double a, double b) { return std::min(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return a < b; }, [](double a, double b) { return double(a < b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return a <= b; }, [](double a, double b) { return double(a <= b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return a > b; }, [](double a, double b) { return double(a > b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return a >= b; }, [](double a, double b) { return double(a >= b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return a == b; }, [](double a, double b) { return double(a == b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return a != b; }, [](double a, double b) { return double(a != b); }},
+      {"logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); },
+       [](double a, double b) { return double(a != 0 && b != 0); }},
+      {"logical_or", [](const Tensor& a, const Tensor& b) { return logical_or(a, b); },
+       [](double a, double b) { return double(a != 0 || b != 0); }},
+      {"logical_xor", [](const Tensor& a, const Tensor& b) { return logical_xor(a, b); },
+       [](double a, double b) { return double((a != 0) != (b != 0)); }},
+  };
+}
+
+struct ShapePair {
+  Shape a, b, out;
+};
+const std::vector<ShapePair> kShapePairs = {
+    {{3, 4}, {3, 4}, {3, 4}},       {{3, 1, 4}, {5, 1}, {3, 5, 4}}, {{4}, {2, 3, 4}, {2, 3, 4}},
+    {{}, {2, 3}, {2, 3}},           {{2, 3}, {}, {2, 3}},           {{0, 3}, {1, 3}, {0, 3}},
+    {{1}, {1}, {1}},                {{600, 7}, {600, 7}, {600, 7}},
+};
+
+void check_case(const BinaryCase& c, DType d, Layout la, Layout lb, const ShapePair& sp, std::mt19937& rng) {
+  Tensor a = test::random_tensor(sp.a, d, rng, la, c.lo, c.hi);
+  Tensor b = test::random_tensor(sp.b, d, rng, lb, c.lo, c.hi);
+  std::vector<double> av = test::values(a), bv = test::values(b), want;
+  for (int64_t i = 0; i < shape_numel(sp.out); ++i)
+    want.push_back(c.ref(av[broadcast_index(i, sp.out, sp.a)], bv[broadcast_index(i, sp.out, sp.b)]));
+  Tensor y = c.op(a, b);
+  if (y.dtype() == kUInt8)  // uint8 arithmetic wraps modulo 256, as in C and PyTorch
+    for (double& w : want) w = static_cast<double>((static_cast<int64_t>(w) % 256 + 256) % 256);
+  double tol = y.dtype() == kBool ? 0 : test::tolerance(d);
+  test::expect_tensor_near(y, want, sp.out, tol, tol,
+                           std::string(c.name) + " " + dtype_name(d) + " " + test::layout_name(la) + "/" +
+                               test::layout_name(lb) + " " + shape_str(sp.a) + " with " + shape_str(sp.b));
+}
+
+TEST(Binary, FloatOpsMatchFloat64ReferenceWithBroadcasting) {
+  std::mt19937 rng(10);
+  for (const auto& c : cases())
+    for (DType d : test::kFloatDTypes)
+      for (Layout la : test::kLayouts)
+        for (const auto& sp : kShapePairs) check_case(c, d, la, la == Layout::Strided ? Layout::Transposed : la, sp, rng);
+}
+
+TEST(Binary, IntegerAndBoolOps) {
+  std::mt19937 rng(11);
+  for (const auto& c : cases()) {
+    std::string name = c.name;
+    if (name == "div" || name == "pow" || name == "add_alpha" || name == "sub_alpha") continue;
+    for (DType d : {kInt32, kInt64, kUInt8})
+      for (const auto& sp : kShapePairs) check_case(c, d, Layout::Contiguous, Layout::Transposed, sp, rng);
+  }
+  Tensor t = tensor(std::vector<bool>{true, false, true}), f = tensor(std::vector<bool>{false, false, true});
+  EXPECT_EQ(test::values(add(t, f)), (std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(add(t, f).dtype(), kBool);
+  EXPECT_EQ(test::values(mul(t, f)), (std::vector<double>{0, 0, 1}));
+  test::expect_error([&] { (void)sub(t, f); }, {"sub", "bool"});
+}
+
+TEST(Binary, IntegerDivisionIsTrueDivision) {
+  Tensor a = tensor(std::vector<int64_t>{7, -7, 1}), b = tensor(std::vector<int64_t>{2, 2, 3});
+  Tensor q = a / b;
+  EXPECT_EQ(q.dtype(), kFloat32);
+  test::expect_tensor_near(q, {3.5, -3.5, 1.0 / 3}, {3});
+}
+
+TEST(Binary, TypePromotion) {
+  Tensor i = tensor(std::vector<int32_t>{1, 2}), f16 = tensor(std::vector<float>{0.5, 0.25}).to(kFloat16);
+  EXPECT_EQ((i + 1).dtype(), kInt32);
+  EXPECT_EQ((i + 1.5).dtype(), kFloat32);
+  test::expect_tensor_near(i + 1.5, {2.5, 3.5}, {2});
+  EXPECT_EQ((i + f16).dtype(), kFloat16);
+  EXPECT_EQ((f16 * 3.0).dtype(), kFloat16);
+  EXPECT_EQ((f16 + tensor({1.0}).to(kBFloat16)).dtype(), kFloat32);
+  EXPECT_EQ((2 - i).dtype(), kInt32);
+  EXPECT_EQ(test::values(2 - i), (std::vector<double>{1, 0}));
+  EXPECT_EQ(test::values(1.0 / tensor({4.0, 0.5})), (std::vector<double>{0.25, 2}));
+  test::expect_error([&] { (void)add(i, i, 0.5); }, {"add", "alpha", "int32"});
+}
+
+TEST(Binary, InPlace) {
+  Tensor x = zeros({2, 3});
+  x += ones({3});
+  x *= 2;
+  x -= tensor(std::vector<float>{1, 0, 0, 0, 0, 1}, {2, 3});
+  EXPECT_EQ(test::values(x), (std::vector<double>{1, 2, 2, 2, 2, 1}));
+  Tensor h = ones({2}, kFloat16);
+  h += tensor(std::vector<double>{0.5, 1.5});  // float64 into float16: same category, rounds once
+  EXPECT_EQ(test::values(h), (std::vector<double>{1.5, 2.5}));
+  Tensor i = ones({2}, kInt64);
+  test::expect_error([&] { i += tensor({0.5, 0.5}); }, {"add_", "float32", "int64"});
+  test::expect_error([&] { x += ones({4, 2, 3}); }, {"add_", "(4, 2, 3)", "(2, 3)"});
+}
+
+TEST(Binary, ShapeMismatchNamesOpAndShapes) {
+  test::expect_error([] { (void)(ones({2, 3}) + ones({4})); }, {"add", "(2, 3)", "(4)", "3 vs 4"});
+  test::expect_error([] { (void)(ones({2, 3}) < ones({2, 2})); }, {"lt", "(2, 3)", "(2, 2)"});
+}
+
+TEST(Binary, WhereMaskedFillLerp) {
+  Tensor cond = tensor(std::vector<bool>{true, false, true});
+  Tensor a = tensor({1.0, 2.0, 3.0}), b = tensor({-1.0});
+  EXPECT_EQ(test::values(where(cond, a, b)), (std::vector<double>{1, -1, 3}));
+  EXPECT_EQ(test::values(where(cond, 9.0, a)), (std::vector<double>{9, 2, 9}));
+  EXPECT_EQ(where(cond, tensor(std::vector<int32_t>{1, 2, 3}), 0.5).dtype(), kFloat32);
+  test::expect_error([&] { (void)where(a, a, b); }, {"where", "bool", "float32"});
+  Tensor m = tensor(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(test::values(m.masked_fill(cond, 0)), (std::vector<double>{0, 2, 0, 0, 5, 0}));
+  m.masked_fill_(m > 4, -1);
+  EXPECT_EQ(test::values(m), (std::vector<double>{1, 2, 3, 4, -1, -1}));
+  test::expect_error([&] { (void)m.masked_fill(ones({3, 2, 3}, kBool), 0); }, {"masked_fill", "(3, 2, 3)"});
+  std::mt19937 rng(12);
+  for (DType d : test::kFloatDTypes) {
+    Tensor s = test::random_tensor({4, 5}, d, rng, Layout::Transposed);
+    Tensor e = test::random_tensor({5}, d, rng);
+    Tensor w = test::random_tensor({4, 1}, d, rng, Layout::Contiguous, 0, 1);
+    std::vector<double> sv = test::values(s), ev = test::values(e), wv = test::values(w), want;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 5; ++j) want.push_back(sv[i * 5 + j] + wv[i] * (ev[j] - sv[i * 5 + j]));
+    test::expect_tensor_near(lerp(s, e, w), want, {4, 5}, 4 * test::tolerance(d), 4 * test::tolerance(d),
+                             std::string("lerp ") + dtype_name(d));
+  }
+}
+
+TEST(Binary, NanPropagatesThroughMaximum) {
+  Tensor a = tensor({NAN, 1.0}), b = tensor({0.0, NAN});
+  std::vector<double> mx = test::values(maximum(a, b)), mn = test::values(minimum(a, b));
+  EXPECT_TRUE(std::isnan(mx[0]) && std::isnan(mx[1]) && std::isnan(mn[0]) && std::isnan(mn[1]));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,1 +1,72 @@
+// Dtypes: sizes, names, PyTorch's promotion table and result_type with scalars and 0-dim tensors. The
+// expected values are PyTorch's documented behaviour (torch.promote_types / torch.result_type).
 #include "test_util.h"
+
+namespace kiln {
+namespace {
+
+TEST(DType, SizesAndNames) {
+  EXPECT_EQ(dtype_size(kBool), 1u);
+  EXPECT_EQ(dtype_size(kUInt8), 1u);
+  EXPECT_EQ(dtype_size(kInt32), 4u);
+  EXPECT_EQ(dtype_size(kInt64), 8u);
+  EXPECT_EQ(dtype_size(kFloat16), 2u);
+  EXPECT_EQ(dtype_size(kBFloat16), 2u);
+  EXPECT_EQ(dtype_size(kFloat32), 4u);
+  EXPECT_EQ(dtype_size(kFloat64), 8u);
+  EXPECT_STREQ(dtype_name(kBFloat16), "bfloat16");
+  EXPECT_TRUE(is_floating(kFloat16));
+  EXPECT_FALSE(is_floating(kInt64));
+}
+
+TEST(DType, PromoteTypesMatchesPyTorch) {
+  struct Case {
+    DType a, b, want;
+  };
+  const Case cases[] = {
+      {kBool, kBool, kBool},         {kBool, kUInt8, kUInt8},       {kUInt8, kInt32, kInt32},
+      {kUInt8, kInt64, kInt64},      {kInt32, kInt64, kInt64},      {kInt64, kFloat16, kFloat16},
+      {kInt64, kBFloat16, kBFloat16}, {kFloat16, kBFloat16, kFloat32}, {kFloat16, kFloat32, kFloat32},
+      {kBFloat16, kFloat64, kFloat64}, {kInt32, kFloat32, kFloat32}, {kFloat32, kFloat64, kFloat64},
+      {kBool, kFloat16, kFloat16},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(promote_types(c.a, c.b), c.want) << c.a << " + " << c.b;
+    EXPECT_EQ(promote_types(c.b, c.a), c.want) << c.b << " + " << c.a;
+  }
+}
+
+TEST(DType, ResultTypeWithScalars) {
+  Tensor i32 = zeros({2}, kInt32), f16 = zeros({2}, kFloat16), b = zeros({2}, kBool), u8 = zeros({2}, kUInt8);
+  EXPECT_EQ(result_type(i32, Scalar(2)), kInt32);      // int tensor + int: stays int32
+  EXPECT_EQ(result_type(i32, Scalar(2.5)), kFloat32);  // int tensor + float: the default float dtype
+  EXPECT_EQ(result_type(f16, Scalar(2.5)), kFloat16);  // same category: the tensor wins
+  EXPECT_EQ(result_type(b, Scalar(1)), kInt64);        // bool tensor + int: int64
+  EXPECT_EQ(result_type(u8, Scalar(300)), kUInt8);     // PyTorch does not widen for the value
+  EXPECT_EQ(result_type(b, Scalar(true)), kBool);
+}
+
+TEST(DType, ResultTypeWithZeroDimTensors) {
+  Tensor f32 = zeros({2}), i64 = zeros({2}, kInt64);
+  EXPECT_EQ(result_type(f32, zeros({}, kFloat64)), kFloat32);  // a 0-dim tensor of one category yields
+  EXPECT_EQ(result_type(i64, zeros({}, kFloat64)), kFloat64);  // ... unless its category is higher
+  EXPECT_EQ(result_type(zeros({}, kFloat64), zeros({}, kFloat32)), kFloat64);  // both 0-dim: ordinary promotion
+  EXPECT_EQ(result_type(zeros({}, kInt32), Scalar(1.5)), kFloat32);
+}
+
+TEST(DType, DefaultDtypeFollowsSetting) {
+  set_default_dtype(kFloat64);
+  EXPECT_EQ(zeros({1}).dtype(), kFloat64);
+  EXPECT_EQ(result_type(zeros({1}, kInt32), Scalar(0.5)), kFloat64);
+  set_default_dtype(kFloat32);
+  EXPECT_EQ(zeros({1}).dtype(), kFloat32);
+  test::expect_error([] { set_default_dtype(kInt32); }, {"set_default_dtype", "int32"});
+}
+
+TEST(DType, UnsupportedDtypeNamesOpAndDtype) {
+  EXPECT_EQ(exp(zeros({2}, kBool)).dtype(), kFloat32);  // float math on bool computes in the default float dtype
+  test::expect_error([] { (void)neg(zeros({2}, kBool)); }, {"neg", "bool"});
+}
+
+}  // namespace
+}  // namespace kiln

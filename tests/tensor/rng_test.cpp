@@ -1,1 +1,162 @@
+// Random numbers: Philox against the published known-answer vectors, the (seed, offset) contract, thread-count
+// independence, and the distributions' moments (5-sigma bounds, so a correct generator fails ~never).
 #include "test_util.h"
+
+namespace kiln {
+namespace {
+
+TEST(Philox, KnownAnswerVectors) {
+  // Philox4x32-10 test vectors from the Random123 distribution (kat_vectors).
+  using B = Philox4x32::Block;
+  EXPECT_EQ(Philox4x32::generate(B{0, 0, 0, 0}, 0, 0), (B{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(Philox4x32::generate(B{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, 0xffffffff, 0xffffffff),
+            (B{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(Philox4x32::generate(B{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822, 0x299f31d0),
+            (B{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+TEST(Rng, ElementIDependsOnlyOnSeedOffsetAndI) {
+  Generator g(42);
+  Tensor a = rand({10}, {}, &g);
+  // The documented mapping: 4 floats per counter, 24 high bits each.
+  for (int i = 0; i < 10; ++i) {
+    auto block = Philox4x32::generate(uint64_t{42}, static_cast<uint64_t>(i / 4));
+    EXPECT_EQ(a.to_vector<float>()[i], uniform_float(block[i % 4])) << i;
+  }
+  EXPECT_EQ(g.offset(), 3u);  // ceil(10 / 4) counters used
+  // A longer draw from the same state starts with the same numbers.
+  Generator h(42);
+  std::vector<float> longer = rand({100}, {}, &h).to_vector<float>();
+  std::vector<float> shorter = a.to_vector<float>();
+  EXPECT_TRUE(std::equal(shorter.begin(), shorter.end(), longer.begin()));
+}
+
+TEST(Rng, ManualSeedReproducesAndStatesDiffer) {
+  manual_seed(7);
+  std::vector<float> a = randn({1000}).to_vector<float>();
+  std::vector<float> b = randn({1000}).to_vector<float>();
+  manual_seed(7);
+  EXPECT_EQ(randn({1000}).to_vector<float>(), a);
+  EXPECT_NE(a, b);
+  Generator g1(1), g2(2);
+  EXPECT_NE(rand({8}, {}, &g1).to_vector<float>(), rand({8}, {}, &g2).to_vector<float>());
+  Generator g(5);
+  g.set_state(5, 100);
+  Generator ref(5);
+  (void)rand({400}, {}, &ref);  // uses counters 0..99
+  EXPECT_EQ(rand({16}, {}, &g).to_vector<float>(), rand({16}, {}, &ref).to_vector<float>());
+}
+
+TEST(Rng, SameNumbersOnAnyThreadCount) {
+  int saved = get_num_threads();
+  for (DType d : {kFloat32, kFloat64}) {
+    set_num_threads(1);
+    Generator g1(99);
+    Tensor one = randn({300001}, d, &g1);
+    Tensor uni1 = rand({300001}, d, &g1);
+    set_num_threads(2);
+    Generator g2(99);
+    Tensor two = randn({300001}, d, &g2);
+    Tensor uni2 = rand({300001}, d, &g2);
+    EXPECT_EQ(one.to_vector<double>(), two.to_vector<double>()) << d;
+    EXPECT_EQ(uni1.to_vector<double>(), uni2.to_vector<double>()) << d;
+  }
+  set_num_threads(saved);
+}
+
+struct Moments {
+  double mean = 0, var = 0, lo = 1e300, hi = -1e300;
+};
+Moments moments(const std::vector<double>& v) {
+  Moments m;
+  for (double x : v) {
+    m.mean += x;
+    m.lo = std::min(m.lo, x);
+    m.hi = std::max(m.hi, x);
+  }
+  m.mean /= static_cast<double>(v.size());
+  for (double x : v) m.var += (x - m.mean) * (x - m.mean);
+  m.var /= static_cast<double>(v.size() - 1);
+  return m;
+}
+
+TEST(Rng, UniformMoments) {
+  const int n = 1 << 20;
+  for (DType d : test::kFloatDTypes) {
+    Generator g(3);
+    Tensor t = empty({n}, d);
+    uniform_(t, -2.0, 6.0, &g);
+    Moments m = moments(t.to_vector<double>());
+    // U(a, b): mean (a+b)/2 = 2, variance (b-a)^2/12 = 16/3; standard error of the mean sqrt(var/n).
+    EXPECT_NEAR(m.mean, 2.0, 5 * std::sqrt(16.0 / 3 / n) + (d == kBFloat16 ? 0.02 : 0.0)) << d;
+    EXPECT_NEAR(m.var, 16.0 / 3, 0.03) << d;
+    EXPECT_GE(m.lo, -2.0) << d;
+    EXPECT_LE(m.hi, 6.0) << d;
+  }
+}
+
+TEST(Rng, NormalMoments) {
+  const int n = 1 << 20;
+  for (DType d : {kFloat32, kFloat64}) {
+    Generator g(11);
+    Tensor t = empty({n}, d);
+    normal_(t, 1.5, 2.0, &g);
+    std::vector<double> v = t.to_vector<double>();
+    Moments m = moments(v);
+    EXPECT_NEAR(m.mean, 1.5, 5 * 2.0 / std::sqrt(n)) << d;
+    EXPECT_NEAR(m.var, 4.0, 5 * 4.0 * std::sqrt(2.0 / n)) << d;
+    // Fraction within one sigma: 0.682689...
+    double within = 0;
+    for (double x : v) within += std::fabs(x - 1.5) < 2.0;
+    EXPECT_NEAR(within / n, 0.682689, 5 * std::sqrt(0.6827 * 0.3173 / n)) << d;
+  }
+}
+
+TEST(Rng, RandintAndBernoulli) {
+  Generator g(5);
+  std::vector<int64_t> v = randint(-3, 4, {70000}, kInt64, &g).to_vector<int64_t>();
+  std::vector<int> counts(7, 0);
+  for (int64_t x : v) {
+    ASSERT_GE(x, -3);
+    ASSERT_LT(x, 4);
+    ++counts[x + 3];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 10000, 5 * std::sqrt(10000 * 6.0 / 7));
+  // A range beyond 2^32 takes 64-bit draws.
+  int64_t big = int64_t{1} << 40;
+  for (int64_t x : randint(0, big, {1000}, kInt64, &g).to_vector<int64_t>()) {
+    ASSERT_GE(x, 0);
+    ASSERT_LT(x, big);
+  }
+  Tensor b = empty({100000});
+  bernoulli_(b, 0.3, &g);
+  double ones = 0;
+  for (float x : b.to_vector<float>()) {
+    ASSERT_TRUE(x == 0.0f || x == 1.0f);
+    ones += x;
+  }
+  EXPECT_NEAR(ones / 100000, 0.3, 5 * std::sqrt(0.21 / 100000));
+  test::expect_error([&] { (void)randint(3, 3, {2}); }, {"randint", "low < high"});
+  test::expect_error([&] { Tensor i = zeros({2}, kInt64); uniform_(i); }, {"uniform_", "int64"});
+}
+
+TEST(Rng, RandpermIsAPermutation) {
+  Generator g(8);
+  std::vector<int64_t> p = randperm(1000, kInt64, &g).to_vector<int64_t>();
+  std::vector<int64_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) EXPECT_EQ(sorted[i], i);
+  EXPECT_NE(p, sorted);
+}
+
+TEST(Rng, NonContiguousTargetIsFilledInRowMajorOrder) {
+  Generator g1(21), g2(21);
+  Tensor base = zeros({4, 6});
+  Tensor view = base.t();  // (6, 4) view
+  uniform_(view, 0, 1, &g1);
+  Tensor ref = rand({6, 4}, {}, &g2);
+  EXPECT_EQ(view.contiguous().to_vector<float>(), ref.to_vector<float>());
+}
+
+}  // namespace
+}  // namespace kiln

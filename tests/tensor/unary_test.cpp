@@ -1,1 +1,142 @@
+// Element-wise unary ops against float64 references computed here with <cmath>, for every float dtype, every
+// memory layout, and the edge shapes (0-dim, empty, one element).
 #include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::Layout;
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> ref;
+  double lo = -3, hi = 3;  // input range (inside the function's domain)
+};
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+std::vector<UnaryCase> float_cases() {
+  return {
+      {"neg", [](const Tensor& x) { return neg(x); }, [](double x) { return -x; }},
+      {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::fabs(x); }},
+      {"sign", [](const Tensor& x) { return sign(x); }, [](double x) { return double((x > 0) - (x < 0)); }},
+      {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.05, 5},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log1p(x); }, -0.9, 3},
+      {"expm1", [](const Tensor& x) { return expm1(x); }, [](double x) { return std::expm1(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 9},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.05, 9},
+      {"sin", [](const Tensor& x) { return sin(x); }, [](double x) { return std::sin(x); }},
+      {"cos", [](const Tensor& x) { return cos(x); }, [](double x) { return std::cos(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }},
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }},
+      {"gelu", [](const Tensor& x) { return gelu(x); }, gelu_ref},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, gelu_tanh_ref},
+      {"silu", [](const Tensor& x) { return silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }},
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 4.0); },
+       [](double x) { return 2 * x > 4 ? x : std::log1p(std::exp(2 * x)) / 2; }},
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }, [](double x) { return x > 0 ? x : 0.1 * x; }},
+      {"pow_2.5", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0, 3},
+      {"pow_2", [](const Tensor& x) { return pow(x, 2); }, [](double x) { return x * x; }},
+      {"clamp", [](const Tensor& x) { return clamp(x, -1.0, 0.5); }, [](double x) { return std::clamp(x, -1.0, 0.5); }},
+      {"clamp_min", [](const Tensor& x) { return clamp(x, 0.25, std::nullopt); }, [](double x) { return std::max(x, 0.25); }},
+  };
+}
+
+const std::vector<Shape> kShapes = {{3, 5}, {2, 3, 4}, {1}, {}, {0}, {4, 0}, {1000}};
+
+TEST(Unary, EveryFloatOpMatchesFloat64Reference) {
+  std::mt19937 rng(1);
+  for (const auto& c : float_cases()) {
+    for (DType d : test::kFloatDTypes) {
+      for (Layout layout : test::kLayouts) {
+        for (const Shape& shape : kShapes) {
+          Tensor x = test::random_tensor(shape, d, rng, layout, c.lo, c.hi);
+          std::vector<double> want;
+          for (double v : test::values(x)) want.push_back(c.ref(v));
+          Tensor y = c.op(x);
+          EXPECT_EQ(y.dtype(), d) << c.name;
+          double tol = test::tolerance(d);
+          test::expect_tensor_near(y, want, shape, tol, tol,
+                                   std::string(c.name) + " " + dtype_name(d) + " " + test::layout_name(layout) + " " +
+                                       shape_str(shape));
+        }
+      }
+    }
+  }
+}
+
+TEST(Unary, InPlaceVariantsWriteTheirArgument) {
+  std::mt19937 rng(2);
+  Tensor x = test::random_tensor({4, 3}, kFloat32, rng, Layout::Transposed);
+  std::vector<double> want;
+  for (double v : test::values(x)) want.push_back(std::exp(v));
+  Tensor same = x;
+  uint64_t version = x.version();
+  exp_(same);
+  EXPECT_GT(x.version(), version);
+  test::expect_tensor_near(x, want, {4, 3});
+  Tensor y = tensor({-1.0, 2.0, -3.0});
+  relu_(y);
+  EXPECT_EQ(test::values(y), (std::vector<double>{0, 2, 0}));
+  clamp_(y, std::nullopt, 1.0);
+  EXPECT_EQ(test::values(y), (std::vector<double>{0, 1, 0}));
+  Tensor i = arange(3);
+  test::expect_error([&] { exp_(i); }, {"exp_", "float32", "int64"});
+}
+
+TEST(Unary, IntegerInputs) {
+  Tensor i = tensor(std::vector<int32_t>{-3, 0, 4});
+  EXPECT_EQ(neg(i).dtype(), kInt32);
+  EXPECT_EQ(test::values(neg(i)), (std::vector<double>{3, 0, -4}));
+  EXPECT_EQ(test::values(abs(i)), (std::vector<double>{3, 0, 4}));
+  EXPECT_EQ(test::values(sign(i)), (std::vector<double>{-1, 0, 1}));
+  EXPECT_EQ(test::values(relu(i)), (std::vector<double>{0, 0, 4}));
+  EXPECT_EQ(test::values(clamp(i, -1, 2)), (std::vector<double>{-1, 0, 2}));
+  EXPECT_EQ(clamp(i, -1, 2).dtype(), kInt32);
+  EXPECT_EQ(clamp(i, 0.5, std::nullopt).dtype(), kFloat32);  // a float bound promotes, as in PyTorch
+  EXPECT_EQ(test::values(pow(i, 3)), (std::vector<double>{-27, 0, 64}));
+  EXPECT_EQ(pow(i, 3).dtype(), kInt32);
+  test::expect_error([&] { (void)pow(i, -1); }, {"pow", "negative"});
+  Tensor e = exp(i);  // float math on integers computes in the default float dtype
+  EXPECT_EQ(e.dtype(), kFloat32);
+  test::expect_tensor_near(e, {std::exp(-3.0), 1.0, std::exp(4.0)}, {3});
+  test::expect_error([] { (void)neg(tensor(std::vector<bool>{true})); }, {"neg", "bool", "logical_not"});
+}
+
+TEST(Unary, NanAndInfinityHandling) {
+  Tensor x = tensor({NAN, INFINITY, -INFINITY, 1.0});
+  EXPECT_TRUE(std::isnan(test::values(relu(x))[0]));
+  EXPECT_TRUE(std::isnan(test::values(clamp(x, 0.0, 1.0))[0]));
+  EXPECT_EQ(test::values(sigmoid(x))[1], 1.0);
+  EXPECT_EQ(test::values(sigmoid(x))[2], 0.0);
+  EXPECT_EQ(test::values(isnan(x)), (std::vector<double>{1, 0, 0, 0}));
+  EXPECT_EQ(test::values(isinf(x)), (std::vector<double>{0, 1, 1, 0}));
+  EXPECT_EQ(test::values(isfinite(x)), (std::vector<double>{0, 0, 0, 1}));
+  EXPECT_EQ(isnan(x).dtype(), kBool);
+  EXPECT_EQ(test::values(logical_not(tensor({0.0, 2.0}))), (std::vector<double>{1, 0}));
+}
+
+TEST(Unary, GeluRejectsUnknownApproximation) {
+  test::expect_error([] { (void)gelu(ones({1}), "fast"); }, {"gelu", "\"fast\"", "tanh"});
+}
+
+TEST(Unary, ResultsIdenticalOnOneAndTwoThreads) {
+  std::mt19937 rng(3);
+  Tensor x = test::random_tensor({513, 257}, kFloat32, rng, Layout::Transposed);
+  int saved = get_num_threads();
+  set_num_threads(1);
+  std::vector<float> one = tanh(x).to_vector<float>();
+  set_num_threads(2);
+  std::vector<float> two = tanh(x).to_vector<float>();
+  set_num_threads(saved);
+  EXPECT_EQ(one, two);
+}
+
+}  // namespace
+}  // namespace kiln

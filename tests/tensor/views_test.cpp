@@ -1,1 +1,145 @@
+// Views: every view shares storage with its base and reads the elements PyTorch's would (checked against
+// index arithmetic done by hand here).
 #include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::values;
+
+Tensor iota(IntArrayRef shape) { return arange(shape_numel(shape), kFloat32).view(shape); }
+
+TEST(Views, ViewAndReshape) {
+  Tensor x = iota({2, 3, 4});
+  Tensor v = x.view({6, 4});
+  EXPECT_TRUE(v.shares_storage_with(x));
+  EXPECT_EQ(v.sizes(), (Shape{6, 4}));
+  EXPECT_EQ(x.view({-1}).sizes(), (Shape{24}));
+  EXPECT_EQ(x.view({4, -1}).sizes(), (Shape{4, 6}));
+  test::expect_error([&] { (void)x.view({5, -1}); }, {"view", "(5, -1)", "(2, 3, 4)"});
+  test::expect_error([&] { (void)x.view({-1, -1}); }, {"view", "only one dim"});
+  // A transposed tensor cannot be flattened by a view; reshape copies.
+  Tensor t = x.transpose(0, 2);
+  test::expect_error([&] { (void)t.view({-1}); }, {"view", "reshape"});
+  Tensor r = t.reshape({-1});
+  EXPECT_FALSE(r.shares_storage_with(x));
+  std::vector<double> want;
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 3; ++j)
+      for (int i = 0; i < 2; ++i) want.push_back(i * 12 + j * 4 + k);
+  EXPECT_EQ(values(r), want);
+  // Splitting a transposed dim that stays contiguous within itself is still a view.
+  Tensor u = iota({4, 6}).t();  // (6, 4), strides (1, 6)
+  Tensor w = u.view({2, 3, 4});
+  EXPECT_TRUE(w.shares_storage_with(u));
+  EXPECT_EQ(values(w), values(u));
+}
+
+TEST(Views, ViewOfScalarAndEmpty) {
+  Tensor s = full({}, 3.0);
+  EXPECT_EQ(s.view({1, 1}).sizes(), (Shape{1, 1}));
+  EXPECT_EQ(s.reshape({1}).sizes(), (Shape{1}));
+  EXPECT_EQ(ones({1, 1}).view({}).dim(), 0);
+  Tensor e = zeros({0, 3});
+  EXPECT_EQ(e.view({3, 0}).sizes(), (Shape{3, 0}));
+  EXPECT_EQ(e.reshape({-1, 3}).sizes(), (Shape{0, 3}));
+}
+
+TEST(Views, TransposePermuteT) {
+  Tensor x = iota({2, 3, 4});
+  Tensor p = x.permute({2, 0, 1});
+  EXPECT_EQ(p.sizes(), (Shape{4, 2, 3}));
+  EXPECT_EQ(p.strides(), (Shape{1, 12, 4}));
+  EXPECT_FALSE(p.is_contiguous());
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) EXPECT_EQ(p.index({k, i, j}).item<double>(), i * 12 + j * 4 + k);
+  EXPECT_EQ(x.transpose(-1, 0).sizes(), (Shape{4, 3, 2}));
+  test::expect_error([&] { (void)x.permute({0, 0, 1}); }, {"permute", "twice"});
+  test::expect_error([&] { (void)x.permute({0, 1}); }, {"permute"});
+  test::expect_error([&] { (void)x.t(); }, {"t:", "(2, 3, 4)"});
+  EXPECT_EQ(iota({5}).t().sizes(), (Shape{5}));
+  EXPECT_EQ(x.mT().sizes(), (Shape{2, 4, 3}));
+}
+
+TEST(Views, NarrowSliceSelect) {
+  Tensor x = iota({4, 5});
+  EXPECT_EQ(values(x.narrow(1, 1, 2)), (std::vector<double>{1, 2, 6, 7, 11, 12, 16, 17}));
+  EXPECT_EQ(values(x.slice(0, 1, std::nullopt, 2)), (std::vector<double>{5, 6, 7, 8, 9, 15, 16, 17, 18, 19}));
+  EXPECT_EQ(values(x.slice(1, -2)), (std::vector<double>{3, 4, 8, 9, 13, 14, 18, 19}));
+  EXPECT_EQ(x.slice(1, 10, 20).sizes(), (Shape{4, 0}));  // clamped, as Python slices
+  EXPECT_EQ(values(x.select(1, -1)), (std::vector<double>{4, 9, 14, 19}));
+  EXPECT_EQ(values(x[2]), (std::vector<double>{10, 11, 12, 13, 14}));
+  test::expect_error([&] { (void)x.narrow(0, 3, 2); }, {"narrow", "out of range", "size 4"});
+  test::expect_error([&] { (void)x.select(0, 4); }, {"select", "index 4", "size 4"});
+  test::expect_error([&] { (void)x.select(2, 0); }, {"select", "dim 2"});
+  test::expect_error([&] { (void)x.slice(0, 0, 2, 0); }, {"slice", "step"});
+}
+
+TEST(Views, BasicIndexing) {
+  Tensor x = iota({2, 3, 4});
+  Tensor a = x.index({1, Slice(None, None, 2), None});
+  EXPECT_EQ(a.sizes(), (Shape{2, 1, 4}));
+  EXPECT_EQ(values(a), (std::vector<double>{12, 13, 14, 15, 20, 21, 22, 23}));
+  Tensor b = x.index({Ellipsis, 1});
+  EXPECT_EQ(b.sizes(), (Shape{2, 3}));
+  EXPECT_EQ(values(b), (std::vector<double>{1, 5, 9, 13, 17, 21}));
+  Tensor c = x.index({Slice(), Ellipsis, Slice(1, 3)});
+  EXPECT_EQ(c.sizes(), (Shape{2, 3, 2}));
+  EXPECT_TRUE(c.shares_storage_with(x));
+  test::expect_error([&] { (void)x.index({0, 0, 0, 0}); }, {"index", "too many"});
+}
+
+TEST(Views, ExpandSqueezeUnsqueeze) {
+  Tensor x = iota({3, 1});
+  Tensor e = x.expand({2, 3, 4});
+  EXPECT_EQ(e.strides(), (Shape{0, 1, 0}));
+  EXPECT_EQ(values(e.select(0, 1).select(0, 2)), (std::vector<double>{2, 2, 2, 2}));
+  EXPECT_EQ(x.expand({-1, 5}).sizes(), (Shape{3, 5}));
+  test::expect_error([&] { (void)x.expand({4, 4}); }, {"expand", "(3, 1)", "(4, 4)"});
+  Tensor y = iota({1, 3, 1, 2});
+  EXPECT_EQ(y.squeeze().sizes(), (Shape{3, 2}));
+  EXPECT_EQ(y.squeeze(2).sizes(), (Shape{1, 3, 2}));
+  EXPECT_EQ(y.squeeze(1).sizes(), (Shape{1, 3, 1, 2}));  // not size 1: unchanged
+  EXPECT_EQ(y.unsqueeze(-1).sizes(), (Shape{1, 3, 1, 2, 1}));
+  EXPECT_EQ(y.unsqueeze(0).sizes(), (Shape{1, 1, 3, 1, 2}));
+  test::expect_error([&] { (void)y.unsqueeze(6); }, {"unsqueeze", "dim 6"});
+}
+
+TEST(Views, FlattenUnflattenUnfoldDiagonal) {
+  Tensor x = iota({2, 3, 4});
+  EXPECT_EQ(x.flatten().sizes(), (Shape{24}));
+  EXPECT_EQ(x.flatten(1).sizes(), (Shape{2, 12}));
+  EXPECT_EQ(x.flatten(0, 1).sizes(), (Shape{6, 4}));
+  EXPECT_EQ(x.unflatten(2, {2, 2}).sizes(), (Shape{2, 3, 2, 2}));
+  EXPECT_EQ(full({}, 1.0).flatten().sizes(), (Shape{1}));
+  Tensor base = iota({7});
+  Tensor u = base.unfold(0, 3, 2);  // windows [0,1,2], [2,3,4], [4,5,6]
+  EXPECT_EQ(u.sizes(), (Shape{3, 3}));
+  EXPECT_EQ(values(u), (std::vector<double>{0, 1, 2, 2, 3, 4, 4, 5, 6}));
+  EXPECT_TRUE(u.shares_storage_with(base));
+  Tensor m = iota({3, 4});
+  EXPECT_EQ(values(m.diagonal()), (std::vector<double>{0, 5, 10}));
+  EXPECT_EQ(values(m.diagonal(1)), (std::vector<double>{1, 6, 11}));
+  EXPECT_EQ(values(m.diagonal(-1)), (std::vector<double>{4, 9}));
+}
+
+TEST(Views, AsStridedChecksBounds) {
+  Tensor x = iota({6});
+  EXPECT_EQ(values(x.as_strided({2, 2}, {1, 2})), (std::vector<double>{0, 2, 1, 3}));
+  test::expect_error([&] { (void)x.as_strided({3, 3}, {3, 1}); }, {"as_strided", "outside the storage"});
+}
+
+TEST(Views, InPlaceWriteThroughViewBumpsSharedVersion) {
+  Tensor x = zeros({2, 3});
+  Tensor row = x[1];
+  uint64_t before = x.version();
+  row.fill_(5);
+  EXPECT_GT(x.version(), before);
+  EXPECT_EQ(values(x), (std::vector<double>{0, 0, 0, 5, 5, 5}));
+  row.add_(ones({3}));
+  EXPECT_EQ(values(x), (std::vector<double>{0, 0, 0, 6, 6, 6}));
+}
+
+}  // namespace
+}  // namespace kiln

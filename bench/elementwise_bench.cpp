@@ -1,0 +1,48 @@
+// Memory-bound ops against the machine's memory bandwidth: a large element-wise add and a full sum of a
+// 64 MiB float32 tensor, in GB/s of memory traffic, side by side with std::memcpy of the same 64 MiB (the
+// anchor: a single-thread copy, BENCHMARKS.md "Limits"). Traffic counted: memcpy reads + writes 64 MiB;
+// add reads two tensors and writes one (3 x 64 MiB); sum reads one (64 MiB).
+//
+// Two forms of add: a.add_(b) writes into existing memory; a + b allocates its 64 MiB result each call, and
+// the kernel's first touch of fresh pages (page faults) is part of what a user pays.
+//
+//   elementwise_bench [reps]
+#include <kiln/kiln.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "bench_util.h"
+
+int main(int argc, char** argv) {
+  using namespace kiln;
+  int reps = argc > 1 ? std::atoi(argv[1]) : 15;
+  const int64_t n = 16 * 1024 * 1024;  // 64 MiB of float32
+  const double mib64 = static_cast<double>(n) * 4;
+  Generator g(1);
+  Tensor a = randn({n}, {}, &g), b = randn({n}, {}, &g);
+  std::vector<float> src(n, 1.0f), dst(n, 0.0f);
+
+  std::printf("# 64 MiB float32; GB/s of memory traffic, median of %d interleaved reps; ratio = kiln / memcpy\n", reps);
+  std::printf("%-8s %-12s %-9s %-9s %-8s\n", "threads", "op", "kiln", "memcpy", "ratio");
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Tensor out;
+    Tensor acc = a.clone();
+    Tensor total;
+    std::vector<std::function<void()>> variants{
+        [&] { std::memcpy(dst.data(), src.data(), n * sizeof(float)); },
+        [&] { acc.add_(b); },
+        [&] { out = a + b; },
+        [&] { total = a.sum(); },
+    };
+    std::vector<double> t = bench::time_interleaved(variants, reps);
+    double memcpy_gbs = 2 * mib64 / t[0] / 1e9;
+    double add_inplace = 3 * mib64 / t[1] / 1e9, add_alloc = 3 * mib64 / t[2] / 1e9, sum_gbs = mib64 / t[3] / 1e9;
+    std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "add_ (a+=b)", add_inplace, memcpy_gbs, add_inplace / memcpy_gbs);
+    std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "a + b", add_alloc, memcpy_gbs, add_alloc / memcpy_gbs);
+    std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "sum", sum_gbs, memcpy_gbs, sum_gbs / memcpy_gbs);
+    bench::do_not_optimize(total.item<float>());
+  }
+  return 0;
+}
