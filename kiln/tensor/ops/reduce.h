@@ -27,7 +27,8 @@ Tensor var(const Tensor& x, IntArrayRef dims = {}, double correction = 1.0, bool
 Tensor std(const Tensor& x, IntArrayRef dims = {}, double correction = 1.0, bool keepdim = false);
 // The p-norm (p = 2 by default; p = inf gives max |x|, p = 0 the count of non-zeros).
 Tensor norm(const Tensor& x, double p = 2.0, IntArrayRef dims = {}, bool keepdim = false);
-// log(sum(exp(x))) computed as max + log(sum(exp(x - max))), so large inputs do not overflow.
+// log(sum(exp(x))) computed as max + log(sum(exp(x - max))), so large inputs do not overflow. Empty dims:
+// all dims.
 Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim = false);
 Tensor all(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);  // bool result
 Tensor any(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);  // bool result

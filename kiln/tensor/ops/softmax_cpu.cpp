@@ -1,5 +1,181 @@
-// PLACEHOLDER: replaced by the softmax kernels.
+// CPU kernels of softmax and log_softmax along one dim.
+//
+// The input is made contiguous and seen as (outer, D, inner), D the softmax dim. With inner == 1 (the last
+// dim, the common case) each row is contiguous and one thread does a row in three passes: max, sum of
+// exp(x - max), write. Otherwise a block of neighbouring columns is done together so every pass reads
+// contiguous memory. float32 and the 16-bit floats compute in float with exp_nonpositive, a polynomial GCC
+// vectorizes (std::exp does not vectorize without -ffast-math and costs ten times more); float64 computes in
+// double with std::exp. The sum of the exps accumulates in double either way. The naive float64 reference
+// is in tests/tensor/softmax_test.cpp.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/register.h"
-namespace kiln::detail {
-void register_softmax_cpu_kernels() {}
-}  // namespace kiln::detail
+#include "kiln/tensor/parallel.h"
+
+namespace kiln {
+namespace {
+
+// Columns done together when the softmax dim is not the last one.
+constexpr int64_t kColumnBlock = 64;
+
+// e^x for x in [-inf, 0] or NaN, within 1.5 ulp in float, branch-free so loops over it vectorize.
+// x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite: ln2 split in two, the first part short enough that n times it
+// is exact), e^r from a degree-6 minimax polynomial (the coefficients of Cephes' expf), times 2^n applied as
+// two normal powers of two so that results down to the smallest denormal are rounded once and e^-inf comes
+// out exactly 0.
+KILN_INLINE float exp_nonpositive(float arg) {
+  const float x = arg > -104.0f ? arg : -104.0f;  // e^-104 rounds to 0 in float; NaN becomes -104 here
+  // Round to nearest without std::nearbyint, which GCC does not vectorize: adding 1.5 * 2^23 pushes the
+  // fraction bits out.
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t k = static_cast<int32_t>(n), k1 = k >> 1, k2 = k - k1;  // k >= -150: k1, k2 >= -75
+  const float e = p * std::bit_cast<float>(static_cast<uint32_t>(k1 + 127) << 23) *
+                  std::bit_cast<float>(static_cast<uint32_t>(k2 + 127) << 23);
+  return arg != arg ? arg : e;  // and NaN again here
+}
+
+// e^x for x = element - max <= 0.
+template <typename M>
+KILN_INLINE M exp_shifted(M x) {
+  if constexpr (std::is_same_v<M, float>) return exp_nonpositive(x);
+  else return std::exp(x);
+}
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+// One softmax over the contiguous row p[0, n) into q (type T, math in M); buf holds n values of M.
+// NOTE: a row holding NaN, a row of -inf (x - max = -inf + inf) and a row holding +inf (inf - inf) all come
+// out NaN, as in PyTorch. The max skips NaN (so it vectorizes); a NaN shows up in the sum instead.
+template <bool kLog, typename T, typename M>
+void softmax_row(const T* p, T* q, int64_t n, M* buf) {
+  M mx = -std::numeric_limits<M>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) {
+    M v = static_cast<M>(p[i]);
+    mx = v > mx ? v : mx;
+  }
+  double sum = kNan;
+  if (std::isfinite(mx)) {
+    // Two loops: GCC vectorizes the exp as a plain map and the sum as a reduction, but not the two fused.
+    for (int64_t i = 0; i < n; ++i) buf[i] = exp_shifted<M>(static_cast<M>(p[i]) - mx);
+    sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(buf[i]);
+  }
+  if (std::isnan(sum)) {
+    std::fill(q, q + n, static_cast<T>(kNan));
+    return;
+  }
+  if constexpr (kLog) {
+    // NOTE: x - max - log(sum), not log(softmax): exp(x - max) underflows to 0 for x far below the max, and
+    // log(0) = -inf, where the true value is just a large negative number.
+    const double shift = static_cast<double>(mx) + std::log(sum);
+    for (int64_t i = 0; i < n; ++i) q[i] = static_cast<T>(static_cast<M>(static_cast<double>(p[i]) - shift));
+  } else {
+    const double scale = 1.0 / sum;
+    for (int64_t i = 0; i < n; ++i) q[i] = static_cast<T>(static_cast<M>(static_cast<double>(buf[i]) * scale));
+  }
+}
+
+// The same for w neighbouring columns of a (D, inner) slab: column j is p[i * inner + j], i < d.
+template <bool kLog, typename T, typename M>
+void softmax_columns(const T* p, T* q, int64_t d, int64_t inner, int64_t w) {
+  M mx[kColumnBlock];
+  double sum[kColumnBlock];
+  bool bad[kColumnBlock];
+  for (int64_t j = 0; j < w; ++j) {
+    mx[j] = -std::numeric_limits<M>::infinity();
+    sum[j] = 0;
+  }
+  for (int64_t i = 0; i < d; ++i) {
+    const T* row = p + i * inner;
+    for (int64_t j = 0; j < w; ++j) {
+      M v = static_cast<M>(row[j]);
+      mx[j] = v > mx[j] ? v : mx[j];
+    }
+  }
+  // A column with an infinite max gets NaN or -inf arguments here (x - max); it is overwritten below.
+  for (int64_t i = 0; i < d; ++i) {
+    const T* row = p + i * inner;
+    for (int64_t j = 0; j < w; ++j) sum[j] += static_cast<double>(exp_shifted<M>(static_cast<M>(row[j]) - mx[j]));
+  }
+  for (int64_t j = 0; j < w; ++j) bad[j] = !std::isfinite(mx[j]) || std::isnan(sum[j]);
+  for (int64_t j = 0; j < w; ++j) sum[j] = kLog ? static_cast<double>(mx[j]) + std::log(sum[j]) : 1.0 / sum[j];
+  for (int64_t i = 0; i < d; ++i) {
+    const T* row = p + i * inner;
+    T* out = q + i * inner;
+    if constexpr (kLog) {  // sum[j] is now the shift
+      for (int64_t j = 0; j < w; ++j) out[j] = static_cast<T>(static_cast<M>(static_cast<double>(row[j]) - sum[j]));
+    } else {  // and here the scale
+      for (int64_t j = 0; j < w; ++j)
+        out[j] = static_cast<T>(static_cast<M>(static_cast<double>(exp_shifted<M>(static_cast<M>(row[j]) - mx[j])) * sum[j]));
+    }
+  }
+  for (int64_t j = 0; j < w; ++j)
+    if (bad[j])
+      for (int64_t i = 0; i < d; ++i) q[i * inner + j] = static_cast<T>(kNan);
+}
+
+// out, x: one shape, floating; along dim.
+template <bool kLog>
+void softmax_impl(const char* name, const Tensor& out, const Tensor& x, int64_t dim) {
+  if (x.numel() == 0) return;
+  Tensor in = x.contiguous();
+  Tensor dst = out.is_contiguous() ? out : empty(out.sizes(), TensorOptions(out.dtype()));
+  const int64_t d = x.size(dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < dim; ++k) outer *= x.size(k);
+  for (int64_t k = dim + 1; k < x.dim(); ++k) inner *= x.size(k);
+  visit_dtype<kFloatingSet>(x.dtype(), name, [&]<typename T>() {
+    using M = opmath_t<T>;  // float for float16, bfloat16 and float32; double for float64
+    const T* p = in.data_ptr<T>();
+    T* q = dst.data_ptr<T>();
+    if (inner == 1) {
+      parallel_for(0, outer, std::max<int64_t>(1, kDefaultGrain / d), [&](int64_t begin, int64_t end) {
+        std::vector<M> buf(static_cast<size_t>(d));
+        for (int64_t r = begin; r < end; ++r) softmax_row<kLog>(p + r * d, q + r * d, d, buf.data());
+      });
+      return;
+    }
+    const int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
+    const int64_t grain = std::max<int64_t>(1, kDefaultGrain / (d * kColumnBlock));
+    parallel_for(0, outer * blocks, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        const int64_t o = b / blocks, c0 = (b % blocks) * kColumnBlock;
+        const int64_t off = o * d * inner + c0;
+        softmax_columns<kLog, T, M>(p + off, q + off, d, inner, std::min(kColumnBlock, inner - c0));
+      }
+    });
+  });
+  if (dst.impl() != out.impl()) out.copy_(dst);
+}
+
+void softmax_cpu(const Tensor& out, const Tensor& x, int64_t dim) { softmax_impl<false>("softmax", out, x, dim); }
+void log_softmax_cpu(const Tensor& out, const Tensor& x, int64_t dim) { softmax_impl<true>("log_softmax", out, x, dim); }
+
+}  // namespace
+
+namespace detail {
+void register_softmax_cpu_kernels() {
+  register_kernel<Op::softmax>(DeviceType::CPU, softmax_cpu);
+  register_kernel<Op::log_softmax>(DeviceType::CPU, log_softmax_cpu);
+}
+}  // namespace detail
+}  // namespace kiln
