@@ -1,1 +1,288 @@
-#include "test_util.h"
+// Tests of index_select, gather, scatter, scatter_add and index_add (indexing.h). Each op is compared with a
+// naive loop over coordinates written here, on values read straight from memory (test::values), for random
+// inputs in every layout and dtype, with zero-size and one-element cases, and the errors a user sees. Sums
+// (scatter_add, index_add) use small integer values, so every dtype holds them exactly and the comparison
+// can be exact.
+#include "indexing_test_util.h"
+
+namespace kiln {
+namespace {
+
+using namespace kiln::test;
+using test::Layout;
+using test::values;
+
+// ---- index_select ----
+
+TEST(IndexSelect, MatchesReferenceInEveryDtypeLayoutAndDim) {
+  std::mt19937 rng(1);
+  const Shape shape{3, 4, 5};
+  int round = 0;
+  for_each_case({0, 1, 2, -1, -3}, [&](DType dtype, Layout layout, int64_t dim, int64_t d) {
+    Tensor x = test::random_tensor(shape, dtype, rng, layout);
+    Tensor index = with_layout(random_indices(7, shape[d], rng), {7}, kIndexDTypes[round++ % 2], layout, rng);
+    Shape out_shape = shape;
+    out_shape[d] = 7;
+    auto xv = values(x), iv = values(index);
+    std::vector<double> want(static_cast<size_t>(shape_numel(out_shape)));
+    for (size_t f = 0; f < want.size(); ++f) {
+      Shape c = unravel(static_cast<int64_t>(f), out_shape);
+      c[d] = static_cast<int64_t>(iv[c[d]]);
+      want[f] = xv[ravel(c, shape)];
+    }
+    Tensor out = index_select(x, dim, index);
+    EXPECT_EQ(out.dtype(), dtype);
+    test::expect_tensor_near(out, want, out_shape);
+  });
+}
+
+TEST(IndexSelect, LargeInputMatchesReference) {
+  // Enough elements to be split across threads, gathering rows and (transposed) columns.
+  std::mt19937 rng(2);
+  for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+    Tensor x = test::random_tensor({300, 64}, kFloat32, rng, layout);
+    Tensor index = with_layout(random_indices(1000, 300, rng), {1000}, kInt64, Layout::Contiguous, rng);
+    auto xv = values(x), iv = values(index);
+    std::vector<double> want;
+    for (double i : iv)
+      for (int64_t j = 0; j < 64; ++j) want.push_back(xv[static_cast<int64_t>(i) * 64 + j]);
+    test::expect_tensor_near(index_select(x, 0, index), want, {1000, 64}, test::layout_name(layout));
+  }
+}
+
+TEST(IndexSelect, ZeroSizeAndOneElement) {
+  Tensor x = arange(12, kFloat32).view({3, 4});
+  EXPECT_EQ(index_select(x, 1, empty({0}, kInt64)).sizes(), (Shape{3, 0}));
+  EXPECT_EQ(index_select(empty({0, 4}), 1, tensor(std::vector<int64_t>{1, 3})).sizes(), (Shape{0, 2}));
+  // A 0-dim index keeps the dim, with size 1.
+  test::expect_tensor_near(index_select(x, 0, scalar_tensor(2, kInt64)), {8, 9, 10, 11}, {1, 4});
+  test::expect_tensor_near(index_select(full({1}, 5.0), 0, tensor(std::vector<int64_t>{0, 0, 0})), {5, 5, 5}, {3});
+  test::expect_tensor_near(index_select(scalar_tensor(4.0), 0, tensor(std::vector<int64_t>{0})), {4}, {});
+}
+
+TEST(IndexSelect, Errors) {
+  Tensor x = zeros({3, 4});
+  test::expect_error([&] { index_select(x, 1, tensor(std::vector<int64_t>{0, 4})); },
+                     {"index_select", "index 4", "dim 1", "size 4"});
+  test::expect_error([&] { index_select(x, 0, tensor(std::vector<int64_t>{-1})); }, {"index_select", "index -1"});
+  test::expect_error([&] { index_select(x, 0, zeros({2, 2}, kInt64)); }, {"index_select", "(2, 2)"});
+  test::expect_error([&] { index_select(x, 0, zeros({2})); }, {"index_select", "int64", "float32"});
+  test::expect_error([&] { index_select(x, 2, zeros({2}, kInt64)); }, {"index_select", "dim 2"});
+}
+
+// ---- gather ----
+
+TEST(Gather, MatchesReferenceInEveryDtypeLayoutAndDim) {
+  std::mt19937 rng(3);
+  const Shape shape{4, 5, 6};
+  int round = 0;
+  for_each_case({0, 1, 2, -1}, [&](DType dtype, Layout layout, int64_t dim, int64_t d) {
+    // The index may be smaller than x outside dim, and of any size along it.
+    Shape ishape{3, 4, 5};
+    ishape[d] = 7;
+    Tensor x = test::random_tensor(shape, dtype, rng, layout);
+    Tensor index = with_layout(random_indices(shape_numel(ishape), shape[d], rng), ishape,
+                               kIndexDTypes[round++ % 2], layout, rng);
+    auto xv = values(x), iv = values(index);
+    std::vector<double> want(iv.size());
+    for (size_t f = 0; f < want.size(); ++f) {
+      Shape c = unravel(static_cast<int64_t>(f), ishape);
+      c[d] = static_cast<int64_t>(iv[f]);
+      want[f] = xv[ravel(c, shape)];
+    }
+    Tensor out = gather(x, dim, index);
+    EXPECT_EQ(out.dtype(), dtype);
+    test::expect_tensor_near(out, want, ishape);
+  });
+}
+
+TEST(Gather, ZeroSizeAndScalar) {
+  Tensor x = arange(6, kFloat64).view({2, 3});
+  EXPECT_EQ(gather(x, 1, empty({2, 0}, kInt64)).sizes(), (Shape{2, 0}));
+  test::expect_tensor_near(gather(scalar_tensor(3.0), 0, scalar_tensor(0, kInt64)), {3}, {});
+  test::expect_tensor_near(gather(x, 1, tensor(std::vector<int64_t>{2}, {1, 1})), {2}, {1, 1});
+}
+
+TEST(Gather, Errors) {
+  Tensor x = zeros({4, 5});
+  test::expect_error([&] { gather(x, 0, zeros({4}, kInt64)); }, {"gather", "(4)", "(4, 5)"});
+  test::expect_error([&] { gather(x, 1, zeros({5, 2}, kInt64)); }, {"gather", "(5, 2)", "dim 0"});
+  test::expect_error([&] { gather(x, 1, full({1, 1}, 5, kInt64)); }, {"gather", "index 5", "dim 1", "size 5"});
+}
+
+// ---- scatter, scatter_add ----
+
+// Indices for scatter along dim d of a tensor of size n there: distinct within every line along d, so the
+// result does not depend on which duplicate wins.
+std::vector<double> distinct_indices(const Shape& ishape, int64_t d, int64_t n, std::mt19937& rng) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(ishape)));
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t f = 0; f < shape_numel(ishape); ++f) {
+    Shape c = unravel(f, ishape);
+    if (c[d] != 0) continue;
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (c[d] = 0; c[d] < ishape[d]; ++c[d]) v[ravel(c, ishape)] = static_cast<double>(perm[c[d]]);
+  }
+  return v;
+}
+
+// self[c with c[d] = index[c]] (op)= src[c] over the positions c of index; src may be larger than index.
+std::vector<double> scatter_reference(std::vector<double> self, const Shape& shape, int64_t d, const Tensor& index,
+                                      const std::vector<double>& src, const Shape& src_shape, bool add) {
+  auto iv = values(index);
+  for (size_t f = 0; f < iv.size(); ++f) {
+    Shape c = unravel(static_cast<int64_t>(f), index.sizes());
+    double s = src[ravel(c, src_shape)];
+    c[d] = static_cast<int64_t>(iv[f]);
+    double& dst = self[ravel(c, shape)];
+    dst = add ? dst + s : s;
+  }
+  return self;
+}
+
+TEST(Scatter, MatchesReferenceInEveryDtypeLayoutAndDim) {
+  std::mt19937 rng(4);
+  const Shape shape{4, 5, 6};
+  for_each_case({0, 1, -1}, [&](DType dtype, Layout layout, int64_t dim, int64_t d) {
+    Shape ishape{3, 4, 5}, src_shape{4, 5, 6};
+    ishape[d] = 3;
+    src_shape[d] = 4;
+    Tensor self = test::random_tensor(shape, dtype, rng, layout);
+    Tensor index = with_layout(distinct_indices(ishape, d, shape[d], rng), ishape, kInt64, layout, rng);
+    Tensor src = test::random_tensor(src_shape, dtype, rng, layout);
+    auto before = values(self);
+    auto want = scatter_reference(before, shape, d, index, values(src), src_shape, false);
+    test::expect_tensor_near(scatter(self, dim, index, src), want, shape, "out of place");
+    EXPECT_EQ(values(self), before) << "scatter changed its input";
+    uint64_t version = self.version();
+    Tensor& ret = scatter_(self, dim, index, src);
+    EXPECT_EQ(&ret, &self);
+    EXPECT_GT(self.version(), version);
+    test::expect_tensor_near(self, want, shape, "in place");
+  });
+}
+
+TEST(Scatter, ScalarValue) {
+  std::mt19937 rng(5);
+  for (DType dtype : test::kAllDTypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Tensor self = zeros({3, 4}, dtype);
+    Tensor index = with_layout(distinct_indices({3, 2}, 1, 4, rng), {3, 2}, kInt32, Layout::Contiguous, rng);
+    std::vector<double> twos(6, in_dtype(2, dtype));
+    auto want = scatter_reference(values(self), {3, 4}, 1, index, twos, {3, 2}, false);
+    test::expect_tensor_near(scatter(self, 1, index, Scalar(2)), want, {3, 4});
+  }
+}
+
+TEST(ScatterAdd, SumsDuplicateIndicesInEveryDtypeLayoutAndDim) {
+  std::mt19937 rng(6);
+  const Shape shape{4, 5, 6};
+  for_each_case({0, 1, 2, -2}, [&](DType dtype, Layout layout, int64_t dim, int64_t d) {
+    Shape ishape{3, 4, 5}, src_shape{4, 5, 6};
+    ishape[d] = 8;  // more entries than positions: duplicates for sure
+    src_shape[d] = 9;
+    Tensor self = small_ints(shape, dtype, rng, layout);
+    Tensor index = with_layout(random_indices(shape_numel(ishape), shape[d], rng), ishape, kInt64, layout, rng);
+    Tensor src = small_ints(src_shape, dtype, rng, layout);
+    auto want = scatter_reference(values(self), shape, d, index, values(src), src_shape, true);
+    for (auto& w : want) w = in_dtype(w, dtype);
+    test::expect_tensor_near(scatter_add(self, dim, index, src), want, shape, "out of place");
+    scatter_add_(self, dim, index, src);
+    test::expect_tensor_near(self, want, shape, "in place");
+  });
+}
+
+TEST(ScatterAdd, LargeInputIsRaceFree) {
+  // Many entries land on few elements, along dim 0 and dim 1, and in a 1-D tensor: a lost update under
+  // threads, or a wrong step through src, shows as a wrong sum.
+  std::mt19937 rng(7);
+  for (int64_t dim : {0, 1}) {
+    Shape shape = dim == 0 ? Shape{8, 500} : Shape{500, 8};
+    Shape ishape = dim == 0 ? Shape{400, 500} : Shape{500, 400};
+    Tensor index = with_layout(random_indices(shape_numel(ishape), 8, rng), ishape, kInt64, Layout::Contiguous, rng);
+    Tensor src = small_ints(ishape, kInt64, rng);
+    auto want = scatter_reference(std::vector<double>(4000, 0), shape, dim, index, values(src), ishape, true);
+    test::expect_tensor_near(scatter_add(zeros(shape, kInt64), dim, index, src), want, shape);
+  }
+  Tensor index = with_layout(random_indices(200000, 10, rng), {200000}, kInt64, Layout::Contiguous, rng);
+  Tensor src = small_ints({200000}, kInt64, rng);
+  auto want = scatter_reference(std::vector<double>(10, 0), {10}, 0, index, values(src), {200000}, true);
+  test::expect_tensor_near(scatter_add(zeros({10}, kInt64), 0, index, src), want, {10});
+}
+
+TEST(Scatter, ZeroSizeAndScalar) {
+  Tensor self = ones({2, 3});
+  test::expect_tensor_near(scatter_add(self, 1, empty({2, 0}, kInt64), empty({2, 0})), values(self), {2, 3});
+  test::expect_tensor_near(scatter(scalar_tensor(1.0), 0, scalar_tensor(0, kInt64), scalar_tensor(7.0)), {7}, {});
+}
+
+TEST(Scatter, Errors) {
+  Tensor self = zeros({4, 5});
+  Tensor index = zeros({2, 2}, kInt64);
+  test::expect_error([&] { scatter_(self, 0, index, zeros({2, 2}, kFloat64)); }, {"scatter_", "float32", "float64"});
+  test::expect_error([&] { scatter(self, 0, index, zeros({1, 2})); }, {"scatter", "(2, 2)", "(1, 2)", "src"});
+  test::expect_error([&] { scatter(self, 0, zeros({2, 6}, kInt64), zeros({2, 6})); }, {"scatter", "(2, 6)", "dim 1"});
+  test::expect_error([&] { scatter(self, 0, zeros({2}, kInt64), zeros({2})); }, {"scatter", "(2)", "(4, 5)"});
+  test::expect_error([&] { scatter_add(self, 0, full({1, 1}, 4, kInt64), ones({1, 1})); },
+                     {"scatter_add", "index 4", "dim 0", "size 4"});
+  test::expect_error([&] { scatter(self, 1, zeros({1, 1}), ones({1, 1})); }, {"scatter", "int64", "float32"});
+  Tensor expanded = zeros({1, 5}).expand({4, 5});
+  test::expect_error([&] { scatter_add_(expanded, 1, index, ones({2, 2})); }, {"scatter_add_", "stride 0"});
+}
+
+// ---- index_add ----
+
+TEST(IndexAdd, SumsDuplicatesWithAlphaInEveryDtypeLayoutAndDim) {
+  std::mt19937 rng(8);
+  const Shape shape{4, 5, 3};
+  int round = 0;
+  for_each_case({0, 1, 2, -1}, [&](DType dtype, Layout layout, int64_t dim, int64_t d) {
+    Shape src_shape = shape;
+    src_shape[d] = 7;
+    // alpha -1 would wrap in uint8 and is not a bool; both get 1.
+    int alpha = dtype == kBool || dtype == kUInt8 ? 1 : -2;
+    Tensor self = small_ints(shape, dtype, rng, layout);
+    Tensor index = with_layout(random_indices(7, shape[d], rng), {7}, kIndexDTypes[round++ % 2], layout, rng);
+    Tensor src = small_ints(src_shape, dtype, rng, layout);
+    auto want = values(self), sv = values(src), iv = values(index);
+    for (size_t f = 0; f < sv.size(); ++f) {
+      Shape c = unravel(static_cast<int64_t>(f), src_shape);
+      c[d] = static_cast<int64_t>(iv[c[d]]);
+      want[ravel(c, shape)] += alpha * sv[f];
+    }
+    for (auto& w : want) w = in_dtype(w, dtype);
+    test::expect_tensor_near(index_add(self, dim, index, src, alpha), want, shape, "out of place");
+    uint64_t version = self.version();
+    index_add_(self, dim, index, src, alpha);
+    EXPECT_GT(self.version(), version);
+    test::expect_tensor_near(self, want, shape, "in place");
+  });
+}
+
+TEST(IndexAdd, LargeInputMatchesReference) {
+  // An embedding's backward: many rows of src added into few rows of self.
+  std::mt19937 rng(9);
+  Tensor index = with_layout(random_indices(3000, 50, rng), {3000}, kInt64, Layout::Contiguous, rng);
+  Tensor src = small_ints({3000, 256}, kFloat64, rng);
+  auto sv = values(src), iv = values(index);
+  std::vector<double> want(50 * 256, 0);
+  for (int64_t k = 0; k < 3000; ++k)
+    for (int64_t j = 0; j < 256; ++j) want[static_cast<int64_t>(iv[k]) * 256 + j] += 0.5 * sv[k * 256 + j];
+  test::expect_tensor_near(index_add(zeros({50, 256}, kFloat64), 0, index, src, 0.5), want, {50, 256});
+}
+
+TEST(IndexAdd, Errors) {
+  Tensor self = zeros({4, 5});
+  Tensor index = tensor(std::vector<int64_t>{0, 1});
+  test::expect_error([&] { index_add(self, 0, index, ones({3, 5})); }, {"index_add", "(3, 5)", "(2, 5)"});
+  test::expect_error([&] { index_add(self, 1, tensor(std::vector<int64_t>{5}), ones({4, 1})); },
+                     {"index_add", "index 5", "dim 1", "size 5"});
+  test::expect_error([&] { index_add(zeros({4}, kInt64), 0, index, ones({2}, kInt64), 0.5); },
+                     {"index_add", "alpha", "int64"});
+  test::expect_error([&] { index_add(self, 0, index, ones({2, 5}, kFloat64)); }, {"index_add", "float64"});
+  test::expect_error([&] { index_add(self, 0, zeros({2, 1}, kInt64), ones({2, 5})); }, {"index_add", "(2, 1)"});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -16,10 +16,12 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);    
 
 // x: (..., n, ...), index: (k) -> (..., k, ...)
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
-// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and so on); index has x's number of dims.
+// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and so on); index has x's number of dims and is no
+// larger than x outside dim; out has index's shape.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // The inverses of gather: self[index[i][j]][j] = src[i][j] (dim 0). scatter with duplicate indices keeps one
-// of the values (which one is unspecified, as in PyTorch); scatter_add sums them.
+// of the values (which one is unspecified, as in PyTorch); scatter_add sums them. index has self's number of
+// dims and is no larger than src, nor than self outside dim; src has self's dtype.
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);

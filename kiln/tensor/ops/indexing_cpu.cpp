@@ -1,5 +1,167 @@
-// PLACEHOLDER: replaced by the indexing kernels.
+// CPU kernels of the indexed reads (index_select, gather) and writes (scatter, scatter_add, index_add).
+//
+// All five rest on one trick: the indexed operand is restrided to the shape of the iteration with stride 0
+// along `dim`, so one StridedIter walks every operand at any strides, and the element an index value names
+// is that position plus index * stride(dim). index_select and index_add are gather and scatter_add whose
+// (k) index is expanded to the iteration's shape (stride 0 outside dim).
+//
+// Reads run in parallel over all output elements. Writes do not: two index entries that differ only along
+// dim may name one element of self, so the writes are split across threads only by their positions outside
+// dim, and every collision is handled by one thread, in order (scatter_add sums without a race, scatter
+// keeps the last value). The frontends (indexing.cpp) check shapes and dtypes; index values are checked
+// here, where they are read.
+#include <algorithm>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/loops_cpu.h"
 #include "kiln/tensor/ops/register.h"
-namespace kiln::detail {
-void register_indexing_cpu_kernels() {}
-}  // namespace kiln::detail
+
+namespace kiln {
+namespace {
+
+// A view of t's storage from t's offset with any shape and strides, unchecked: the kernels build views
+// whose elements they address only through checked index values (t may be empty along dim).
+Tensor raw_view(const Tensor& t, Shape shape, Shape strides) {
+  return Tensor(std::make_shared<TensorImpl>(t.storage(), t.dtype(), std::move(shape), std::move(strides),
+                                             t.storage_offset()));
+}
+
+// t with `shape` (no larger than t's outside dim) and stride 0 along dim.
+Tensor restride_along(const Tensor& t, const Shape& shape, int64_t dim) {
+  Shape strides = t.strides();
+  strides[dim] = 0;
+  return raw_view(t, shape, std::move(strides));
+}
+
+// A (k) index seen with `shape` (shape[dim] == k): index[c] = index[c[dim]].
+Tensor expand_index(const Tensor& index, const Shape& shape, int64_t dim) {
+  Shape strides(shape.size(), 0);
+  strides[dim] = index.stride(0);
+  return raw_view(index, shape, std::move(strides));
+}
+
+KILN_INLINE void check_index(const char* op, int64_t idx, int64_t dim, int64_t size) {
+  KILN_CHECK(idx >= 0 && idx < size, op, ": index ", idx, " is out of range for dim ", dim, " of size ", size);
+}
+
+// Each element costs a dependent load and a bounds check: smaller chunks than plain element-wise loops.
+constexpr int64_t kIndexGrain = 8192;
+
+// out[c] = x[c with c[dim] = index[c]]; out, index: one shape, no larger than x outside dim.
+void gather_loop(const char* op, const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  if (out.numel() == 0) return;
+  const Tensor x_r = restride_along(x, out.sizes(), dim);
+  const int64_t x_size = x.size(dim);
+  visit_dtype(out.dtype(), op, [&]<typename T>() {
+    const int64_t step = x.stride(dim) * static_cast<int64_t>(sizeof(T));
+    cpu::StridedIter<3> iter({&out, &x_r, &index});
+    iter.run([&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t idx = *reinterpret_cast<const int64_t*>(p[2] + i * s[2]);
+        check_index(op, idx, dim, x_size);
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = *reinterpret_cast<const T*>(p[1] + i * s[1] + idx * step);
+      }
+    }, kIndexGrain);
+  });
+}
+
+// self[c with c[dim] = index[c]] = combine(that element, src[c]) for every position c of index.
+// index, src: one shape, no larger than self outside dim.
+template <typename T, typename Combine>
+void scatter_loop(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                  const Combine& combine) {
+  if (index.numel() == 0) return;
+  const Tensor self_r = restride_along(self, index.sizes(), dim);
+  // Iterate over the positions outside dim (`rest`); walk dim inside, serially.
+  const Tensor self0 = self_r.select(dim, 0), index0 = index.select(dim, 0), src0 = src.select(dim, 0);
+  cpu::StridedIter<3> rest({&self0, &index0, &src0});
+  const int64_t len = index.size(dim), self_size = self.size(dim);
+  const int64_t self_step = self.stride(dim) * static_cast<int64_t>(sizeof(T));
+  const int64_t index_step = index.stride(dim) * static_cast<int64_t>(sizeof(int64_t));
+  const int64_t src_step = src.stride(dim) * static_cast<int64_t>(sizeof(T));
+  auto apply = [&](char* self_p, const char* index_p, const char* src_p) {
+    const int64_t idx = *reinterpret_cast<const int64_t*>(index_p);
+    check_index(op, idx, dim, self_size);
+    T& dst = *reinterpret_cast<T*>(self_p + idx * self_step);
+    dst = combine(dst, *reinterpret_cast<const T*>(src_p));
+  };
+  const int64_t grain = std::max<int64_t>(1, kIndexGrain / len);
+  parallel_for(0, rest.numel(), grain, [&](int64_t b, int64_t e) {
+    if (e - b < 64) {
+      // Few positions outside dim (a 1-D scatter has one): walk dim innermost, one pass.
+      rest.for_each_run(b, e, [&](char** p, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < len; ++j)
+            apply(p[0] + i * s[0], p[1] + i * s[1] + j * index_step, p[2] + i * s[2] + j * src_step);
+      });
+      return;
+    }
+    // Many: one sweep of the chunk per step along dim, so rows of src (index_add's (k, D) src) are read in
+    // memory order rather than column by column.
+    for (int64_t j = 0; j < len; ++j) {
+      rest.for_each_run(b, e, [&](char** p, const int64_t* s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          apply(p[0] + i * s[0], p[1] + i * s[1] + j * index_step, p[2] + i * s[2] + j * src_step);
+      });
+    }
+  });
+}
+
+template <typename T>
+KILN_INLINE T add_in_opmath(T a, opmath_t<T> b) {
+  return static_cast<T>(static_cast<opmath_t<T>>(a) + b);
+}
+
+// ---- reads ----
+
+// out: x's shape with dim -> k, x: (..., n, ...), index: (k)
+void index_select_cpu(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  gather_loop("index_select", out, x, dim, expand_index(index, out.sizes(), dim));
+}
+
+// out, index: one shape, no larger than x outside dim
+void gather_cpu(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  gather_loop("gather", out, x, dim, index);
+}
+
+// ---- writes ----
+
+// index: no larger than src, nor than self outside dim; src is read over index's shape.
+void scatter_cpu(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar&) {
+  const Tensor src_v = raw_view(src, index.sizes(), src.strides());
+  visit_dtype(self.dtype(), "scatter", [&]<typename T>() {
+    scatter_loop<T>("scatter", self, dim, index, src_v, [](T, T s) { return s; });
+  });
+}
+
+void scatter_add_cpu(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar&) {
+  const Tensor src_v = raw_view(src, index.sizes(), src.strides());
+  visit_dtype(self.dtype(), "scatter_add", [&]<typename T>() {
+    scatter_loop<T>("scatter_add", self, dim, index, src_v,
+                    [](T d, T s) { return add_in_opmath(d, static_cast<opmath_t<T>>(s)); });
+  });
+}
+
+// self: (..., n, ...), index: (k), src: self's shape with dim -> k
+void index_add_cpu(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
+  const Tensor index_v = expand_index(index, src.sizes(), dim);
+  visit_dtype(self.dtype(), "index_add", [&]<typename T>() {
+    using M = opmath_t<T>;
+    const M a = alpha.to<M>();
+    scatter_loop<T>("index_add", self, dim, index_v, src,
+                    [a](T d, T s) { return add_in_opmath(d, static_cast<M>(a * static_cast<M>(s))); });
+  });
+}
+
+}  // namespace
+
+namespace detail {
+void register_indexing_cpu_kernels() {
+  register_kernel<Op::index_select>(DeviceType::CPU, index_select_cpu);
+  register_kernel<Op::gather>(DeviceType::CPU, gather_cpu);
+  register_kernel<Op::scatter>(DeviceType::CPU, scatter_cpu);
+  register_kernel<Op::scatter_add>(DeviceType::CPU, scatter_add_cpu);
+  register_kernel<Op::index_add>(DeviceType::CPU, index_add_cpu);
+}
+}  // namespace detail
+}  // namespace kiln
