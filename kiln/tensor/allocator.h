@@ -1,6 +1,7 @@
 // Memory for tensors: one Allocator per device type.
 //
-// The CPU allocator hands out 64-byte aligned blocks (a cache line, and the alignment AVX-512 loads like).
+// The CPU allocator hands out 64-byte aligned blocks (a cache line, and the alignment AVX-512 loads like),
+// and keeps freed blocks of 1 MiB and more for reuse (see cpu_allocator.cpp for why).
 // The CUDA allocator is installed by kiln/tensor/cuda when kiln is built with CUDA; without it, asking for
 // CUDA memory is an error that says kiln was built without CUDA.
 #pragma once
@@ -23,6 +24,20 @@ class Allocator {
 inline constexpr size_t kCpuAlignment = 64;
 
 Allocator* cpu_allocator();
+
+// The CPU allocator's cache of freed large blocks.
+struct CpuCacheStats {
+  size_t cached_bytes = 0;   // held for reuse now
+  size_t cached_blocks = 0;
+  uint64_t hits = 0;         // large allocations served from the cache
+  uint64_t misses = 0;       // large allocations that went to the system
+};
+CpuCacheStats cpu_cache_stats();
+// Returns every cached block to the system.
+void cpu_empty_cache();
+// The most the cache may hold (default: the smaller of 1 GiB and 1/8 of physical memory, or the environment
+// variable KILN_CPU_CACHE_MB); 0 turns caching off.
+void set_cpu_cache_limit(size_t bytes);
 // The allocator for a device type; throws if none is registered (CUDA in a CPU-only build).
 Allocator* get_allocator(DeviceType type);
 void set_allocator(DeviceType type, Allocator* allocator);

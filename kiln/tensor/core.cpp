@@ -1,7 +1,6 @@
 // Dtype names and promotion, devices, shapes, scalars, storage and the CPU allocator.
 #include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -191,18 +190,6 @@ std::ostream& operator<<(std::ostream& out, const Scalar& s) {
 
 namespace {
 
-class CpuAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes, Device) override {
-    if (nbytes == 0) return nullptr;
-    size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded);
-    KILN_CHECK(p != nullptr, "out of CPU memory: could not allocate ", nbytes, " bytes");
-    return p;
-  }
-  void deallocate(void* ptr, size_t, Device) override { std::free(ptr); }
-};
-
 std::array<Allocator*, kNumDeviceTypes>& allocator_table() {
 #ifdef KILN_WITH_CUDA
   static std::array<Allocator*, kNumDeviceTypes> table{cpu_allocator(), cuda::cuda_allocator()};
@@ -213,11 +200,6 @@ std::array<Allocator*, kNumDeviceTypes>& allocator_table() {
 }
 
 }  // namespace
-
-Allocator* cpu_allocator() {
-  static CpuAllocator allocator;
-  return &allocator;
-}
 
 Allocator* get_allocator(DeviceType type) {
   Allocator* a = allocator_table()[static_cast<int>(type)];

@@ -18,7 +18,13 @@ class IntArrayRef {
  public:
   IntArrayRef() = default;
   IntArrayRef(const std::vector<int64_t>& v) : data_(v.data()), size_(v.size()) {}
+  // NOTE: the braced list lives until the end of the full expression that contains it, so passing
+  // `{2, 3}` to a function is safe; `IntArrayRef r = {2, 3};` as a variable would dangle. GCC warns about the
+  // latter on every use of this constructor, hence the pragma.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
   IntArrayRef(std::initializer_list<int64_t> l) : data_(l.begin()), size_(l.size()) {}
+#pragma GCC diagnostic pop
   IntArrayRef(const int64_t& single) : data_(&single), size_(1) {}
   IntArrayRef(const int64_t* data, size_t size) : data_(data), size_(size) {}
 

@@ -141,3 +141,38 @@ TEST(Tensor, DeviceParsing) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(CpuAllocator, ReusesFreedLargeBlocksUpToItsLimit) {
+  cpu_empty_cache();
+  void* first = nullptr;
+  {
+    Tensor big = empty({3 << 20});  // 12 MiB
+    first = big.raw_data_ptr();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % (2 << 20), 0u);  // huge-page aligned
+  }
+  CpuCacheStats s = cpu_cache_stats();
+  EXPECT_EQ(s.cached_blocks, 1u);
+  EXPECT_GE(s.cached_bytes, size_t{12} << 20);
+  uint64_t hits = s.hits;
+  Tensor again = empty({3 << 20});
+  EXPECT_EQ(again.raw_data_ptr(), first);
+  EXPECT_EQ(cpu_cache_stats().hits, hits + 1);
+  EXPECT_EQ(cpu_cache_stats().cached_bytes, 0u);
+  // Small blocks never enter the cache; with a zero limit, nothing does.
+  { Tensor small = empty({1000}); }
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 0u);
+  set_cpu_cache_limit(0);
+  { Tensor big = empty({3 << 20}); }
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 0u);
+  set_cpu_cache_limit(size_t{1} << 30);
+  { Tensor big = empty({3 << 20}); }
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 1u);
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_cache_stats().cached_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace kiln

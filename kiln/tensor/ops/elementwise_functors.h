@@ -126,7 +126,12 @@ template <class T> struct SubAlpha {
   KILN_INLINE T operator()(T a, T b) const { return a - alpha * b; }
 };
 struct Add { template <class T> KILN_INLINE T operator()(T a, T b) const { return a + b; } };
-struct Mul { template <class T> KILN_INLINE T operator()(T a, T b) const { return a * b; } };
+struct Mul {
+  template <class T> KILN_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>) return a && b;
+    else return a * b;
+  }
+};
 struct Div { template <class T> KILN_INLINE T operator()(T a, T b) const { return a / b; } };
 struct Pow { template <class T> KILN_INLINE T operator()(T a, T b) const { return std::pow(a, b); } };
 struct Maximum {  // NaN wins, as in PyTorch

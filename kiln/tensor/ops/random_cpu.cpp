@@ -50,7 +50,7 @@ void normal_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double mean, 
     constexpr bool dbl = std::is_same_v<T, double>;
     for_each_counter(out, values_per_counter(RandomDist::Normal, dbl), seed, offset,
                      [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
-                       double z[4];
+                       double z[4] = {};
                        if (dbl) {
                          double u1 = 1.0 - uniform_double(w[0], w[1]), u2 = uniform_double(w[2], w[3]);
                          double r = std::sqrt(-2.0 * std::log(u1));

@@ -1,0 +1,121 @@
+// The CPU allocator: 64-byte aligned memory, with a cache of freed large blocks.
+//
+// Why a cache: glibc serves large blocks (above 32 MiB at most) with fresh mmap'd pages and unmaps them on
+// free. Every new 64 MiB result then costs 16384 page faults and the kernel zeroing each page before kiln
+// writes it: measured here, `a + b` on 64 MiB tensors ran at a fifth of the speed of the same add into
+// existing memory. Training loops allocate the same sizes step after step, so keeping freed blocks and
+// handing them out again removes that cost. Blocks of 1 MiB and more are cached, keyed by their size
+// rounded up to 64 KiB, up to a limit; blocks of 4 MiB and more are 2 MiB aligned and advised as
+// transparent huge pages, which makes first touches 512 times rarer.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "kiln/tensor/allocator.h"
+#include "kiln/tensor/error.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kCacheMinBytes = size_t{1} << 20;
+constexpr size_t kCacheGranule = size_t{64} << 10;
+constexpr size_t kHugeMinBytes = size_t{4} << 20;
+constexpr size_t kHugePage = size_t{2} << 20;
+
+size_t default_cache_limit() {
+  if (const char* mb = std::getenv("KILN_CPU_CACHE_MB")) return static_cast<size_t>(std::strtoull(mb, nullptr, 10)) << 20;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  size_t physical = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  return std::min<size_t>(size_t{1} << 30, physical / 8);
+}
+
+class CpuAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes, Device) override {
+    if (nbytes == 0) return nullptr;
+    if (nbytes < kCacheMinBytes) return system_alloc(round_up(nbytes, kCpuAlignment), kCpuAlignment);
+    size_t size = round_up(nbytes, kCacheGranule);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        cached_bytes_ -= size;
+        ++hits_;
+        return p;
+      }
+      ++misses_;
+    }
+    void* p = system_alloc(size, size >= kHugeMinBytes ? kHugePage : kCpuAlignment);
+    if (size >= kHugeMinBytes) madvise(p, size, MADV_HUGEPAGE);  // a hint: fine if the kernel declines
+    return p;
+  }
+
+  void deallocate(void* ptr, size_t nbytes, Device) override {
+    if (ptr == nullptr) return;
+    if (nbytes >= kCacheMinBytes) {
+      size_t size = round_up(nbytes, kCacheGranule);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_bytes_ + size <= limit_) {
+        free_.emplace(size, ptr);
+        cached_bytes_ += size;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
+
+  CpuCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {cached_bytes_, free_.size(), hits_, misses_};
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, p] : free_) std::free(p);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+  void set_limit(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      limit_ = bytes;
+    }
+    if (stats().cached_bytes > bytes) empty_cache();
+  }
+
+ private:
+  static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+  static void* system_alloc(size_t size, size_t alignment) {
+    void* p = std::aligned_alloc(alignment, round_up(size, alignment));
+    KILN_CHECK(p != nullptr, "out of CPU memory: could not allocate ", size, " bytes");
+    return p;
+  }
+
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+  size_t cached_bytes_ = 0;
+  size_t limit_ = default_cache_limit();
+  uint64_t hits_ = 0, misses_ = 0;
+};
+
+CpuAllocator& instance() {
+  // Never destroyed: tensors that outlive main's statics may still free into it at exit.
+  static CpuAllocator* allocator = new CpuAllocator;
+  return *allocator;
+}
+
+}  // namespace
+
+Allocator* cpu_allocator() { return &instance(); }
+CpuCacheStats cpu_cache_stats() { return instance().stats(); }
+void cpu_empty_cache() { instance().empty_cache(); }
+void set_cpu_cache_limit(size_t bytes) { instance().set_limit(bytes); }
+
+}  // namespace kiln
