@@ -57,6 +57,39 @@ std::vector<T> Tensor::to_vector() const {
 KILN_FORALL_DTYPES(KILN_TO_VECTOR)
 #undef KILN_TO_VECTOR
 
+// ---- aliasing ----
+
+namespace {
+// The first and one-past-last element offsets a view can reach.
+std::pair<int64_t, int64_t> extent(const Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t span = (t.size(d) - 1) * t.stride(d);
+    (span >= 0 ? hi : lo) += span;
+  }
+  return {lo, hi + 1};
+}
+}  // namespace
+
+bool Tensor::may_overlap(const Tensor& other) const {
+  if (!shares_storage_with(other) || numel() == 0 || other.numel() == 0) return false;
+  auto [a0, a1] = extent(*this);
+  auto [b0, b1] = extent(other);
+  int64_t ea = static_cast<int64_t>(element_size()), eb = static_cast<int64_t>(other.element_size());
+  return a0 * ea < b1 * eb && b0 * eb < a1 * ea;
+}
+
+bool Tensor::is_same_view(const Tensor& other) const {
+  return shares_storage_with(other) && storage_offset() == other.storage_offset() && dtype() == other.dtype() &&
+         sizes() == other.sizes() && strides() == other.strides();
+}
+
+bool Tensor::has_internal_overlap() const {
+  for (int64_t d = 0; d < dim(); ++d)
+    if (stride(d) == 0 && size(d) > 1) return true;
+  return false;
+}
+
 // ---- copies and conversion ----
 
 Tensor Tensor::contiguous() const {
@@ -76,7 +109,12 @@ const Tensor& Tensor::copy_(const Tensor& src) const {
   KILN_CHECK(b == sizes(), "copy_: source of shape ", shape_str(src.sizes()), " cannot be broadcast to ",
              shape_str(sizes()));
   if (numel() == 0) return *this;
-  Tensor s = src.sizes() == sizes() ? src : src.expand(sizes());
+  KILN_CHECK(!has_internal_overlap(), "copy_: cannot write into a tensor of shape ", shape_str(sizes()), " and strides ",
+             shape_str(strides()), ": several of its positions are one element (it was expanded); clone() it first");
+  if (is_same_view(src)) return *this;
+  // A source that partly overlaps the destination (x.copy_(x.t())) would be read after being written: copy it first.
+  Tensor s = may_overlap(src) ? src.clone() : src;
+  if (s.sizes() != sizes()) s = s.expand(sizes());
   // A copy between devices runs on the device that is not the CPU (its kernel knows how to reach both).
   Device run_on = device().is_cpu() ? s.device() : device();
   get_kernel<Op::copy>(run_on)(*this, s);

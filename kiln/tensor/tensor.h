@@ -131,6 +131,12 @@ class Tensor {
   void bump_version() const { storage()->bump_version(); }
   // True when both tensors view the same storage block.
   bool shares_storage_with(const Tensor& other) const { return storage() == other.storage(); }
+  // True when some element of one may be an element of the other (same storage, intersecting byte ranges).
+  bool may_overlap(const Tensor& other) const;
+  // True when both are the same view: same storage, offset, shape and strides.
+  bool is_same_view(const Tensor& other) const;
+  // True when two positions of this tensor reach one element (a stride-0 dim of size > 1, from expand).
+  bool has_internal_overlap() const;
 
   // ---- data access (CPU) ----
   // Pointer to the first element (offset applied). T must match the dtype.

@@ -180,3 +180,33 @@ TEST(Binary, NanPropagatesThroughMaximum) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Binary, InPlaceWithAnOverlappingOperandUsesItsOldValues) {
+  // x += x.t() must read x.t() as it was before the first write, as in NumPy's overlap-safe semantics.
+  Tensor x = arange(9, kFloat32).view({3, 3});
+  std::vector<double> before = test::values(x), want;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) want.push_back(before[i * 3 + j] + before[j * 3 + i]);
+  x += x.t();
+  EXPECT_EQ(test::values(x), want);
+  // Shifted self-copy: y[1:] = y[:-1].
+  Tensor y = arange(6, kFloat64);
+  y.narrow(0, 1, 5).copy_(y.narrow(0, 0, 5));
+  EXPECT_EQ(test::values(y), (std::vector<double>{0, 0, 1, 2, 3, 4}));
+  // The same view as both operands needs no copy and stays right.
+  Tensor z = arange(4, kFloat32);
+  z.mul_(z);
+  EXPECT_EQ(test::values(z), (std::vector<double>{0, 1, 4, 9}));
+}
+
+TEST(Binary, WritingIntoAnExpandedTensorIsAnError) {
+  Tensor e = zeros({1, 3}).expand({4, 3});
+  test::expect_error([&] { e += ones({4, 3}); }, {"add_", "expanded", "clone"});
+  test::expect_error([&] { e.copy_(ones({4, 3})); }, {"copy_", "expanded"});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -112,8 +112,13 @@ void check_inplace(const char* op, const Tensor& self, DType result, IntArrayRef
 }
 
 template <Op op, typename... Extra>
-Tensor& binary_(Tensor& self, const Tensor& b, Kind kind, Extra... extra) {
+Tensor& binary_(Tensor& self, const Tensor& b_in, Kind kind, Extra... extra) {
   std::string name = std::string(op_name(op)) + "_";
+  KILN_CHECK(!self.has_internal_overlap(), name, ": cannot write in place into a tensor of shape ",
+             shape_str(self.sizes()), " whose elements repeat (it was expanded); clone() it first");
+  // An operand that partly overlaps self (x.add_(x.t())) would be read after being written: copy it first.
+  // The very same view is fine: each element is read before it is written, by the same iteration.
+  Tensor b = (b_in.may_overlap(self) && !b_in.is_same_view(self)) ? b_in.clone() : b_in;
   Prepared p = prepare(name.c_str(), self, b, kind);
   check_inplace(name.c_str(), self, p.compute, p.shape);
   if (p.compute == self.dtype()) {
