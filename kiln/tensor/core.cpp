@@ -133,7 +133,9 @@ std::string shape_str(IntArrayRef shape) {
 
 int64_t shape_numel(IntArrayRef shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    KILN_CHECK(!__builtin_mul_overflow(n, s, &n), "shape ", shape_str(shape), " has more elements than int64 can count");
+  }
   return n;
 }
 

@@ -36,6 +36,7 @@ class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device) override {
     if (nbytes == 0) return nullptr;
+    KILN_CHECK(nbytes <= (size_t{1} << 62), "out of CPU memory: cannot allocate ", nbytes, " bytes");
     if (nbytes < kCacheMinBytes) return system_alloc(round_up(nbytes, kCpuAlignment), kCpuAlignment);
     size_t size = round_up(nbytes, kCacheGranule);
     {
@@ -92,8 +93,12 @@ class CpuAllocator final : public Allocator {
  private:
   static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-  static void* system_alloc(size_t size, size_t alignment) {
+  void* system_alloc(size_t size, size_t alignment) {
     void* p = std::aligned_alloc(alignment, round_up(size, alignment));
+    if (p == nullptr) {  // give the cached blocks back and try once more
+      empty_cache();
+      p = std::aligned_alloc(alignment, round_up(size, alignment));
+    }
     KILN_CHECK(p != nullptr, "out of CPU memory: could not allocate ", size, " bytes");
     return p;
   }

@@ -11,7 +11,9 @@ namespace kiln {
 Tensor empty(IntArrayRef shape, TensorOptions options) {
   DType dtype = options.dtype_or(default_dtype());
   for (int64_t s : shape) KILN_CHECK(s >= 0, "empty: negative size ", s, " in shape ", shape_str(shape));
-  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  size_t nbytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(static_cast<size_t>(shape_numel(shape)), dtype_size(dtype), &nbytes),
+             "empty: a tensor of shape ", shape_str(shape), " and dtype ", dtype, " needs more bytes than size_t holds");
   auto storage = std::make_shared<StorageImpl>(nbytes, options.device());
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), dtype, shape.vec(), contiguous_strides(shape), 0));
 }
@@ -45,13 +47,20 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   Tensor out = empty({steps}, options.dtype(options.dtype_or(default_dtype())));
   if (steps == 0) return out;
   double step = steps == 1 ? 0.0 : (end - start) / static_cast<double>(steps - 1);
+  // Like PyTorch: the first half counts up from start, the second down from end, so both ends are exact.
+  int64_t half = steps / 2;
   get_kernel<Op::arange>(out.device())(out, start, step);
+  if (steps > 1) {
+    Tensor tail = empty({steps - half}, TensorOptions(out.dtype()).device(out.device()));
+    get_kernel<Op::arange>(out.device())(tail, end, -step);  // end, end - step, ...
+    out.narrow(0, half, steps - half).copy_(tail.as_strided({steps - half}, {-1}, steps - half - 1));
+  }
   return out;
 }
 
 Tensor eye(int64_t n, int64_t m, TensorOptions options) {
+  KILN_CHECK(n >= 0 && m >= -1, "eye: sizes must be non-negative (m = -1 means m = n), got n = ", n, ", m = ", m);
   if (m < 0) m = n;
-  KILN_CHECK(n >= 0, "eye: n must be non-negative, got ", n);
   Tensor out = zeros({n, m}, options);
   out.diagonal().fill_(1);
   return out;
@@ -65,8 +74,7 @@ Tensor& random_fill(Op op, Tensor& x, RandomDist dist, double a, double b, Gener
   Generator& g = gen ? *gen : default_generator();
   int per_call = values_per_counter(dist, x.dtype() == kFloat64, a, b);
   auto counters = static_cast<uint64_t>((x.numel() + per_call - 1) / per_call);
-  uint64_t seed = g.seed();
-  uint64_t offset = g.reserve(counters);
+  auto [seed, offset] = g.reserve(counters);
   if (x.numel() == 0) return x;
   // Kernels fill contiguous memory in row-major order; other layouts go through a temporary.
   Tensor target = x.is_contiguous() ? x : empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
@@ -119,8 +127,16 @@ Tensor randn(IntArrayRef shape, TensorOptions options, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions options, Generator* gen) {
   KILN_CHECK(low < high, "randint: expected low < high, got [", low, ", ", high, ")");
-  Tensor t = empty(shape, options.dtype(options.dtype_or(kInt64)));
-  KILN_CHECK(t.dtype() != kBool, "randint: dtype bool is not supported");
+  DType dtype = options.dtype_or(kInt64);
+  KILN_CHECK(dtype != kBool, "randint: dtype bool is not supported");
+  visit_dtype<kNumericSet>(dtype, "randint", [&]<typename T>() {
+    if constexpr (std::is_integral_v<T>) {
+      KILN_CHECK(low >= static_cast<int64_t>(std::numeric_limits<T>::lowest()) &&
+                     high - 1 <= static_cast<int64_t>(std::numeric_limits<T>::max()),
+                 "randint: [", low, ", ", high, ") does not fit in dtype ", dtype);
+    }
+  });
+  Tensor t = empty(shape, options.dtype(dtype));
   return random_fill(Op::randint, t, RandomDist::RandInt, static_cast<double>(low), static_cast<double>(high), gen);
 }
 
@@ -130,6 +146,9 @@ Tensor randint(int64_t high, IntArrayRef shape, TensorOptions options, Generator
 
 Tensor randperm(int64_t n, TensorOptions options, Generator* gen) {
   KILN_CHECK(n >= 0, "randperm: n must be non-negative, got ", n);
+  DType dtype = options.dtype_or(kInt64);
+  KILN_CHECK(dtype != kBool && (is_floating(dtype) || dtype == kInt64 || n - 1 <= (dtype == kInt32 ? INT32_MAX : 255)),
+             "randperm: ", n, " values do not fit in dtype ", dtype);
   // Fisher-Yates driven by one batch of random 64-bit draws, so the permutation depends only on the generator.
   Tensor r = randint(0, std::numeric_limits<int64_t>::max(), {n}, kInt64, gen);
   std::vector<int64_t> draws = r.to_vector<int64_t>();

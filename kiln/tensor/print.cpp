@@ -22,7 +22,7 @@ struct Formatter {
   enum Mode { Int, Bool, FloatInt, Fixed, Sci } mode = Fixed;
   int width = 1;
 
-  std::string format(double v) const {
+  std::string format(long double v) const {
     char buf[64];
     switch (mode) {
       case Bool:
@@ -33,23 +33,31 @@ struct Formatter {
       default:
         break;
     }
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    if (mode == FloatInt) std::snprintf(buf, sizeof buf, "%.0f.", v);
-    else if (mode == Fixed) std::snprintf(buf, sizeof buf, "%.4f", v);
-    else std::snprintf(buf, sizeof buf, "%.4e", v);
+    double d = static_cast<double>(v);
+    if (std::isnan(d)) return "nan";
+    if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+    if (mode == FloatInt) std::snprintf(buf, sizeof buf, "%.0f.", d);
+    else if (mode == Fixed) std::snprintf(buf, sizeof buf, "%.4f", d);
+    else std::snprintf(buf, sizeof buf, "%.4e", d);
     return buf;
   }
-  std::string padded(double v) const {
+  std::string padded(long double v) const {
     std::string s = format(v);
     return std::string(std::max<int>(0, width - static_cast<int>(s.size())), ' ') + s;
   }
 };
 
+// An element's value; integers go through int64 into long double, which holds every int64 exactly on x86
+// (a double would turn 2^53 + 1 into 2^53).
+long double value_of(const Tensor& t) {
+  Scalar s = t.item();
+  return s.is_floating() ? static_cast<long double>(s.to_double()) : static_cast<long double>(s.to_int());
+}
+
 // Element values of the part that will be printed (the whole tensor, or its edges when summarized), in order.
-void collect(const Tensor& t, bool summarize, std::vector<double>& out) {
+void collect(const Tensor& t, bool summarize, std::vector<long double>& out) {
   if (t.dim() == 0) {
-    out.push_back(t.item().to_double());
+    out.push_back(value_of(t));
     return;
   }
   int64_t n = t.size(0);
@@ -62,14 +70,21 @@ void collect(const Tensor& t, bool summarize, std::vector<double>& out) {
   }
 }
 
-Formatter make_formatter(DType dtype, const std::vector<double>& values) {
+Formatter make_formatter(DType dtype, const std::vector<long double>& values) {
   Formatter f;
-  if (dtype == kBool) f.mode = Formatter::Bool;
-  else if (!is_floating(dtype)) f.mode = Formatter::Int;
-  else {
+  if (dtype == kBool || !is_floating(dtype)) {
+    f.mode = dtype == kBool ? Formatter::Bool : Formatter::Int;
+    for (long double v : values) f.width = std::max<int>(f.width, static_cast<int>(f.format(v).size()));
+    return f;
+  }
+  {
+    // As PyTorch: the mode and the field width come from the finite nonzero values only (nan and inf are
+    // printed as they are, padded to that width when shorter).
     std::vector<double> finite;
-    for (double v : values)
-      if (std::isfinite(v)) finite.push_back(v);
+    for (long double lv : values) {
+      double v = static_cast<double>(lv);
+      if (std::isfinite(v) && v != 0) finite.push_back(v);
+    }
     bool all_int = std::all_of(finite.begin(), finite.end(), [](double v) { return std::ceil(v) == v; });
     double max_abs = 0, min_abs = 0;
     bool first = true;
@@ -83,14 +98,14 @@ Formatter make_formatter(DType dtype, const std::vector<double>& values) {
     if (all_int) f.mode = (!first && max_abs > 1e8) ? Formatter::Sci : Formatter::FloatInt;
     else if (!first && (max_abs / min_abs > 1000.0 || max_abs > 1e8 || min_abs < 1e-4)) f.mode = Formatter::Sci;
     else f.mode = Formatter::Fixed;
+    for (double v : finite) f.width = std::max<int>(f.width, static_cast<int>(f.format(v).size()));
   }
-  for (double v : values) f.width = std::max<int>(f.width, static_cast<int>(f.format(v).size()));
   return f;
 }
 
 void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, bool summarize, int indent) {
   if (t.dim() == 0) {
-    out << f.padded(t.item().to_double());
+    out << f.padded(value_of(t));
     return;
   }
   int64_t n = t.size(0);
@@ -109,7 +124,7 @@ void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, boo
         else out << ' ';
       }
       if (elide && k == static_cast<size_t>(kEdgeItems)) out << " ..., ";
-      out << f.padded(t.select(0, rows[k]).item().to_double());
+      out << f.padded(value_of(t.select(0, rows[k])));
     }
   } else {
     std::string sep = "," + std::string(static_cast<size_t>(t.dim() - 1), '\n') + std::string(indent + 1, ' ');
@@ -128,7 +143,7 @@ std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   Tensor t = device().is_cpu() ? *this : cpu();
   bool summarize = t.numel() > kThreshold;
-  std::vector<double> values;
+  std::vector<long double> values;
   collect(t, summarize, values);
   Formatter f = make_formatter(dtype(), values);
 
@@ -142,8 +157,11 @@ std::string Tensor::str() const {
     print_rec(out, t, f, summarize, static_cast<int>(prefix.size()));
   }
   if (!device().is_cpu()) out << ", device='" << device().str() << "'";
+  // The dtype is shown unless the values imply it (float default, int64, bool); an empty tensor has no values,
+  // so it shows any dtype but the default float one.
   DType d = dtype();
-  if (d != default_dtype() && d != kInt64 && d != kBool) out << ", dtype=" << d;
+  bool implied = d == default_dtype() || (numel() > 0 && (d == kInt64 || d == kBool));
+  if (!implied) out << ", dtype=" << d;
   out << ')';
   return out.str();
 }

@@ -20,11 +20,11 @@ void Generator::set_state(uint64_t seed, uint64_t offset) {
   offset_ = offset;
 }
 
-uint64_t Generator::reserve(uint64_t counters) {
+Generator::Draw Generator::reserve(uint64_t counters) {
   std::lock_guard<std::mutex> lock(mutex_);
-  uint64_t first = offset_;
+  Draw d{seed_, offset_};
   offset_ += counters;
-  return first;
+  return d;
 }
 
 Generator& default_generator() {

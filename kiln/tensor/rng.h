@@ -43,6 +43,11 @@ struct Philox4x32 {
 
 // Uniform in [0, 1) from 24 (float) or 53 (double) random bits.
 KILN_INLINE float uniform_float(uint32_t x) { return static_cast<float>(x >> 8) * 5.9604644775390625e-08f; }
+// Uniform in [0, 1) with only as many bits as a 16-bit float holds (11 for float16, 8 for bfloat16): more
+// bits would round values just below 1 up to exactly 1.
+KILN_INLINE float uniform_bits(uint32_t x, int bits) {
+  return static_cast<float>(x >> (32 - bits)) * (1.0f / static_cast<float>(1u << bits));
+}
 KILN_INLINE double uniform_double(uint32_t hi, uint32_t lo) {
   uint64_t bits = (static_cast<uint64_t>(hi) << 32 | lo) >> 11;
   return static_cast<double>(bits) * 1.1102230246251565e-16;
@@ -58,8 +63,12 @@ class Generator {
   uint64_t offset() const;
   void manual_seed(uint64_t seed);  // also resets the offset to 0
   void set_state(uint64_t seed, uint64_t offset);
-  // Reserves `counters` consecutive counters; returns the first.
-  uint64_t reserve(uint64_t counters);
+  // Reserves `counters` consecutive counters; returns the seed and the first counter, read together so that a
+  // manual_seed on another thread cannot pair one state's seed with another's offset.
+  struct Draw {
+    uint64_t seed, offset;
+  };
+  Draw reserve(uint64_t counters);
 
  private:
   mutable std::mutex mutex_;

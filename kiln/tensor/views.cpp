@@ -127,7 +127,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = sizes()[d];
   if (start < 0) start += n;
-  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " and length ", length,
+  KILN_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow: start ", start, " and length ", length,
              " are out of range for dim ", d, " of size ", n);
   Shape shape = sizes();
   shape[d] = length;
@@ -143,7 +143,7 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
   auto clampi = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
   int64_t b = start ? clampi(*start) : 0;
   int64_t e = stop ? clampi(*stop) : n;
-  int64_t len = e > b ? (e - b + step - 1) / step : 0;
+  int64_t len = e > b ? (e - b - 1) / step + 1 : 0;  // not (e - b + step - 1) / step: that overflows
   Shape shape = sizes(), st = strides();
   shape[d] = len;
   st[d] *= step;
@@ -199,6 +199,7 @@ Tensor Tensor::expand(IntArrayRef shape) const {
   size_t lead = shape.size() - static_cast<size_t>(dim());
   Shape new_shape(shape.size()), st(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
+    KILN_CHECK(shape[i] >= -1, "expand: invalid size ", shape[i], " in ", shape_str(shape));
     if (i < lead) {
       KILN_CHECK(shape[i] >= 0, "expand: a new leading dim cannot be ", shape[i], " in ", shape_str(shape));
       new_shape[i] = shape[i];
@@ -268,7 +269,8 @@ Tensor Tensor::unflatten(int64_t d, IntArrayRef new_sizes) const {
 Tensor Tensor::unfold(int64_t d, int64_t size, int64_t step) const {
   d = wrap_dim(d, dim(), "unfold");
   int64_t n = dim() == 0 ? 1 : sizes()[d];
-  KILN_CHECK(size >= 0 && size <= n, "unfold: window size ", size, " is larger than dim ", d, " of size ", n);
+  KILN_CHECK(size >= 0, "unfold: window size must be non-negative, got ", size);
+  KILN_CHECK(size <= n, "unfold: window size ", size, " is larger than dim ", d, " of size ", n);
   KILN_CHECK(step > 0, "unfold: step must be positive, got ", step);
   Shape shape = sizes(), st = strides();
   if (dim() == 0) {

@@ -86,8 +86,10 @@ struct PowScalar {
     if constexpr (std::is_integral_v<T>) {
       // Integer powers by squaring; a negative exponent is rejected by the frontend.
       T result = 1, base = x;
-      for (auto e = static_cast<int64_t>(exponent); e > 0; e >>= 1, base *= base)
+      for (auto e = static_cast<int64_t>(exponent); e > 0; e >>= 1) {
         if (e & 1) result *= base;
+        if (e > 1) base *= base;  // not after the last bit: that square could overflow for nothing
+      }
       return result;
     } else {
       if (exponent == 2.0) return x * x;
@@ -104,10 +106,10 @@ struct Clamp {  // min/max absent are -inf/+inf; NaN input stays NaN
       T y = x < T(lo) ? T(lo) : x;
       return y > T(hi) ? T(hi) : y;
     } else {
-      double y = static_cast<double>(x);
-      y = y < lo ? lo : y;
-      y = y > hi ? hi : y;
-      return static_cast<T>(y);
+      // Compare in double but return x itself when inside, so int64 values beyond 2^53 pass unchanged.
+      if (static_cast<double>(x) < lo) return static_cast<T>(lo);
+      if (static_cast<double>(x) > hi) return static_cast<T>(hi);
+      return x;
     }
   }
 };

@@ -86,7 +86,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Shape out_shape(a.sizes().begin(), a.sizes().end() - 1);
     Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
     if (b.dim() == 2) out_shape.push_back(b.size(1));
-    return mm(a.reshape({-1, k_a}), b2).reshape(out_shape);
+    int64_t rows = shape_numel(IntArrayRef(a.sizes().data(), a.sizes().size() - 1));  // not -1: k_a may be 0
+    return mm(a.reshape({rows, k_a}), b2).reshape(out_shape);
   }
   // General case: broadcast the batch dims, then bmm.
   Tensor a3 = a.dim() == 1 ? a.unsqueeze(0) : a;
@@ -110,6 +111,8 @@ namespace {
 Tensor add_product(const char* op, const Tensor& c, const Tensor& a3, const Tensor& b3, const Scalar& beta,
                    const Scalar& alpha, bool batched) {
   DType d = promote_types(result_type(a3, b3), c.dtype());
+  KILN_CHECK(is_floating(d) || (!beta.is_floating() && !alpha.is_floating()), op,
+             ": beta and alpha must be integers for ", d, " inputs, got ", beta, " and ", alpha);
   Shape shape{a3.size(0), a3.size(1), b3.size(2)};
   Shape c_shape = batched ? shape : Shape{shape[1], shape[2]};
   KILN_CHECK(broadcast_shapes(c.sizes(), c_shape, op) == c_shape, op, ": c of shape ", shape_str(c.sizes()),

@@ -27,6 +27,10 @@ struct MatLayout {
 };
 
 MatLayout layout_of(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  // NOTE: the stride of a size-1 dim is never used, so it can be anything (a 1x1 slice may have strides
+  // (4, 4)); normalise it first, or such a matrix would match no layout and reach BLAS with ld = 0.
+  if (cols == 1) sc = 1;
+  if (rows == 1) sr = std::max<int64_t>(cols, 1);
   if (sc == 1 && (rows == 1 || sr >= std::max<int64_t>(1, cols))) return {true, false, std::max<int64_t>({sr, cols, 1})};
   if (sr == 1 && (cols == 1 || sc >= std::max<int64_t>(1, rows))) return {true, true, std::max<int64_t>({sc, rows, 1})};
   return {};
@@ -83,6 +87,7 @@ Tensor gemm_ready(const Tensor& x, MatLayout& layout) {
   if (layout.ok) return x;
   Tensor c = x.contiguous();
   layout = layout_of(c.size(1), c.size(2), c.stride(1), c.stride(2));
+  KILN_ASSERT(layout.ok, "a contiguous matrix of shape ", shape_str(c.sizes()), " has no GEMM layout");
   return c;
 }
 

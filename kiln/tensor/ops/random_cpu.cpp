@@ -33,11 +33,15 @@ void uniform_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double from,
   visit_dtype<kFloatingSet>(out.dtype(), "uniform", [&]<typename T>() {
     T* p = out.data_ptr<T>();
     constexpr bool dbl = std::is_same_v<T, double>;
+    constexpr int bits = std::is_same_v<T, Half> ? 11 : std::is_same_v<T, BFloat16> ? 8 : 24;
     for_each_counter(out, values_per_counter(RandomDist::Uniform, dbl), seed, offset,
                      [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
                        for (int64_t j = 0; j < count; ++j) {
-                         double u = dbl ? uniform_double(w[2 * j], w[2 * j + 1]) : uniform_float(w[j]);
-                         p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(from + u * (to - from)));
+                         double u = dbl ? uniform_double(w[2 * j], w[2 * j + 1]) : uniform_bits(w[j], bits);
+                         T v = static_cast<T>(static_cast<opmath_t<T>>(from + u * (to - from)));
+                         // Rounding into T can still reach `to` for a general range; keep [from, to).
+                         if (static_cast<double>(static_cast<opmath_t<T>>(v)) >= to && to > from) v = static_cast<T>(from);
+                         p[first + j] = v;
                        }
                      });
   });

@@ -32,6 +32,8 @@ Tensor unary(const Tensor& x, Kind kind, Params... params) {
 
 template <Op op, typename... Params>
 Tensor& unary_(Tensor& x, Kind kind, Params... params) {
+  KILN_CHECK(!x.has_internal_overlap(), op_name(op), "_: cannot write in place into a tensor of shape ",
+             shape_str(x.sizes()), " whose elements repeat (it was expanded); clone() it first");
   DType compute = compute_dtype(x.dtype(), kind);
   KILN_CHECK(compute == x.dtype(), op_name(op), "_: the result has dtype ", compute,
              " and cannot be written in place into a tensor of dtype ", x.dtype());
