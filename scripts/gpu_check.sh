@@ -13,9 +13,9 @@ set +e
 ctest --test-dir "$build" -L gpu --output-on-failure -j4 | tee "$build/gpu_tests.log"
 rc=${PIPESTATUS[0]}
 set -e
-passed=$(grep -c 'Passed' "$build/gpu_tests.log" || true)
-skipped=$(grep -c 'Skipped\|Not Run' "$build/gpu_tests.log" || true)
-failed=$(grep -c '\*\*\*Failed\|Exception' "$build/gpu_tests.log" || true)
+passed=$(grep -c 'Test #.*Passed' "$build/gpu_tests.log" || true)
+skipped=$(grep -c 'Test #.*Skipped' "$build/gpu_tests.log" || true)
+failed=$(grep -c 'Test #.*\(Failed\|Exception\|Timeout\)' "$build/gpu_tests.log" || true)
 echo
 echo "| gpu check | value |"
 echo "|---|---|"

@@ -127,7 +127,10 @@ void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, boo
       out << f.padded(value_of(t.select(0, rows[k])));
     }
   } else {
-    std::string sep = "," + std::string(static_cast<size_t>(t.dim() - 1), '\n') + std::string(indent + 1, ' ');
+    // ",", then one newline per remaining dim (a blank line between 2-D blocks), then the indent.
+    std::string sep(static_cast<size_t>(t.dim() - 1), '\n');
+    sep.insert(sep.begin(), ',');
+    sep.append(static_cast<size_t>(indent + 1), ' ');
     for (size_t k = 0; k < rows.size(); ++k) {
       if (k > 0) out << sep;
       if (elide && k == static_cast<size_t>(kEdgeItems)) out << "..." << sep;
