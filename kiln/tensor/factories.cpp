@@ -36,9 +36,15 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   KILN_CHECK(st != 0, "arange: step must be nonzero");
   KILN_CHECK(std::isfinite(s) && std::isfinite(e), "arange: start and end must be finite, got ", s, " and ", e);
   KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange: the range [", s, ", ", e, ") cannot be walked with step ", st);
-  auto n = static_cast<int64_t>(std::ceil((e - s) / st));
+  int64_t n;
+  if (all_int) {  // exact: ceil((end - start) / step) in integers
+    int64_t si = start.to_int(), ei = end.to_int(), sti = step.to_int();
+    n = sti > 0 ? (ei - si + sti - 1) / sti : (si - ei + (-sti) - 1) / (-sti);
+  } else {
+    n = static_cast<int64_t>(std::ceil((e - s) / st));
+  }
   Tensor out = empty({n}, options.dtype(dtype));
-  if (n > 0) get_kernel<Op::arange>(out.device())(out, s, st);
+  if (n > 0) get_kernel<Op::arange>(out.device())(out, start, step);
   return out;
 }
 
@@ -49,10 +55,10 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   double step = steps == 1 ? 0.0 : (end - start) / static_cast<double>(steps - 1);
   // Like PyTorch: the first half counts up from start, the second down from end, so both ends are exact.
   int64_t half = steps / 2;
-  get_kernel<Op::arange>(out.device())(out, start, step);
+  get_kernel<Op::arange>(out.device())(out, Scalar(start), Scalar(step));
   if (steps > 1) {
     Tensor tail = empty({steps - half}, TensorOptions(out.dtype()).device(out.device()));
-    get_kernel<Op::arange>(out.device())(tail, end, -step);  // end, end - step, ...
+    get_kernel<Op::arange>(out.device())(tail, Scalar(end), Scalar(-step));  // end, end - step, ...
     out.narrow(0, half, steps - half).copy_(tail.as_strided({steps - half}, {-1}, steps - half - 1));
   }
   return out;

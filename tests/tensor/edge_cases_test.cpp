@@ -101,3 +101,16 @@ TEST(EdgeCases, ClearErrorsForBadSizes) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(EdgeCases, IntegerArangeIsExactBeyondTwoToThe53) {
+  const int64_t big = int64_t{1} << 53;
+  EXPECT_EQ(arange(big + 1, big + 5).to_vector<int64_t>(), (std::vector<int64_t>{big + 1, big + 2, big + 3, big + 4}));
+  EXPECT_EQ(arange(10, 0, -3).to_vector<int64_t>(), (std::vector<int64_t>{10, 7, 4, 1}));
+  EXPECT_EQ(arange(0, 10, 5).numel(), 2);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -44,12 +44,22 @@ void fill_cpu(const Tensor& out, const Scalar& value) {
 }
 
 // out: contiguous (the frontend allocates it).
-void arange_cpu(const Tensor& out, double start, double step) {
+void arange_cpu(const Tensor& out, const Scalar& start, const Scalar& step) {
   KILN_ASSERT(out.is_contiguous());
   visit_dtype<kNumericSet>(out.dtype(), "arange", [&]<typename T>() {
     T* p = out.data_ptr<T>();
+    if constexpr (std::is_integral_v<T>) {
+      if (!start.is_floating() && !step.is_floating()) {
+        const int64_t s = start.to_int(), st = step.to_int();
+        parallel_for(0, out.numel(), kDefaultGrain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(s + i * st);
+        });
+        return;
+      }
+    }
+    const double s = start.to_double(), st = step.to_double();
     parallel_for(0, out.numel(), kDefaultGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(static_cast<opmath_t<T>>(start + static_cast<double>(i) * step));
+      for (int64_t i = b; i < e; ++i) p[i] = static_cast<T>(static_cast<opmath_t<T>>(s + static_cast<double>(i) * st));
     });
   });
 }

@@ -30,8 +30,9 @@ using BinaryAlphaKernel = void(const Tensor& out, const Tensor& a, const Tensor&
 using TernaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c);
 // out[i] = value.
 using FillKernel = void(const Tensor& out, const Scalar& value);
-// out[i] = start + i * step, i over out's elements in row-major order.
-using RangeKernel = void(const Tensor& out, double start, double step);
+// out[i] = start + i * step, i over out's elements in row-major order; computed in int64 for integer
+// outputs when start and step are integers (exact beyond 2^53), else in double.
+using RangeKernel = void(const Tensor& out, const Scalar& start, const Scalar& step);
 // Fills out with random numbers from Philox(seed) starting at counter `offset`; (a, b) parametrize the
 // distribution. See rng.h for how element i maps to the counter.
 using RandomKernel = void(const Tensor& out, uint64_t seed, uint64_t offset, double a, double b);
