@@ -76,9 +76,10 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
 
 namespace {
 
-Tensor& random_fill(Op op, Tensor& x, RandomDist dist, double a, double b, Generator* gen) {
+Tensor& random_fill(Op op, Tensor& x, RandomDist dist, const Scalar& a, const Scalar& b, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
-  int per_call = values_per_counter(dist, x.dtype() == kFloat64, a, b);
+  uint64_t int_range = dist == RandomDist::RandInt ? static_cast<uint64_t>(b.to_int()) - static_cast<uint64_t>(a.to_int()) : 0;
+  int per_call = values_per_counter(dist, x.dtype() == kFloat64, int_range);
   auto counters = static_cast<uint64_t>((x.numel() + per_call - 1) / per_call);
   auto [seed, offset] = g.reserve(counters);
   if (x.numel() == 0) return x;
@@ -143,7 +144,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions optio
     }
   });
   Tensor t = empty(shape, options.dtype(dtype));
-  return random_fill(Op::randint, t, RandomDist::RandInt, static_cast<double>(low), static_cast<double>(high), gen);
+  return random_fill(Op::randint, t, RandomDist::RandInt, Scalar(low), Scalar(high), gen);
 }
 
 Tensor randint(int64_t high, IntArrayRef shape, TensorOptions options, Generator* gen) {

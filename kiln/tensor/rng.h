@@ -88,13 +88,14 @@ namespace kiln {
 // How many elements one Philox counter (four 32-bit words) fills, for each kind of draw. Shared by the
 // frontends (to reserve counters) and every device's kernels (to map element i to its counter).
 enum class RandomDist { Uniform, Normal, RandInt, Bernoulli };
-KILN_INLINE int values_per_counter(RandomDist dist, bool is_double, double low = 0, double high = 0) {
+// For randint, int_range is high - low (as uint64, so the full int64 span fits).
+KILN_INLINE int values_per_counter(RandomDist dist, bool is_double, uint64_t int_range = 0) {
   switch (dist) {
     case RandomDist::Uniform:
     case RandomDist::Normal:
       return is_double ? 2 : 4;
     case RandomDist::RandInt:
-      return (high - low) > 4294967295.0 ? 2 : 4;
+      return int_range > 0xffffffffull ? 2 : 4;
     default:
       return 4;
   }

@@ -1,4 +1,6 @@
 // Edge cases found in review of the tensor layer, each once a silent wrong result or an unhelpful error.
+#include <set>
+
 #include "test_util.h"
 
 namespace kiln {
@@ -110,6 +112,22 @@ TEST(EdgeCases, IntegerArangeIsExactBeyondTwoToThe53) {
   EXPECT_EQ(arange(big + 1, big + 5).to_vector<int64_t>(), (std::vector<int64_t>{big + 1, big + 2, big + 3, big + 4}));
   EXPECT_EQ(arange(10, 0, -3).to_vector<int64_t>(), (std::vector<int64_t>{10, 7, 4, 1}));
   EXPECT_EQ(arange(0, 10, 5).numel(), 2);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(EdgeCases, RandintIsExactOverTheWholeInt64Range) {
+  const int64_t big = int64_t{1} << 53;
+  std::vector<int64_t> v = randint(big, big + 3, {3000}).to_vector<int64_t>();
+  for (int64_t x : v) ASSERT_TRUE(x >= big && x < big + 3) << x;
+  EXPECT_EQ(std::set<int64_t>(v.begin(), v.end()).size(), 3u);
+  std::vector<int64_t> w = randint(INT64_MIN, INT64_MAX, {1000}).to_vector<int64_t>();
+  EXPECT_LT(*std::min_element(w.begin(), w.end()), 0);
+  EXPECT_GT(*std::max_element(w.begin(), w.end()), 0);
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ using FillKernel = void(const Tensor& out, const Scalar& value);
 using RangeKernel = void(const Tensor& out, const Scalar& start, const Scalar& step);
 // Fills out with random numbers from Philox(seed) starting at counter `offset`; (a, b) parametrize the
 // distribution. See rng.h for how element i maps to the counter.
-using RandomKernel = void(const Tensor& out, uint64_t seed, uint64_t offset, double a, double b);
+// (randint takes integer Scalars, exact over the whole int64 range.)
+using RandomKernel = void(const Tensor& out, uint64_t seed, uint64_t offset, const Scalar& a, const Scalar& b);
 // out: x's shape with size 1 along `dims` (keepdim); reduces x over `dims`.
 using ReduceKernel = void(const Tensor& out, const Tensor& x, IntArrayRef dims);
 // As ReduceKernel, with a parameter (the p of a p-norm, the correction of var).

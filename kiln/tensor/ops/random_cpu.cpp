@@ -29,7 +29,8 @@ void for_each_counter(const Tensor& out, int per_call, uint64_t seed, uint64_t o
   });
 }
 
-void uniform_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double from, double to) {
+void uniform_cpu(const Tensor& out, uint64_t seed, uint64_t offset, const Scalar& from_s, const Scalar& to_s) {
+  const double from = from_s.to_double(), to = to_s.to_double();
   visit_dtype<kFloatingSet>(out.dtype(), "uniform", [&]<typename T>() {
     T* p = out.data_ptr<T>();
     constexpr bool dbl = std::is_same_v<T, double>;
@@ -48,7 +49,8 @@ void uniform_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double from,
 }
 
 // Box-Muller on pairs of uniforms: (u1, u2) -> r cos(2 pi u2), r sin(2 pi u2), r = sqrt(-2 log u1), u1 in (0, 1].
-void normal_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double std) {
+void normal_cpu(const Tensor& out, uint64_t seed, uint64_t offset, const Scalar& mean_s, const Scalar& std_s) {
+  const double mean = mean_s.to_double(), std = std_s.to_double();
   visit_dtype<kFloatingSet>(out.dtype(), "normal", [&]<typename T>() {
     T* p = out.data_ptr<T>();
     constexpr bool dbl = std::is_same_v<T, double>;
@@ -74,22 +76,26 @@ void normal_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double mean, 
   });
 }
 
-void randint_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double low, double high) {
+// low + bits % (high - low), in uint64 arithmetic so that any int64 range is exact (the modulo's bias is at
+// most range / 2^32 or range / 2^64, as in PyTorch).
+void randint_cpu(const Tensor& out, uint64_t seed, uint64_t offset, const Scalar& low, const Scalar& high) {
   visit_dtype<kNumericSet>(out.dtype(), "randint", [&]<typename T>() {
     T* p = out.data_ptr<T>();
-    int per_call = values_per_counter(RandomDist::RandInt, false, low, high);
-    uint64_t range = static_cast<uint64_t>(high - low);
-    auto lo = static_cast<int64_t>(low);
+    const uint64_t lo = static_cast<uint64_t>(low.to_int());
+    const uint64_t range = static_cast<uint64_t>(high.to_int()) - lo;
+    int per_call = values_per_counter(RandomDist::RandInt, false, range);
     for_each_counter(out, per_call, seed, offset, [&](const Philox4x32::Block& w, int64_t first, int64_t count) {
       for (int64_t j = 0; j < count; ++j) {
         uint64_t bits = per_call == 4 ? w[j] : (static_cast<uint64_t>(w[2 * j]) << 32 | w[2 * j + 1]);
-        p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(lo + static_cast<int64_t>(bits % range)));
+        auto v = static_cast<int64_t>(lo + bits % range);
+        p[first + j] = static_cast<T>(static_cast<opmath_t<T>>(v));
       }
     });
   });
 }
 
-void bernoulli_cpu(const Tensor& out, uint64_t seed, uint64_t offset, double prob, double) {
+void bernoulli_cpu(const Tensor& out, uint64_t seed, uint64_t offset, const Scalar& prob_s, const Scalar&) {
+  const double prob = prob_s.to_double();
   visit_dtype(out.dtype(), "bernoulli", [&]<typename T>() {
     T* p = out.data_ptr<T>();
     for_each_counter(out, values_per_counter(RandomDist::Bernoulli, false), seed, offset,
