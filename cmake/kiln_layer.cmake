@@ -20,7 +20,9 @@ function(kiln_add_layer name)
   target_link_libraries(${target} PUBLIC ${ARG_DEPS})
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
   if(KILN_NATIVE)
-    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+    # PUBLIC: code that includes kiln's headers must see the same instruction set as kiln itself (half.h picks
+    # F16C conversions when present; two answers to that in one program would break the one-definition rule).
+    target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()
   set(KILN_LAYERS ${KILN_LAYERS} ${target} CACHE INTERNAL "")
 endfunction()

@@ -10,6 +10,11 @@
 
 #include "kiln/tensor/macros.h"
 
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>
+#define KILN_HAVE_F16C 1
+#endif
+
 namespace kiln {
 
 namespace detail {
@@ -34,8 +39,9 @@ KILN_INLINE float bits_float(uint32_t u) {
 #endif
 }
 
-// float32 -> binary16, round to nearest even; overflow gives inf, NaN stays NaN (quiet).
-KILN_INLINE uint16_t float_to_half_bits(float f) {
+// float32 -> binary16, round to nearest even; overflow gives inf, NaN stays NaN (quiet). Written with integer
+// operations: the portable reference, and what the GPU and CPUs without F16C run.
+KILN_INLINE uint16_t float_to_half_bits_portable(float f) {
   uint32_t x = float_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
@@ -55,7 +61,7 @@ KILN_INLINE uint16_t float_to_half_bits(float f) {
   return static_cast<uint16_t>(sign | (abs >> 13));
 }
 
-KILN_INLINE float half_bits_to_float(uint16_t h) {
+KILN_INLINE float half_bits_to_float_portable(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -67,6 +73,24 @@ KILN_INLINE float half_bits_to_float(uint16_t h) {
     return sign ? -v : v;
   }
   return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+// With F16C (x86 since 2012) one instruction does the same IEEE rounding, several times faster; the tests
+// check the two agree.
+KILN_INLINE uint16_t float_to_half_bits(float f) {
+#ifdef KILN_HAVE_F16C
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#else
+  return float_to_half_bits_portable(f);
+#endif
+}
+
+KILN_INLINE float half_bits_to_float(uint16_t h) {
+#ifdef KILN_HAVE_F16C
+  return _cvtsh_ss(h);
+#else
+  return half_bits_to_float_portable(h);
+#endif
 }
 
 KILN_INLINE uint16_t float_to_bfloat16_bits(float f) {

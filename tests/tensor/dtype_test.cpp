@@ -1,5 +1,7 @@
 // Dtypes: sizes, names, PyTorch's promotion table and result_type with scalars and 0-dim tensors. The
 // expected values are PyTorch's documented behaviour (torch.promote_types / torch.result_type).
+#include <cstring>
+
 #include "test_util.h"
 
 namespace kiln {
@@ -66,6 +68,56 @@ TEST(DType, DefaultDtypeFollowsSetting) {
 TEST(DType, UnsupportedDtypeNamesOpAndDtype) {
   EXPECT_EQ(exp(zeros({2}, kBool)).dtype(), kFloat32);  // float math on bool computes in the default float dtype
   test::expect_error([] { (void)neg(zeros({2}, kBool)); }, {"neg", "bool"});
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+bool is_nan_half(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
+
+TEST(Half, PortableConversionRoundTripsEveryHalf) {
+  // Every non-NaN binary16 value is exactly a float, so half -> float -> half must give the same bits.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    auto b = static_cast<uint16_t>(h);
+    float f = detail::half_bits_to_float_portable(b);
+    if (is_nan_half(b)) {
+      EXPECT_TRUE(std::isnan(f));
+      continue;
+    }
+    ASSERT_EQ(detail::float_to_half_bits_portable(f), b) << std::hex << h;
+  }
+}
+
+TEST(Half, PortableConversionMatchesTheHardware) {
+#ifndef KILN_HAVE_F16C
+  GTEST_SKIP() << "this build has no F16C instructions to compare with";
+#else
+  for (uint32_t h = 0; h < 65536; ++h) {
+    auto b = static_cast<uint16_t>(h);
+    if (is_nan_half(b)) continue;
+    ASSERT_EQ(detail::half_bits_to_float_portable(b), _cvtsh_ss(b)) << std::hex << h;
+  }
+  // Floats around every half value (exact, halfway, just off halfway), plus random bit patterns.
+  std::mt19937 rng(40);
+  std::vector<float> probes;
+  for (uint32_t h = 0; h < 0x7c00; h += 7) {
+    float lo = _cvtsh_ss(static_cast<uint16_t>(h)), hi = _cvtsh_ss(static_cast<uint16_t>(h + 1));
+    float mid = 0.5f * (lo + hi);
+    probes.insert(probes.end(), {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid});
+  }
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (!std::isnan(f)) probes.push_back(f);
+  }
+  for (float f : probes)
+    ASSERT_EQ(detail::float_to_half_bits_portable(f), static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)))
+        << f;
+#endif
 }
 
 }  // namespace
