@@ -1,5 +1,8 @@
 // Element-wise unary ops against float64 references computed here with <cmath>, for every float dtype, every
 // memory layout, and the edge shapes (0-dim, empty, one element).
+#include <cstring>
+
+#include "kiln/tensor/ops/fast_math.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -136,6 +139,45 @@ TEST(Unary, ResultsIdenticalOnOneAndTwoThreads) {
   std::vector<float> two = tanh(x).to_vector<float>();
   set_num_threads(saved);
   EXPECT_EQ(one, two);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Distance in units in the last place between two finite floats of one sign.
+int64_t ulp_distance(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::llabs(static_cast<int64_t>(ia) - static_cast<int64_t>(ib));
+}
+
+TEST(FastExp, WithinTwoUlpOfFloat64ExpOverTheWholeRange) {
+  int64_t worst = 0;
+  float worst_x = 0;
+  // Every 1009th float bit pattern in [0, 90) and in (-110, -0] (about two million values).
+  auto check = [&](uint32_t bits) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    int64_t d = ulp_distance(fast_math::exp(x), want);
+    if (d > worst) {
+      worst = d;
+      worst_x = x;
+    }
+  };
+  for (uint32_t bits = 0; bits < 0x42b40000u; bits += 1009) check(bits);                 // [0, 90)
+  for (uint32_t bits = 0x80000000u; bits < 0xc2dc0000u; bits += 1009) check(bits);       // (-110, -0]
+  EXPECT_LE(worst, 2) << "at x = " << worst_x;
+  EXPECT_EQ(fast_math::exp(-INFINITY), 0.0f);
+  EXPECT_EQ(fast_math::exp(INFINITY), INFINITY);
+  EXPECT_EQ(fast_math::exp(89.0f), INFINITY);
+  EXPECT_EQ(fast_math::exp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(fast_math::exp(NAN)));
+  EXPECT_GT(fast_math::exp(-103.0f), 0.0f);  // a denormal, not flushed to zero
 }
 
 }  // namespace

@@ -10,8 +10,18 @@
 #include <type_traits>
 
 #include "kiln/tensor/macros.h"
+#include "kiln/tensor/ops/fast_math.h"
 
 namespace kiln::functors {
+
+// e^x: for float on the CPU, the vectorizable polynomial of fast_math.h; elsewhere the math library.
+template <class T>
+KILN_INLINE T exp_of(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return fast_math::exp(x);
+#endif
+  return std::exp(x);
+}
 
 // ---- unary ----
 struct Neg { template <class T> KILN_INLINE T operator()(T x) const { return -x; } };
@@ -29,7 +39,7 @@ struct Sign {
     return static_cast<T>((T(0) < x) - (x < T(0)));
   }
 };
-struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return std::exp(x); } };
+struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp_of(x); } };
 struct Log { template <class T> KILN_INLINE T operator()(T x) const { return std::log(x); } };
 struct Log1p { template <class T> KILN_INLINE T operator()(T x) const { return std::log1p(x); } };
 struct Expm1 { template <class T> KILN_INLINE T operator()(T x) const { return std::expm1(x); } };
@@ -41,7 +51,7 @@ struct Tanh { template <class T> KILN_INLINE T operator()(T x) const { return st
 struct Sigmoid {
   // NOTE: 1 / (1 + exp(-x)) is exact enough in float and saturates cleanly to 0 and 1 (exp overflow to inf
   // gives 1/inf = 0, never NaN).
-  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + std::exp(-x)); }
+  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + exp_of(-x)); }
 };
 struct Relu {
   template <class T> KILN_INLINE T operator()(T x) const {
@@ -62,7 +72,7 @@ struct GeluTanh {  // the tanh approximation: x/2 * (1 + tanh(sqrt(2/pi) * (x + 
     return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
   }
 };
-struct Silu { template <class T> KILN_INLINE T operator()(T x) const { return x / (T(1) + std::exp(-x)); } };
+struct Silu { template <class T> KILN_INLINE T operator()(T x) const { return x / (T(1) + exp_of(-x)); } };
 struct LogicalNot { template <class T> KILN_INLINE bool operator()(T x) const { return !static_cast<bool>(x); } };
 struct IsNan { template <class T> KILN_INLINE bool operator()(T x) const { return x != x; } };
 struct IsInf {

@@ -3,7 +3,7 @@
 // The input is made contiguous and seen as (outer, D, inner), D the softmax dim. With inner == 1 (the last
 // dim, the common case) each row is contiguous and one thread does a row in three passes: max, sum of
 // exp(x - max), write. Otherwise a block of neighbouring columns is done together so every pass reads
-// contiguous memory. float32 and the 16-bit floats compute in float with exp_nonpositive, a polynomial GCC
+// contiguous memory. float32 and the 16-bit floats compute in float with fast_math::exp (fast_math.h), which GCC
 // vectorizes (std::exp does not vectorize without -ffast-math and costs ten times more); float64 computes in
 // double with std::exp. The sum of the exps accumulates in double either way. The naive float64 reference
 // is in tests/tensor/softmax_test.cpp.
@@ -17,6 +17,7 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/fast_math.h"
 #include "kiln/tensor/ops/register.h"
 #include "kiln/tensor/parallel.h"
 
@@ -26,35 +27,10 @@ namespace {
 // Columns done together when the softmax dim is not the last one.
 constexpr int64_t kColumnBlock = 64;
 
-// e^x for x in [-inf, 0] or NaN, within 1.5 ulp in float, branch-free so loops over it vectorize.
-// x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite: ln2 split in two, the first part short enough that n times it
-// is exact), e^r from a degree-6 minimax polynomial (the coefficients of Cephes' expf), times 2^n applied as
-// two normal powers of two so that results down to the smallest denormal are rounded once and e^-inf comes
-// out exactly 0.
-KILN_INLINE float exp_nonpositive(float arg) {
-  const float x = arg > -104.0f ? arg : -104.0f;  // e^-104 rounds to 0 in float; NaN becomes -104 here
-  // Round to nearest without std::nearbyint, which GCC does not vectorize: adding 1.5 * 2^23 pushes the
-  // fraction bits out.
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t k = static_cast<int32_t>(n), k1 = k >> 1, k2 = k - k1;  // k >= -150: k1, k2 >= -75
-  const float e = p * std::bit_cast<float>(static_cast<uint32_t>(k1 + 127) << 23) *
-                  std::bit_cast<float>(static_cast<uint32_t>(k2 + 127) << 23);
-  return arg != arg ? arg : e;  // and NaN again here
-}
-
 // e^x for x = element - max <= 0.
 template <typename M>
 KILN_INLINE M exp_shifted(M x) {
-  if constexpr (std::is_same_v<M, float>) return exp_nonpositive(x);
+  if constexpr (std::is_same_v<M, float>) return fast_math::exp(x);
   else return std::exp(x);
 }
 
