@@ -180,5 +180,28 @@ TEST(FastExp, WithinTwoUlpOfFloat64ExpOverTheWholeRange) {
   EXPECT_GT(fast_math::exp(-103.0f), 0.0f);  // a denormal, not flushed to zero
 }
 
+TEST(FastTanh, WithinThreeUlpOfFloat64Tanh) {
+  int64_t worst = 0;
+  float worst_x = 0;
+  for (uint32_t bits = 0; bits < 0x41300000u; bits += 1009) {  // [0, 11): beyond, tanh is 1 in float
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      uint32_t b = bits | sign;
+      float x;
+      std::memcpy(&x, &b, 4);
+      float want = static_cast<float>(std::tanh(static_cast<double>(x)));
+      int64_t d = ulp_distance(fast_math::tanh(x), want);
+      if (d > worst) {
+        worst = d;
+        worst_x = x;
+      }
+    }
+  }
+  EXPECT_LE(worst, 3) << "at x = " << worst_x;
+  EXPECT_EQ(fast_math::tanh(INFINITY), 1.0f);
+  EXPECT_EQ(fast_math::tanh(-INFINITY), -1.0f);
+  EXPECT_EQ(fast_math::tanh(30.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(fast_math::tanh(NAN)));
+}
+
 }  // namespace
 }  // namespace kiln
