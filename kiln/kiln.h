@@ -1,6 +1,7 @@
 // The whole of kiln's public API.
 #pragma once
 
+#include "kiln/autograd/autograd.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/ops.h"

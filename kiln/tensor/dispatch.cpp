@@ -41,6 +41,15 @@ void install_builtin_kernels() {
 
 const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
 
+const char* op_inplace_name(Op op) {
+  static constexpr const char* kInplaceNames[] = {
+#define KILN_OP_INPLACE_NAME(name, K) #name "_",
+      KILN_FORALL_OPS(KILN_OP_INPLACE_NAME)
+#undef KILN_OP_INPLACE_NAME
+  };
+  return kInplaceNames[static_cast<int>(op)];
+}
+
 namespace detail {
 
 AnyKernel& kernel_slot(Op op, DeviceType device) {

@@ -1,3 +1,4 @@
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/factories.h"
 
 #include <cmath>
@@ -20,7 +21,7 @@ Tensor empty(IntArrayRef shape, TensorOptions options) {
 
 Tensor full(IntArrayRef shape, const Scalar& value, TensorOptions options) {
   Tensor t = empty(shape, options.dtype(options.dtype_or(value.dtype())));
-  return t.fill_(value);
+  return ops::fill_(t, value);
 }
 
 Tensor zeros(IntArrayRef shape, TensorOptions options) { return full(shape, 0, options.dtype(options.dtype_or(default_dtype()))); }
@@ -59,7 +60,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   if (steps > 1) {
     Tensor tail = empty({steps - half}, TensorOptions(out.dtype()).device(out.device()));
     get_kernel<Op::arange>(out.device())(tail, Scalar(end), Scalar(-step));  // end, end - step, ...
-    out.narrow(0, half, steps - half).copy_(tail.as_strided({steps - half}, {-1}, steps - half - 1));
+    ops::copy_(ops::narrow(out, 0, half, steps - half), ops::as_strided(tail, {steps - half}, {-1}, steps - half - 1));
   }
   return out;
 }
@@ -68,7 +69,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   KILN_CHECK(n >= 0 && m >= -1, "eye: sizes must be non-negative (m = -1 means m = n), got n = ", n, ", m = ", m);
   if (m < 0) m = n;
   Tensor out = zeros({n, m}, options);
-  out.diagonal().fill_(1);
+  ops::fill_(ops::diagonal(out), 1);
   return out;
 }
 
@@ -98,8 +99,8 @@ Tensor& random_fill(Op op, Tensor& x, RandomDist dist, const Scalar& a, const Sc
     default:
       get_kernel<Op::bernoulli>(x.device())(target, seed, offset, a, b);
   }
-  if (!x.is_contiguous()) x.copy_(target);
-  else x.bump_version();
+  if (!x.is_contiguous()) ops::copy_(x, target);
+  else x.bump_version(op_inplace_name(op));
   return x;
 }
 
@@ -162,7 +163,7 @@ Tensor randperm(int64_t n, TensorOptions options, Generator* gen) {
   std::vector<int64_t> perm(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) perm[i] = i;
   for (int64_t i = n - 1; i > 0; --i) std::swap(perm[i], perm[draws[i] % (i + 1)]);
-  return tensor(perm, {n}).to(options.device(), options.dtype_or(kInt64));
+  return ops::to(tensor(perm, {n}), options.device(), options.dtype_or(kInt64));
 }
 
 // ---- *_like ----
@@ -194,7 +195,7 @@ Tensor tensor(const std::vector<T>& values, IntArrayRef shape, TensorOptions opt
   } else {
     if (!values.empty()) std::memcpy(src.raw_data_ptr(), values.data(), values.size() * sizeof(T));
   }
-  return src.to(options.device(), options.dtype_or(dtype_of<T>));
+  return ops::to(src, options.device(), options.dtype_or(dtype_of<T>));
 }
 #define KILN_TENSOR_FROM_VECTOR(e, T, name, cat) \
   template Tensor tensor<T>(const std::vector<T>&, IntArrayRef, TensorOptions);
@@ -211,7 +212,7 @@ Tensor from_buffer(const void* data, IntArrayRef shape, DType dtype, TensorOptio
     KILN_CHECK(data != nullptr, "from_buffer: data is null for a tensor of shape ", shape_str(shape));
     std::memcpy(src.raw_data_ptr(), data, src.nbytes());
   }
-  return src.to(options.device(), options.dtype_or(dtype));
+  return ops::to(src, options.device(), options.dtype_or(dtype));
 }
 
 Tensor from_blob(void* data, IntArrayRef shape, DType dtype, std::function<void(void*)> deleter, Device device) {

@@ -1,4 +1,4 @@
-// Every tensor-level op, by family.
+// Every tensor-level op, by family, without autograd (namespace kiln::ops); see tensor.h for who calls them.
 #pragma once
 
 #include "kiln/tensor/factories.h"
@@ -9,3 +9,4 @@
 #include "kiln/tensor/ops/unary.h"
 #include "kiln/tensor/parallel.h"
 #include "kiln/tensor/tensor.h"
+#include "kiln/tensor/views.h"

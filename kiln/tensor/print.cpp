@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/tensor.h"
 
 namespace kiln {
@@ -61,7 +62,7 @@ void collect(const Tensor& t, bool summarize, std::vector<long double>& out) {
     return;
   }
   int64_t n = t.size(0);
-  auto visit = [&](int64_t i) { collect(t.select(0, i), summarize, out); };
+  auto visit = [&](int64_t i) { collect(ops::select(t, 0, i), summarize, out); };
   if (summarize && n > 2 * kEdgeItems) {
     for (int64_t i = 0; i < kEdgeItems; ++i) visit(i);
     for (int64_t i = n - kEdgeItems; i < n; ++i) visit(i);
@@ -124,7 +125,7 @@ void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, boo
         else out << ' ';
       }
       if (elide && k == static_cast<size_t>(kEdgeItems)) out << " ..., ";
-      out << f.padded(value_of(t.select(0, rows[k])));
+      out << f.padded(value_of(ops::select(t, 0, rows[k])));
     }
   } else {
     // ",", then one newline per remaining dim (a blank line between 2-D blocks), then the indent.
@@ -134,7 +135,7 @@ void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, boo
     for (size_t k = 0; k < rows.size(); ++k) {
       if (k > 0) out << sep;
       if (elide && k == static_cast<size_t>(kEdgeItems)) out << "..." << sep;
-      print_rec(out, t.select(0, rows[k]), f, summarize, indent + 1);
+      print_rec(out, ops::select(t, 0, rows[k]), f, summarize, indent + 1);
     }
   }
   out << ']';
@@ -144,7 +145,7 @@ void print_rec(std::ostringstream& out, const Tensor& t, const Formatter& f, boo
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
-  Tensor t = device().is_cpu() ? *this : cpu();
+  Tensor t = ops::to(*this, kCPU);
   bool summarize = t.numel() > kThreshold;
   std::vector<long double> values;
   collect(t, summarize, values);

@@ -28,7 +28,13 @@ class StorageImpl {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
-  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // `op` names the in-place op that wrote (a string literal), so that autograd's error for a saved tensor that
+  // was modified can say which op modified it.
+  void bump_version(const char* op) {
+    version_.fetch_add(1, std::memory_order_relaxed);
+    last_writer_.store(op, std::memory_order_relaxed);
+  }
+  const char* last_writer() const { return last_writer_.load(std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;
@@ -37,6 +43,7 @@ class StorageImpl {
   Allocator* allocator_ = nullptr;          // set when kiln allocated the memory
   std::function<void(void*)> deleter_;      // set when the memory came from outside
   std::atomic<uint64_t> version_{0};
+  std::atomic<const char*> last_writer_{nullptr};
 };
 
 using Storage = std::shared_ptr<StorageImpl>;

@@ -3,6 +3,7 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/views.h"
 
 namespace kiln {
 
@@ -43,13 +44,13 @@ void* Tensor::raw_data_ptr() const {
 
 Scalar Tensor::item() const {
   KILN_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape_str(sizes()));
-  Tensor c = device().is_cpu() ? *this : cpu();
+  Tensor c = ops::to(*this, kCPU, dtype());
   return visit_dtype(dtype(), "item", [&]<typename T>() -> Scalar { return Scalar(*static_cast<T*>(c.raw_data_ptr())); });
 }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = to(kCPU, dtype_of<T>).contiguous();
+  Tensor c = ops::contiguous(ops::to(*this, kCPU, dtype_of<T>));
   const T* p = c.data_ptr<T>();
   return std::vector<T>(p, p + c.numel());
 }
@@ -90,47 +91,57 @@ bool Tensor::has_internal_overlap() const {
   return false;
 }
 
-// ---- copies and conversion ----
-
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return clone();
-}
-
-Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), TensorOptions(dtype()).device(device()));
-  out.copy_(*this);
-  return out;
-}
-
-const Tensor& Tensor::copy_(const Tensor& src) const {
-  KILN_CHECK(src.defined(), "copy_: source tensor is undefined");
-  Shape b = broadcast_shapes(sizes(), src.sizes(), "copy_");
-  KILN_CHECK(b == sizes(), "copy_: source of shape ", shape_str(src.sizes()), " cannot be broadcast to ",
-             shape_str(sizes()));
-  if (numel() == 0) return *this;
-  KILN_CHECK(!has_internal_overlap(), "copy_: cannot write into a tensor of shape ", shape_str(sizes()), " and strides ",
-             shape_str(strides()), ": several of its positions are one element (it was expanded); clone() it first");
-  if (is_same_view(src)) return *this;
-  // A source that partly overlaps the destination (x.copy_(x.t())) would be read after being written: copy it first.
-  Tensor s = may_overlap(src) ? src.clone() : src;
-  if (s.sizes() != sizes()) s = s.expand(sizes());
-  // A copy between devices runs on the device that is not the CPU (its kernel knows how to reach both).
-  Device run_on = device().is_cpu() ? s.device() : device();
-  get_kernel<Op::copy>(run_on)(*this, s);
-  bump_version();
-  return *this;
-}
-
-Tensor Tensor::to(DType d) const { return to(device(), d); }
-Tensor Tensor::to(Device dev) const { return to(dev, dtype()); }
-Tensor Tensor::to(Device dev, DType d) const {
-  if (dev == device() && d == dtype()) return *this;
-  Tensor out = empty(sizes(), TensorOptions(d).device(dev));
-  out.copy_(*this);
-  return out;
-}
-
 std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.str(); }
 
 }  // namespace kiln
+
+namespace kiln::ops {
+
+Tensor contiguous(const Tensor& self) {
+  if (self.is_contiguous()) return self;
+  return clone(self);
+}
+
+Tensor clone(const Tensor& self) {
+  Tensor out = empty(self.sizes(), TensorOptions(self.dtype()).device(self.device()));
+  copy_(out, self);
+  return out;
+}
+
+const Tensor& copy_(const Tensor& dst, const Tensor& src) {
+  KILN_CHECK(dst.defined() && src.defined(), "copy_: ", dst.defined() ? "source" : "destination", " tensor is undefined");
+  Shape b = broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
+  KILN_CHECK(b == dst.sizes(), "copy_: source of shape ", shape_str(src.sizes()), " cannot be broadcast to ",
+             shape_str(dst.sizes()));
+  if (dst.numel() == 0) return dst;
+  KILN_CHECK(!dst.has_internal_overlap(), "copy_: cannot write into a tensor of shape ", shape_str(dst.sizes()),
+             " and strides ", shape_str(dst.strides()),
+             ": several of its positions are one element (it was expanded); clone() it first");
+  if (dst.is_same_view(src)) return dst;
+  // A source that partly overlaps the destination (x.copy_(x.t())) would be read after being written: copy it first.
+  Tensor s = dst.may_overlap(src) ? clone(src) : src;
+  if (s.sizes() != dst.sizes()) s = expand(s, dst.sizes());
+  // A copy between devices runs on the device that is not the CPU (its kernel knows how to reach both).
+  Device run_on = dst.device().is_cpu() ? s.device() : dst.device();
+  get_kernel<Op::copy>(run_on)(dst, s);
+  dst.bump_version("copy_");
+  return dst;
+}
+
+Tensor to(const Tensor& self, Device device, DType dtype) {
+  if (device == self.device() && dtype == self.dtype()) return self;
+  Tensor out = empty(self.sizes(), TensorOptions(dtype).device(device));
+  copy_(out, self);
+  return out;
+}
+
+Tensor to(const Tensor& self, DType dtype) { return to(self, self.device(), dtype); }
+Tensor to(const Tensor& self, Device device) { return to(self, device, self.dtype()); }
+
+const Tensor& fill_(const Tensor& self, const Scalar& value) {
+  if (self.numel() > 0) get_kernel<Op::fill>(self.device())(self, value);
+  self.bump_version("fill_");
+  return self;
+}
+
+}  // namespace kiln::ops

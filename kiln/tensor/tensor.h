@@ -4,11 +4,16 @@
 // PyTorch. Views (view, transpose, narrow, expand, ...) make a new TensorImpl over the same Storage; in-place
 // ops write through it and bump the storage's version counter. Strides and offsets are in elements.
 //
-// Member functions that compute (x.exp(), a + b, x.sum(1)) forward to the free functions of
-// kiln/tensor/ops.h, which check their arguments and look up the kernel for the op and the tensor's device.
+// The tensor layer defines the metadata and data-access members. Every member that computes or makes a view
+// (x.exp(), a + b, x.sum(1), x.view(...)) and the autograd members (requires_grad_, backward, grad) are defined
+// by the autograd layer (kiln/autograd/tensor_methods.cpp), so that whatever a user calls is differentiable.
+// Code inside the tensor layer calls the raw functions of namespace kiln::ops instead (kiln/tensor/ops.h), which
+// check their arguments and look up the kernel for the op and the tensor's device; a link test keeps the tensor
+// library free of references to the layers above it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -25,6 +30,16 @@
 
 namespace kiln {
 
+namespace autograd {
+class Node;
+}
+
+// Autograd's per-tensor state (kiln/autograd/meta.h). The tensor layer only owns it: a tensor that has never
+// been near autograd has none, which keeps plain tensors as small and fast as before.
+struct AutogradMetaBase {
+  virtual ~AutogradMetaBase() = default;
+};
+
 class TensorImpl {
  public:
   TensorImpl(Storage storage, DType dtype, Shape shape, Shape strides, int64_t offset);
@@ -40,6 +55,10 @@ class TensorImpl {
 
   // A scalar that came from a C++ number (add(x, 2)): type promotion lets it yield to tensors.
   bool is_wrapped_number = false;
+  // Made by a view op (view, transpose, select, ...): it shares its storage with the tensor it was made from.
+  bool is_view = false;
+  // Set and read by the autograd layer only.
+  std::unique_ptr<AutogradMetaBase> autograd_meta;
 
  private:
   Storage storage_;
@@ -128,7 +147,8 @@ class Tensor {
   size_t element_size() const { return dtype_size(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   uint64_t version() const { return storage()->version(); }
-  void bump_version() const { storage()->bump_version(); }
+  // `op` names the in-place op that wrote (a string literal); see StorageImpl::bump_version.
+  void bump_version(const char* op) const { storage()->bump_version(op); }
   // True when both tensors view the same storage block.
   bool shares_storage_with(const Tensor& other) const { return storage() == other.storage(); }
   // True when some element of one may be an element of the other (same storage, intersecting byte ranges).
@@ -234,6 +254,34 @@ class Tensor {
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;
+
+  // ---- autograd (defined by the autograd layer; see kiln/autograd/autograd.h) ----
+  bool requires_grad() const;
+  // Makes this leaf record operations for backward (or stop); an error on a non-leaf or a non-float tensor.
+  const Tensor& requires_grad_(bool requires_grad = true) const;
+  // The gradient accumulated by backward (an undefined Tensor before the first one); for leaves, and for
+  // non-leaves after retain_grad().
+  const Tensor& grad() const;
+  // Replaces the gradient (an undefined Tensor clears it), as optimizers and zero_grad(set_to_none) do.
+  void set_grad(const Tensor& grad) const;
+  // The node that computed this tensor, or null for leaves and tensors that do not require grad.
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;
+  // Gradients of this tensor with respect to the leaves that require grad, accumulated into their .grad().
+  // `gradient` may be omitted only for a one-element tensor (it is then 1).
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
+  // Shares the data, but has no history and does not require grad.
+  Tensor detach() const;
+  const Tensor& detach_() const;
+  // Keeps this non-leaf's gradient in grad() after backward.
+  const Tensor& retain_grad() const;
+  bool retains_grad() const;
+  // Calls `hook` with this tensor's gradient each time backward computes it; a defined Tensor returned
+  // replaces the gradient. Returns a handle for remove_hook.
+  unsigned register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  void remove_hook(unsigned handle) const;
+  // Calls `hook` on a leaf after backward has accumulated into its grad() (DDP all-reduces buckets from here).
+  unsigned register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
 
   // PyTorch-style printing: tensor([[1.0000, 2.5000]], dtype=float64)
   std::string str() const;

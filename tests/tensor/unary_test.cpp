@@ -31,6 +31,7 @@ std::vector<UnaryCase> float_cases() {
       {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.05, 5},
       {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log1p(x); }, -0.9, 3},
       {"expm1", [](const Tensor& x) { return expm1(x); }, [](double x) { return std::expm1(x); }},
+      {"erf", [](const Tensor& x) { return erf(x); }, [](double x) { return std::erf(x); }},
       {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 9},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.05, 9},
       {"sin", [](const Tensor& x) { return sin(x); }, [](double x) { return std::sin(x); }},

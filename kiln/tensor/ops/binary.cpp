@@ -1,11 +1,12 @@
 // Frontends of the element-wise binary and ternary ops: type promotion (PyTorch's result_type), broadcasting,
 // output allocation, in-place checks, dispatch.
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/binary.h"
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 // ---- type promotion ----
 //
@@ -90,8 +91,8 @@ Prepared prepare(const char* op, const Tensor& a, const Tensor& b, Kind kind) {
   p.compute = result_type(a, b);
   if (kind == Kind::TrueDiv && !is_floating(p.compute)) p.compute = default_dtype();
   p.out = (kind == Kind::Compare || kind == Kind::Logical) ? kBool : p.compute;
-  p.a = a.to(p.device, p.compute).expand(p.shape);
-  p.b = b.to(p.device, p.compute).expand(p.shape);
+  p.a = ops::expand(ops::to(a, p.device, p.compute), p.shape);
+  p.b = ops::expand(ops::to(b, p.device, p.compute), p.shape);
   return p;
 }
 
@@ -118,7 +119,7 @@ Tensor& binary_(Tensor& self, const Tensor& b_in, Kind kind, Extra... extra) {
              shape_str(self.sizes()), " whose elements repeat (it was expanded); clone() it first");
   // An operand that partly overlaps self (x.add_(x.t())) would be read after being written: copy it first.
   // The very same view is fine: each element is read before it is written, by the same iteration.
-  Tensor b = (b_in.may_overlap(self) && !b_in.is_same_view(self)) ? b_in.clone() : b_in;
+  Tensor b = (b_in.may_overlap(self) && !b_in.is_same_view(self)) ? ops::clone(b_in) : b_in;
   Prepared p = prepare(name.c_str(), self, b, kind);
   check_inplace(name.c_str(), self, p.compute, p.shape);
   if (p.compute == self.dtype()) {
@@ -126,9 +127,9 @@ Tensor& binary_(Tensor& self, const Tensor& b_in, Kind kind, Extra... extra) {
   } else {  // e.g. float16 += float32: compute in float32, round once into self
     Tensor tmp = empty(p.shape, TensorOptions(p.compute).device(p.device));
     get_kernel<op>(p.device)(tmp, p.a, p.b, extra...);
-    self.copy_(tmp);
+    ops::copy_(self, tmp);
   }
-  self.bump_version();
+  self.bump_version(op_inplace_name(op));
   return self;
 }
 
@@ -205,7 +206,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   DType d = result_type(a, b);
   Tensor out = empty(shape, TensorOptions(d).device(dev));
-  get_kernel<Op::where>(dev)(out, cond.to(dev).expand(shape), a.to(dev, d).expand(shape), b.to(dev, d).expand(shape));
+  get_kernel<Op::where>(dev)(out, ops::expand(ops::to(cond, dev), shape), ops::expand(ops::to(a, dev, d), shape), ops::expand(ops::to(b, dev, d), shape));
   return out;
 }
 Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) { return where(cond, wrap(a), b); }
@@ -220,7 +221,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
 }
 
 Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value) {
-  x.copy_(masked_fill(x, mask, value));
+  ops::copy_(x, masked_fill(x, mask, value));
   return x;
 }
 
@@ -230,10 +231,10 @@ Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   KILN_CHECK(is_floating(d), "lerp: expected float tensors, got ", start.dtype(), " and ", end.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(start.sizes(), end.sizes(), "lerp"), weight.sizes(), "lerp");
   Tensor out = empty(shape, TensorOptions(d).device(dev));
-  get_kernel<Op::lerp>(dev)(out, start.to(dev, d).expand(shape), end.to(dev, d).expand(shape),
-                            weight.to(dev, d).expand(shape));
+  get_kernel<Op::lerp>(dev)(out, ops::expand(ops::to(start, dev, d), shape), ops::expand(ops::to(end, dev, d), shape),
+                            ops::expand(ops::to(weight, dev, d), shape));
   return out;
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) { return lerp(start, end, wrap(weight)); }
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -5,7 +5,7 @@
 
 #include "kiln/tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 // The dtype an op on these operands computes in and returns (PyTorch's result_type).
 DType result_type(const Tensor& a, const Tensor& b);
@@ -63,4 +63,4 @@ Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value);
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
 Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight);
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -43,6 +43,7 @@ struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp
 struct Log { template <class T> KILN_INLINE T operator()(T x) const { return std::log(x); } };
 struct Log1p { template <class T> KILN_INLINE T operator()(T x) const { return std::log1p(x); } };
 struct Expm1 { template <class T> KILN_INLINE T operator()(T x) const { return std::expm1(x); } };
+struct Erf { template <class T> KILN_INLINE T operator()(T x) const { return std::erf(x); } };
 struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return std::sqrt(x); } };
 struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
 struct Sin { template <class T> KILN_INLINE T operator()(T x) const { return std::sin(x); } };

@@ -4,6 +4,7 @@
 // every device, and hand int64 indices to their kernels (indexing_cpu.cpp), which check the index values
 // as they read them. Everything else (cat, stack, split, chunk, one_hot, tril, triu, flip, repeat, pad) is a
 // composite of views, copy_, where and scatter_: no kernel of its own, so it runs wherever its parts do.
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/indexing.h"
 
 #include <algorithm>
@@ -12,7 +13,7 @@
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/binary.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 namespace {
 
@@ -25,11 +26,11 @@ Tensor index_to_int64(const char* op, const Tensor& x, const Tensor& index) {
              index.dtype());
   KILN_CHECK(index.device() == x.device(), op, ": expected the index on ", x.device(), " like the tensor, got ",
              index.device());
-  return index.to(kInt64);
+  return ops::to(index, kInt64);
 }
 
 // PyTorch treats a 0-dim tensor in these ops as having one dim of size 1; so do the kernels.
-Tensor as_1d_if_scalar(const Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; }
+Tensor as_1d_if_scalar(const Tensor& t) { return t.dim() == 0 ? ops::reshape(t, {1}) : t; }
 
 // An in-place target must not reach one element through two positions (an expanded tensor): the writes
 // would collide.
@@ -41,7 +42,7 @@ void check_writable(const char* op, const Tensor& self) {
 
 // A source that overlaps self in memory is copied first, so that writes into self cannot change what is
 // read later.
-Tensor unaliased(const Tensor& t, const Tensor& self) { return t.shares_storage_with(self) ? t.clone() : t; }
+Tensor unaliased(const Tensor& t, const Tensor& self) { return t.shares_storage_with(self) ? ops::clone(t) : t; }
 
 // ---- scatter family ----
 
@@ -65,13 +66,13 @@ Tensor& scatter_impl(const char* name, Tensor& self, int64_t dim, const Tensor& 
   }
   check_writable(name, s);
   if (i.numel() > 0) get_kernel<op>(self.device())(s, d, unaliased(i, self), v, 1);
-  self.bump_version();
+  self.bump_version(name);
   return self;
 }
 
 // src for scatter(self, dim, index, value): the value, in self's dtype, seen with index's shape.
 Tensor value_as_src(const Tensor& self, const Tensor& index, const Scalar& value) {
-  return full({}, value, TensorOptions(self.dtype()).device(self.device())).expand(index.sizes());
+  return ops::expand(full({}, value, TensorOptions(self.dtype()).device(self.device())), index.sizes());
 }
 
 }  // namespace
@@ -116,7 +117,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     if (skipped(t)) continue;
-    out.narrow(d, offset, t.size(d)).copy_(t);  // copy_ converts to the promoted dtype
+    ops::copy_(ops::narrow(out, d, offset, t.size(d)), t);  // copy_ converts to the promoted dtype
     offset += t.size(d);
   }
   return out;
@@ -132,7 +133,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
   parts.reserve(tensors.size());
-  for (const Tensor& t : tensors) parts.push_back(t.unsqueeze(d));
+  for (const Tensor& t : tensors) parts.push_back(ops::unsqueeze(t, d));
   return cat(parts, d);
 }
 
@@ -148,7 +149,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   out.reserve(static_cast<size_t>(pieces));
   for (int64_t p = 0; p < pieces; ++p) {
     int64_t start = p * split_size;
-    out.push_back(x.narrow(d, start, std::min(split_size, n - start)));
+    out.push_back(ops::narrow(x, d, start, std::min(split_size, n - start)));
   }
   return out;
 }
@@ -167,7 +168,7 @@ std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
   out.reserve(sizes.size());
   int64_t start = 0;
   for (int64_t s : sizes) {
-    out.push_back(x.narrow(d, start, s));
+    out.push_back(ops::narrow(x, d, start, s));
     start += s;
   }
   return out;
@@ -196,8 +197,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape shape = x1.sizes();
   shape[d] = k;
   Tensor out = empty(shape, TensorOptions(x.dtype()).device(x.device()));
-  if (out.numel() > 0) get_kernel<Op::index_select>(x.device())(out, x1, d, idx.reshape({k}));
-  return x.dim() == 0 ? out.reshape({}) : out;
+  if (out.numel() > 0) get_kernel<Op::index_select>(x.device())(out, x1, d, ops::reshape(idx, {k}));
+  return x.dim() == 0 ? ops::reshape(out, {}) : out;
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -211,7 +212,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor x1 = as_1d_if_scalar(x), i1 = as_1d_if_scalar(idx);
   Tensor out = empty(i1.sizes(), TensorOptions(x.dtype()).device(x.device()));
   if (out.numel() > 0) get_kernel<Op::gather>(x.device())(out, x1, d, i1);
-  return out.view(idx.sizes());
+  return ops::view(out, idx.sizes());
 }
 
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
@@ -225,15 +226,15 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
 }
 
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  Tensor out = self.clone();
+  Tensor out = ops::clone(self);
   return scatter_impl<Op::scatter>("scatter", out, dim, index, src);
 }
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value) {
-  Tensor out = self.clone();
+  Tensor out = ops::clone(self);
   return scatter_impl<Op::scatter>("scatter", out, dim, index, value_as_src(self, index, value));
 }
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  Tensor out = self.clone();
+  Tensor out = ops::clone(self);
   return scatter_impl<Op::scatter_add>("scatter_add", out, dim, index, src);
 }
 
@@ -257,8 +258,8 @@ Tensor& index_add_impl(const char* name, Tensor& self, int64_t dim, const Tensor
              " with dim ", d, " of the index's size ", idx.numel(), ", i.e. ", shape_str(want));
   check_writable(name, s);
   if (v.numel() > 0)
-    get_kernel<Op::index_add>(self.device())(s, d, unaliased(idx, self).reshape({idx.numel()}), v, alpha);
-  self.bump_version();
+    get_kernel<Op::index_add>(self.device())(s, d, ops::reshape(unaliased(idx, self), {idx.numel()}), v, alpha);
+  self.bump_version("index_add_");
   return self;
 }
 
@@ -268,7 +269,7 @@ Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor&
   return index_add_impl("index_add_", self, dim, index, src, alpha);
 }
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
-  Tensor out = self.clone();
+  Tensor out = ops::clone(self);
   return index_add_impl("index_add", out, dim, index, src, alpha);
 }
 
@@ -290,7 +291,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   Shape shape = idx.sizes();
   shape.push_back(num_classes);
   Tensor out = zeros(shape, TensorOptions(kInt64).device(idx.device()));
-  if (idx.numel() > 0) scatter_(out, -1, idx.unsqueeze(-1), 1);
+  if (idx.numel() > 0) scatter_(out, -1, ops::unsqueeze(idx, -1), 1);
   return out;
 }
 
@@ -300,7 +301,7 @@ namespace {
 Tensor triangle(const char* op, const Tensor& x, int64_t k, bool lower) {
   KILN_CHECK(x.dim() >= 2, op, ": expected a tensor of at least 2 dims, got shape ", shape_str(x.sizes()));
   TensorOptions o = TensorOptions(kInt64).device(x.device());
-  Tensor rows = arange(x.size(-2), o).unsqueeze(-1);  // (M, 1)
+  Tensor rows = ops::unsqueeze(arange(x.size(-2), o), -1);  // (M, 1)
   Tensor cols = arange(x.size(-1), o);                 // (N)
   Tensor diff = sub(cols, rows);                       // (M, N): c - r
   Tensor keep = lower ? le(diff, k) : ge(diff, k);
@@ -328,7 +329,7 @@ Tensor flip(const Tensor& x, IntArrayRef dims) {
     strides[d] = -strides[d];
   }
   Tensor reversed(std::make_shared<TensorImpl>(x.storage(), x.dtype(), x.sizes(), std::move(strides), offset));
-  return reversed.clone();
+  return ops::clone(reversed);
 }
 
 Tensor repeat(const Tensor& x, IntArrayRef repeats) {
@@ -339,17 +340,17 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
   // x with leading 1s to n dims, then each dim i seen as (repeats[i], size[i]) with stride 0 on the repeats.
   Shape padded(static_cast<size_t>(n - x.dim()), 1);
   padded.insert(padded.end(), x.sizes().begin(), x.sizes().end());
-  Tensor src = x.reshape(padded);
+  Tensor src = ops::reshape(x, padded);
   Shape interleaved, result;
   for (int64_t i = 0; i < n; ++i) {
-    src = src.unsqueeze(2 * i);
+    src = ops::unsqueeze(src, 2 * i);
     interleaved.push_back(repeats[i]);
     interleaved.push_back(padded[i]);
     result.push_back(repeats[i] * padded[i]);
   }
   // Copy into a fresh tensor: repeat never returns a view, even when every repeat is 1.
   Tensor out = empty(result, TensorOptions(x.dtype()).device(x.device()));
-  out.view(interleaved).copy_(src.expand(interleaved));
+  ops::copy_(ops::view(out, interleaved), ops::expand(src, interleaved));
   return out;
 }
 
@@ -372,11 +373,11 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {
     int64_t d = x.dim() - 1 - j, before = pads[2 * j], after = pads[2 * j + 1];
     int64_t len = x.size(d) - std::max<int64_t>(0, -before) - std::max<int64_t>(0, -after);
     if (len <= 0) return out;
-    from = from.narrow(d, std::max<int64_t>(0, -before), len);
-    to = to.narrow(d, std::max<int64_t>(0, before), len);
+    from = ops::narrow(from, d, std::max<int64_t>(0, -before), len);
+    to = ops::narrow(to, d, std::max<int64_t>(0, before), len);
   }
-  to.copy_(from);
+  ops::copy_(to, from);
   return out;
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

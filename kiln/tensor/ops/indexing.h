@@ -6,7 +6,7 @@
 
 #include "kiln/tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
@@ -43,4 +43,4 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats);
 // Constant padding; pads lists (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 
-}  // namespace kiln
+}  // namespace kiln::ops

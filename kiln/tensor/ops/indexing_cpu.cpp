@@ -12,6 +12,7 @@
 // here, where they are read.
 #include <algorithm>
 
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/loops_cpu.h"
 #include "kiln/tensor/ops/register.h"
@@ -73,7 +74,7 @@ void scatter_loop(const char* op, const Tensor& self, int64_t dim, const Tensor&
   if (index.numel() == 0) return;
   const Tensor self_r = restride_along(self, index.sizes(), dim);
   // Iterate over the positions outside dim (`rest`); walk dim inside, serially.
-  const Tensor self0 = self_r.select(dim, 0), index0 = index.select(dim, 0), src0 = src.select(dim, 0);
+  const Tensor self0 = ops::select(self_r, dim, 0), index0 = ops::select(index, dim, 0), src0 = ops::select(src, dim, 0);
   cpu::StridedIter<3> rest({&self0, &index0, &src0});
   const int64_t len = index.size(dim), self_size = self.size(dim);
   const int64_t self_step = self.stride(dim) * static_cast<int64_t>(sizeof(T));

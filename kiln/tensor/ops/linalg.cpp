@@ -1,12 +1,13 @@
 // Frontends of the matrix products: shape rules (PyTorch's matmul), type promotion, and the reduction of
 // every case to one batched kernel, bmm: out (B, M, N) = beta * out + alpha * a (B, M, K) @ b (B, K, N).
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/linalg.h"
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/binary.h"
 
-namespace kiln {
+namespace kiln::ops {
 namespace {
 
 void check_pair(const char* op, const Tensor& a, const Tensor& b) {
@@ -33,8 +34,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
              " do not match: ", a.size(2), " != ", b.size(1));
   DType d = result_type(a, b);
   Tensor out = empty({a.size(0), a.size(1), b.size(2)}, TensorOptions(d).device(a.device()));
-  if (a.size(2) == 0) return out.zero_();
-  run_bmm(out, a.to(d), b.to(d), 0.0, 1.0);
+  if (a.size(2) == 0) return ops::fill_(out, 0);
+  run_bmm(out, ops::to(a, d), ops::to(b, d), 0.0, 1.0);
   return out;
 }
 
@@ -44,7 +45,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
              shape_str(b.sizes()));
   KILN_CHECK(a.size(1) == b.size(0), "mm: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
              " do not match: ", a.size(1), " != ", b.size(0));
-  return bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
+  return ops::squeeze(bmm(ops::unsqueeze(a, 0), ops::unsqueeze(b, 0)), 0);
 }
 
 Tensor mv(const Tensor& a, const Tensor& v) {
@@ -53,7 +54,7 @@ Tensor mv(const Tensor& a, const Tensor& v) {
              " and ", shape_str(v.sizes()));
   KILN_CHECK(a.size(1) == v.size(0), "mv: shapes ", shape_str(a.sizes()), " and ", shape_str(v.sizes()),
              " do not match: ", a.size(1), " != ", v.size(0));
-  return mm(a, v.unsqueeze(1)).squeeze(1);
+  return ops::squeeze(mm(a, ops::unsqueeze(v, 1)), 1);
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
@@ -61,13 +62,13 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dim() == 1 && b.dim() == 1, "dot: expected 1-D tensors, got shapes ", shape_str(a.sizes()), " and ",
              shape_str(b.sizes()));
   KILN_CHECK(a.size(0) == b.size(0), "dot: sizes do not match: ", a.size(0), " != ", b.size(0));
-  return mm(a.unsqueeze(0), b.unsqueeze(1)).view({});
+  return ops::view(mm(ops::unsqueeze(a, 0), ops::unsqueeze(b, 1)), {});
 }
 
 Tensor outer(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dim() == 1 && b.dim() == 1, "outer: expected 1-D tensors, got shapes ", shape_str(a.sizes()), " and ",
              shape_str(b.sizes()));
-  return mul(a.unsqueeze(1), b.unsqueeze(0));
+  return mul(ops::unsqueeze(a, 1), ops::unsqueeze(b, 0));
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -76,7 +77,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              shape_str(a.sizes()), " and ", shape_str(b.sizes()));
   if (a.dim() == 1 && b.dim() == 1) return dot(a, b);
   if (a.dim() == 2 && b.dim() == 1) return mv(a, b);
-  if (a.dim() == 1 && b.dim() == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+  if (a.dim() == 1 && b.dim() == 2) return ops::squeeze(mm(ops::unsqueeze(a, 0), b), 0);
   if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
   int64_t k_a = a.size(-1), k_b = b.dim() == 1 ? b.size(0) : b.size(-2);
   KILN_CHECK(k_a == k_b, "matmul: shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()), " do not match: ", k_a,
@@ -84,14 +85,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // (..., M, K) @ (K, N) or (K): fold the batch dims into M and do one matrix product.
   if (a.dim() >= 3 && b.dim() <= 2) {
     Shape out_shape(a.sizes().begin(), a.sizes().end() - 1);
-    Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    Tensor b2 = b.dim() == 1 ? ops::unsqueeze(b, 1) : b;
     if (b.dim() == 2) out_shape.push_back(b.size(1));
     int64_t rows = shape_numel(IntArrayRef(a.sizes().data(), a.sizes().size() - 1));  // not -1: k_a may be 0
-    return mm(a.reshape({rows, k_a}), b2).reshape(out_shape);
+    return ops::reshape(mm(ops::reshape(a, {rows, k_a}), b2), out_shape);
   }
   // General case: broadcast the batch dims, then bmm.
-  Tensor a3 = a.dim() == 1 ? a.unsqueeze(0) : a;
-  Tensor b3 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  Tensor a3 = a.dim() == 1 ? ops::unsqueeze(a, 0) : a;
+  Tensor b3 = b.dim() == 1 ? ops::unsqueeze(b, 1) : b;
   Shape batch_a(a3.sizes().begin(), a3.sizes().end() - 2), batch_b(b3.sizes().begin(), b3.sizes().end() - 2);
   Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
   int64_t m = a3.size(-2), n = b3.size(-1);
@@ -99,11 +100,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ea.insert(ea.end(), {m, k_a});
   eb.insert(eb.end(), {k_a, n});
   int64_t nb = shape_numel(batch);
-  Tensor out = bmm(a3.expand(ea).reshape({nb, m, k_a}), b3.expand(eb).reshape({nb, k_a, n}));
+  Tensor out = bmm(ops::reshape(ops::expand(a3, ea), {nb, m, k_a}), ops::reshape(ops::expand(b3, eb), {nb, k_a, n}));
   Shape out_shape = batch;
   if (a.dim() > 1) out_shape.push_back(m);
   if (b.dim() > 1) out_shape.push_back(n);
-  return out.view(out_shape);
+  return ops::view(out, out_shape);
 }
 
 namespace {
@@ -119,14 +120,14 @@ Tensor add_product(const char* op, const Tensor& c, const Tensor& a3, const Tens
              " does not broadcast to the product's shape ", shape_str(c_shape));
   Tensor out = empty(shape, TensorOptions(d).device(a3.device()));
   double be = beta.to_double();
-  if (be != 0.0) out.view(c_shape).copy_(c);
+  if (be != 0.0) ops::copy_(ops::view(out, c_shape), c);
   if (a3.size(2) == 0) {  // an empty sum: the product is zero
-    if (be == 0.0) out.zero_();
-    else out.mul_(beta);
+    if (be == 0.0) ops::fill_(out, 0);
+    else ops::mul_(out, beta);
   } else {
-    run_bmm(out, a3.to(d), b3.to(d), be, alpha.to_double());
+    run_bmm(out, ops::to(a3, d), ops::to(b3, d), be, alpha.to_double());
   }
-  return batched ? out : out.squeeze(0);
+  return batched ? out : ops::squeeze(out, 0);
 }
 
 }  // namespace
@@ -135,7 +136,7 @@ Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& be
   check_pair("addmm", a, b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "addmm: shapes ", shape_str(a.sizes()), " and ",
              shape_str(b.sizes()), " cannot be multiplied");
-  return add_product("addmm", c, a.unsqueeze(0), b.unsqueeze(0), beta, alpha, false);
+  return add_product("addmm", c, ops::unsqueeze(a, 0), ops::unsqueeze(b, 0), beta, alpha, false);
 }
 
 Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
@@ -145,4 +146,4 @@ Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& 
   return add_product("baddbmm", c, a, b, beta, alpha, true);
 }
 
-}  // namespace kiln
+}  // namespace kiln::ops

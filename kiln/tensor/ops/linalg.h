@@ -4,7 +4,7 @@
 
 #include "kiln/tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 // PyTorch's matmul: 1-D @ 1-D is a dot product, 2-D @ 2-D a matrix product, 1-D operands get a dim added and
 // removed, and leading (batch) dims broadcast.
@@ -18,4 +18,4 @@ Tensor outer(const Tensor& a, const Tensor& b);  // (M), (N) -> (M, N)
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 
-}  // namespace kiln
+}  // namespace kiln::ops

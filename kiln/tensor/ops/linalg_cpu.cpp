@@ -7,6 +7,7 @@
 // the readable reference of what every variant computes.
 #include <Eigen/Core>
 
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/register.h"
@@ -85,7 +86,7 @@ void gemm_fast(int64_t M, int64_t N, int64_t K, T alpha, const T* a, MatLayout l
 Tensor gemm_ready(const Tensor& x, MatLayout& layout) {
   layout = layout_of(x.size(1), x.size(2), x.stride(1), x.stride(2));
   if (layout.ok) return x;
-  Tensor c = x.contiguous();
+  Tensor c = ops::contiguous(x);
   layout = layout_of(c.size(1), c.size(2), c.stride(1), c.stride(2));
   KILN_ASSERT(layout.ok, "a contiguous matrix of shape ", shape_str(c.sizes()), " has no GEMM layout");
   return c;
@@ -98,7 +99,7 @@ void bmm_float(const Tensor& out, const Tensor& a_in, const Tensor& b_in, double
   Tensor a = gemm_ready(a_in, la), b = gemm_ready(b_in, lb);
   // The output must be row-major with unit column stride; otherwise compute into a temporary.
   bool out_ok = out.stride(2) == 1 && out.stride(1) >= std::max<int64_t>(N, 1);
-  Tensor c = out_ok ? out : out.contiguous();
+  Tensor c = out_ok ? out : ops::contiguous(out);
   const T* pa = a.data_ptr<T>();
   const T* pb = b.data_ptr<T>();
   T* pc = c.data_ptr<T>();
@@ -115,7 +116,7 @@ void bmm_float(const Tensor& out, const Tensor& a_in, const Tensor& b_in, double
   } else {
     for (int64_t i = 0; i < B; ++i) one(i);
   }
-  if (!out_ok) out.copy_(c);
+  if (!out_ok) ops::copy_(out, c);
 }
 
 void bmm_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha) {
@@ -127,9 +128,9 @@ void bmm_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double beta, d
     case kFloat16:
     case kBFloat16: {
       // Compute in float32: convert the operands once, round the result once.
-      Tensor o32 = beta != 0.0 ? out.to(kFloat32) : empty(out.sizes(), kFloat32);
-      bmm_float<float>(o32, a.to(kFloat32), b.to(kFloat32), beta, alpha);
-      out.copy_(o32);
+      Tensor o32 = beta != 0.0 ? ops::to(out, kFloat32) : empty(out.sizes(), kFloat32);
+      bmm_float<float>(o32, ops::to(a, kFloat32), ops::to(b, kFloat32), beta, alpha);
+      ops::copy_(out, o32);
       return;
     }
     default:

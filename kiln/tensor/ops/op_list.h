@@ -72,6 +72,7 @@ using ScatterKernel = void(const Tensor& self, int64_t dim, const Tensor& index,
   X(log, UnaryKernel)                      \
   X(log1p, UnaryKernel)                    \
   X(expm1, UnaryKernel)                    \
+  X(erf, UnaryKernel)                      \
   X(sqrt, UnaryKernel)                     \
   X(rsqrt, UnaryKernel)                    \
   X(sin, UnaryKernel)                      \
@@ -151,5 +152,7 @@ KILN_FORALL_OPS(KILN_OP_SIG)
 #undef KILN_OP_SIG
 
 const char* op_name(Op op);
+// "add_" for Op::add: the name of the op's in-place form, a string that lives forever.
+const char* op_inplace_name(Op op);
 
 }  // namespace kiln

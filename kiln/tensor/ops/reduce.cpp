@@ -4,6 +4,7 @@
 // Kernels always write the keepdim shape (x's shape with size 1 along the reduced dims); dropping those
 // dims is a view of it. An empty dims list means every dim. logsumexp and std are composites of other ops
 // and have no kernels of their own, so they run wherever their parts do.
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/reduce.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@
 #include "kiln/tensor/ops/binary.h"
 #include "kiln/tensor/ops/unary.h"
 
-namespace kiln {
+namespace kiln::ops {
 namespace {
 
 // What a reduction does to x's shape.
@@ -69,7 +70,7 @@ template <Op op, typename... Param>
 Tensor run_reduce(const Tensor& x, const ReduceShape& r, DType out_dtype, bool keepdim, Param... param) {
   Tensor out = empty(r.keep_shape, TensorOptions(out_dtype).device(x.device()));
   get_kernel<op>(x.device())(out, x, r.dims, param...);
-  return keepdim ? out : out.view(r.out_shape);
+  return keepdim ? out : ops::view(out, r.out_shape);
 }
 
 // sum and prod: integer and bool inputs give int64 unless a dtype is asked for; with one, x is converted to
@@ -77,7 +78,7 @@ Tensor run_reduce(const Tensor& x, const ReduceShape& r, DType out_dtype, bool k
 template <Op op>
 Tensor sum_like(const char* name, const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
   ReduceShape r = reduce_shape(name, x, dims, keepdim);
-  if (dtype) return run_reduce<op>(x.to(*dtype), r, *dtype, keepdim);
+  if (dtype) return run_reduce<op>(ops::to(x, *dtype), r, *dtype, keepdim);
   return run_reduce<op>(x, r, is_floating(x.dtype()) ? x.dtype() : kInt64, keepdim);
 }
 
@@ -90,13 +91,13 @@ std::pair<Tensor, Tensor> extreme_dim(const char* name, bool is_max, const Tenso
   Tensor indices = empty(r.keep_shape, TensorOptions(kInt64).device(x.device()));
   // A 0-dim x is reduced as a 1-element vector; the views write through to values and indices.
   bool scalar = x.dim() == 0;
-  const Tensor xs = scalar ? x.view({1}) : x;
-  const Tensor vs = scalar ? values.view({1}) : values;
-  const Tensor is = scalar ? indices.view({1}) : indices;
+  const Tensor xs = scalar ? ops::view(x, {1}) : x;
+  const Tensor vs = scalar ? ops::view(values, {1}) : values;
+  const Tensor is = scalar ? ops::view(indices, {1}) : indices;
   if (is_max) get_kernel<Op::max_dim>(x.device())(vs, is, xs, scalar ? 0 : d);
   else get_kernel<Op::min_dim>(x.device())(vs, is, xs, scalar ? 0 : d);
   if (keepdim) return {values, indices};
-  return {values.view(r.out_shape), indices.view(r.out_shape)};
+  return {ops::view(values, r.out_shape), ops::view(indices, r.out_shape)};
 }
 
 Tensor arg_extreme(const char* name, bool is_max, const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
@@ -105,8 +106,8 @@ Tensor arg_extreme(const char* name, bool is_max, const Tensor& x, std::optional
   KILN_CHECK(x.numel() > 0, name, ": cannot find the index of the ", is_max ? "max" : "min",
              " of an empty tensor (shape ", shape_str(x.sizes()), ")");
   // Without a dim: the index into the flattened tensor.
-  Tensor index = extreme_dim(name, is_max, x.reshape({-1}), 0, false).second;
-  return keepdim ? index.view(Shape(static_cast<size_t>(x.dim()), 1)) : index;
+  Tensor index = extreme_dim(name, is_max, ops::reshape(x, {-1}), 0, false).second;
+  return keepdim ? ops::view(index, Shape(static_cast<size_t>(x.dim()), 1)) : index;
 }
 
 Tensor var_impl(const char* name, const Tensor& x, IntArrayRef dims, double correction, bool keepdim) {
@@ -192,7 +193,7 @@ Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
   // those rows by 0 instead gives log(0) = -inf and log(inf) = inf, the right answers.
   Tensor shift = where(isinf(m), 0.0, m);
   Tensor out = add(log(sum(exp(sub(x, shift)), dims, true)), shift);
-  return keepdim ? out : out.view(r.out_shape);
+  return keepdim ? out : ops::view(out, r.out_shape);
 }
 
 Tensor all(const Tensor& x, IntArrayRef dims, bool keepdim) {
@@ -214,7 +215,7 @@ Tensor softmax_like(const char* name, const Tensor& x, int64_t dim) {
   const int64_t d = wrap_dim(dim, x.dim(), name);
   Tensor out = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
   if (x.numel() == 0) return out;
-  if (x.dim() == 0) get_kernel<op>(x.device())(out.view({1}), x.view({1}), 0);  // a 1-element softmax
+  if (x.dim() == 0) get_kernel<op>(x.device())(ops::view(out, {1}), ops::view(x, {1}), 0);  // a 1-element softmax
   else get_kernel<op>(x.device())(out, x, d);
   return out;
 }
@@ -224,4 +225,4 @@ Tensor softmax_like(const char* name, const Tensor& x, int64_t dim) {
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_like<Op::softmax>("softmax", x, dim); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_like<Op::log_softmax>("log_softmax", x, dim); }
 
-}  // namespace kiln
+}  // namespace kiln::ops

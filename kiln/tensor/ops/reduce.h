@@ -7,7 +7,7 @@
 
 #include "kiln/tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 Tensor sum(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
 Tensor mean(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);  // float dtypes only
@@ -38,4 +38,4 @@ Tensor any(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);  // bo
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
-}  // namespace kiln
+}  // namespace kiln::ops

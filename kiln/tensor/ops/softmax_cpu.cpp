@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/fast_math.h"
@@ -113,7 +114,7 @@ void softmax_columns(const T* p, T* q, int64_t d, int64_t inner, int64_t w) {
 template <bool kLog>
 void softmax_impl(const char* name, const Tensor& out, const Tensor& x, int64_t dim) {
   if (x.numel() == 0) return;
-  Tensor in = x.contiguous();
+  Tensor in = ops::contiguous(x);
   Tensor dst = out.is_contiguous() ? out : empty(out.sizes(), TensorOptions(out.dtype()));
   const int64_t d = x.size(dim);
   int64_t outer = 1, inner = 1;
@@ -140,7 +141,7 @@ void softmax_impl(const char* name, const Tensor& out, const Tensor& x, int64_t 
       }
     });
   });
-  if (dst.impl() != out.impl()) out.copy_(dst);
+  if (dst.impl() != out.impl()) ops::copy_(out, dst);
 }
 
 void softmax_cpu(const Tensor& out, const Tensor& x, int64_t dim) { softmax_impl<false>("softmax", out, x, dim); }

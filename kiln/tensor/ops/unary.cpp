@@ -1,4 +1,5 @@
 // Frontends of the element-wise unary ops: pick the dtype the op computes in, allocate the output, dispatch.
+#include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/unary.h"
 
 #include <cmath>
@@ -8,7 +9,7 @@
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/binary.h"
 
-namespace kiln {
+namespace kiln::ops {
 namespace {
 
 enum class Kind {
@@ -26,7 +27,7 @@ Tensor unary(const Tensor& x, Kind kind, Params... params) {
   KILN_CHECK(x.defined(), op_name(op), ": input tensor is undefined");
   DType compute = compute_dtype(x.dtype(), kind);
   Tensor out = empty(x.sizes(), TensorOptions(kind == Kind::BoolOut ? kBool : compute).device(x.device()));
-  get_kernel<op>(x.device())(out, x.to(compute), params...);
+  get_kernel<op>(x.device())(out, ops::to(x, compute), params...);
   return out;
 }
 
@@ -38,7 +39,7 @@ Tensor& unary_(Tensor& x, Kind kind, Params... params) {
   KILN_CHECK(compute == x.dtype(), op_name(op), "_: the result has dtype ", compute,
              " and cannot be written in place into a tensor of dtype ", x.dtype());
   get_kernel<op>(x.device())(x, x, params...);
-  x.bump_version();
+  x.bump_version(op_inplace_name(op));
   return x;
 }
 
@@ -55,6 +56,7 @@ KILN_UNARY_DEF(exp, FloatMath)
 KILN_UNARY_DEF(log, FloatMath)
 KILN_UNARY_DEF(log1p, FloatMath)
 KILN_UNARY_DEF(expm1, FloatMath)
+KILN_UNARY_DEF(erf, FloatMath)
 KILN_UNARY_DEF(sqrt, FloatMath)
 KILN_UNARY_DEF(rsqrt, FloatMath)
 KILN_UNARY_DEF(sin, FloatMath)
@@ -106,7 +108,7 @@ DType pow_dtype(const Tensor& x, const Scalar& e) {
 
 Tensor pow(const Tensor& x, const Scalar& e) {
   DType d = pow_dtype(x, e);
-  return unary<Op::pow_scalar>(x.to(d), Kind::KeepDtype, e.to_double(), 0.0);
+  return unary<Op::pow_scalar>(ops::to(x, d), Kind::KeepDtype, e.to_double(), 0.0);
 }
 
 Tensor& pow_(Tensor& x, const Scalar& e) {
@@ -129,7 +131,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   DType d = clamp_dtype(x, lo, hi);
-  return unary<Op::clamp>(x.to(d), Kind::KeepDtype, lo ? lo->to_double() : -kInf, hi ? hi->to_double() : kInf);
+  return unary<Op::clamp>(ops::to(x, d), Kind::KeepDtype, lo ? lo->to_double() : -kInf, hi ? hi->to_double() : kInf);
 }
 
 Tensor& clamp_(Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
@@ -143,4 +145,4 @@ Tensor isnan(const Tensor& x) { return unary<Op::isnan>(x, Kind::BoolOut); }
 Tensor isinf(const Tensor& x) { return unary<Op::isinf>(x, Kind::BoolOut); }
 Tensor isfinite(const Tensor& x) { return logical_not(logical_or(isnan(x), isinf(x))); }
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -8,7 +8,7 @@
 
 #include "kiln/tensor/tensor.h"
 
-namespace kiln {
+namespace kiln::ops {
 
 #define KILN_UNARY_DECL(name) \
   Tensor name(const Tensor& x); \
@@ -20,6 +20,7 @@ KILN_UNARY_DECL(exp)
 KILN_UNARY_DECL(log)
 KILN_UNARY_DECL(log1p)
 KILN_UNARY_DECL(expm1)
+KILN_UNARY_DECL(erf)
 KILN_UNARY_DECL(sqrt)
 KILN_UNARY_DECL(rsqrt)
 KILN_UNARY_DECL(sin)
@@ -46,4 +47,4 @@ Tensor isnan(const Tensor& x);        // bool result
 Tensor isinf(const Tensor& x);        // bool result
 Tensor isfinite(const Tensor& x);     // bool result
 
-}  // namespace kiln
+}  // namespace kiln::ops

@@ -1,6 +1,7 @@
-// Tensor's math member functions and the operators: each forwards to the free function in ops/*.h.
-#include "kiln/tensor/dispatch.h"
-#include "kiln/tensor/ops.h"
+// Tensor's math methods, its operators and its autograd methods. The math methods and operators forward to the
+// differentiable functions of functions.h; the autograd methods read and write the tensor's AutogradMeta.
+#include "kiln/autograd/engine.h"
+#include "kiln/autograd/record.h"
 
 namespace kiln {
 
@@ -30,12 +31,6 @@ const Tensor& Tensor::mul_(const Tensor& o) const { Tensor t = *this; kiln::mul_
 const Tensor& Tensor::div_(const Tensor& o) const { Tensor t = *this; kiln::div_(t, o); return *this; }
 const Tensor& Tensor::add_(const Scalar& o) const { Tensor t = *this; kiln::add_(t, o); return *this; }
 const Tensor& Tensor::mul_(const Scalar& o) const { Tensor t = *this; kiln::mul_(t, o); return *this; }
-const Tensor& Tensor::fill_(const Scalar& value) const {
-  if (numel() > 0) get_kernel<Op::fill>(device())(*this, value);
-  bump_version();
-  return *this;
-}
-const Tensor& Tensor::zero_() const { return fill_(0); }
 Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& v) const { return kiln::masked_fill(*this, mask, v); }
 const Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& v) const { Tensor t = *this; kiln::masked_fill_(t, mask, v); return *this; }
 
@@ -83,5 +78,111 @@ Tensor operator<(const Tensor& a, const Scalar& b) { return lt(a, b); }
 Tensor operator<=(const Tensor& a, const Scalar& b) { return le(a, b); }
 Tensor operator>(const Tensor& a, const Scalar& b) { return gt(a, b); }
 Tensor operator>=(const Tensor& a, const Scalar& b) { return ge(a, b); }
+
+
+// ---- autograd ----
+
+using autograd::AutogradMeta;
+using autograd::ensure_meta;
+using autograd::meta_of;
+
+bool Tensor::requires_grad() const { return autograd::requires_grad(*this); }
+
+const Tensor& Tensor::requires_grad_(bool requires_grad) const {
+  AutogradMeta* m = meta_of(*this);
+  KILN_CHECK(!(m && m->grad_fn), "requires_grad_: only leaves can be told to require grad; this tensor (shape ",
+             shape_str(sizes()), ") was computed by ", m && m->grad_fn ? m->grad_fn->name() : "",
+             ": use detach() to make a leaf of it");
+  KILN_CHECK(!requires_grad || is_floating_point(), "requires_grad_: only floating-point tensors can require grad, got ",
+             dtype());
+  if (!requires_grad && m == nullptr) return *this;
+  ensure_meta(*this).requires_grad = requires_grad;
+  return *this;
+}
+
+const Tensor& Tensor::grad() const {
+  static const Tensor undefined;
+  AutogradMeta* m = meta_of(*this);
+  return m ? m->grad : undefined;
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  KILN_CHECK(!grad.defined() || grad.sizes() == sizes(), "set_grad: the gradient has shape ", shape_str(grad.sizes()),
+             ", the tensor has shape ", shape_str(sizes()));
+  KILN_CHECK(!grad.defined() || (grad.dtype() == dtype() && grad.device() == device()), "set_grad: the gradient is ",
+             grad.dtype(), " on ", grad.device().str(), ", the tensor is ", dtype(), " on ", device().str());
+  if (!grad.defined() && meta_of(*this) == nullptr) return;
+  ensure_meta(*this).grad = grad;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  AutogradMeta* m = meta_of(*this);
+  return m ? m->grad_fn : nullptr;
+}
+
+bool Tensor::is_leaf() const { return grad_fn() == nullptr; }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
+}
+
+// Not a view for autograd's purposes (is_view is for in-place checks): writing into a detached tensor is fine.
+Tensor Tensor::detach() const {
+  Tensor out = ops::alias(*this);
+  out.impl()->is_view = false;
+  return out;
+}
+
+const Tensor& Tensor::detach_() const {
+  KILN_CHECK(!impl()->is_view || grad_fn() == nullptr, "detach_: cannot detach a view in place; use detach()");
+  if (AutogradMeta* m = meta_of(*this)) {
+    m->grad_fn = nullptr;
+    m->output_nr = 0;
+    m->requires_grad = false;
+  }
+  return *this;
+}
+
+const Tensor& Tensor::retain_grad() const {
+  AutogradMeta* m = meta_of(*this);
+  KILN_CHECK(m && (m->requires_grad || m->grad_fn), "retain_grad: the tensor (shape ", shape_str(sizes()),
+             ") does not require grad");
+  if (!m->grad_fn || m->retains_grad) return *this;  // a leaf keeps its grad anyway
+  m->retains_grad = true;
+  m->grad_fn->retain_hooks.push_back({m->output_nr, impl_ptr()});
+  return *this;
+}
+
+bool Tensor::retains_grad() const {
+  AutogradMeta* m = meta_of(*this);
+  return m && m->retains_grad;
+}
+
+unsigned Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  AutogradMeta* m = meta_of(*this);
+  KILN_CHECK(m && (m->requires_grad || m->grad_fn), "register_hook: the tensor (shape ", shape_str(sizes()),
+             ") does not require grad, so backward never computes its gradient");
+  unsigned id = autograd::next_hook_id();
+  if (m->grad_fn) m->grad_fn->pre_hooks.push_back({id, m->output_nr, std::move(hook)});
+  else m->hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_hook(unsigned handle) const {
+  AutogradMeta* m = meta_of(*this);
+  if (!m) return;
+  std::erase_if(m->hooks, [&](const auto& h) { return h.first == handle; });
+  std::erase_if(m->post_accumulate_hooks, [&](const auto& h) { return h.first == handle; });
+  if (m->grad_fn) std::erase_if(m->grad_fn->pre_hooks, [&](const auto& h) { return h.id == handle; });
+}
+
+unsigned Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  AutogradMeta* m = meta_of(*this);
+  KILN_CHECK(m && m->requires_grad && !m->grad_fn, "register_post_accumulate_grad_hook: only leaves that require "
+             "grad accumulate a gradient; this tensor (shape ", shape_str(sizes()), ") is not one");
+  unsigned id = autograd::next_hook_id();
+  m->post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
 
 }  // namespace kiln

@@ -1,0 +1,149 @@
+// The differentiable ops: every tensor op of kiln/tensor/ops.h, recorded for backward when grad mode is on and
+// an input requires grad. Same names, arguments and results as the tensor layer's kiln::ops functions (see
+// there for what each one computes); those without a gradient (comparisons, argmax, ...) are the tensor
+// layer's own, brought into namespace kiln by the using-declarations at the end.
+//
+// Backward rules are in kiln/autograd/functions/<family>.cpp, each right under its op.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor/ops.h"
+
+namespace kiln {
+
+// ---- element-wise unary (functions/unary.cpp) ----
+#define KILN_UNARY_DECL(name) \
+  Tensor name(const Tensor& x); \
+  Tensor& name##_(Tensor& x);
+KILN_UNARY_DECL(neg)
+KILN_UNARY_DECL(abs)
+KILN_UNARY_DECL(sign)
+KILN_UNARY_DECL(exp)
+KILN_UNARY_DECL(log)
+KILN_UNARY_DECL(log1p)
+KILN_UNARY_DECL(expm1)
+KILN_UNARY_DECL(sqrt)
+KILN_UNARY_DECL(rsqrt)
+KILN_UNARY_DECL(sin)
+KILN_UNARY_DECL(cos)
+KILN_UNARY_DECL(tanh)
+KILN_UNARY_DECL(sigmoid)
+KILN_UNARY_DECL(relu)
+KILN_UNARY_DECL(silu)
+KILN_UNARY_DECL(erf)
+#undef KILN_UNARY_DECL
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
+Tensor pow(const Tensor& x, const Scalar& exponent);
+Tensor& pow_(Tensor& x, const Scalar& exponent);
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor& clamp_(Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);
+
+// ---- element-wise binary and ternary (functions/binary.cpp) ----
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor& add_(Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+Tensor& sub_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor& sub_(Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+#define KILN_BINARY_DECL(name)                   \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, const Scalar& b); \
+  Tensor& name##_(Tensor& a, const Tensor& b);   \
+  Tensor& name##_(Tensor& a, const Scalar& b);
+KILN_BINARY_DECL(mul)
+KILN_BINARY_DECL(div)
+KILN_BINARY_DECL(maximum)
+KILN_BINARY_DECL(minimum)
+#undef KILN_BINARY_DECL
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor& pow_(Tensor& a, const Tensor& b);
+Tensor pow(const Scalar& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+Tensor& masked_fill_(Tensor& x, const Tensor& mask, const Scalar& value);
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight);
+
+// ---- reductions and softmax (functions/reduce.cpp) ----
+Tensor sum(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+Tensor mean(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+Tensor amax(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);  // (values, indices)
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor var(const Tensor& x, IntArrayRef dims = {}, double correction = 1.0, bool keepdim = false);
+Tensor std(const Tensor& x, IntArrayRef dims = {}, double correction = 1.0, bool keepdim = false);
+Tensor norm(const Tensor& x, double p = 2.0, IntArrayRef dims = {}, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- linear algebra (functions/linalg.cpp) ----
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor mv(const Tensor& a, const Tensor& v);
+Tensor dot(const Tensor& a, const Tensor& b);
+Tensor outer(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+
+// ---- joining, splitting and indexing (functions/indexing.cpp) ----
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
+Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
+Tensor tril(const Tensor& x, int64_t k = 0);
+Tensor triu(const Tensor& x, int64_t k = 0);
+Tensor flip(const Tensor& x, IntArrayRef dims);
+Tensor repeat(const Tensor& x, IntArrayRef repeats);
+Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
+
+// ---- no gradient: the tensor layer's functions as they are ----
+using ops::all;
+using ops::any;
+using ops::argmax;
+using ops::argmin;
+using ops::eq;
+using ops::ge;
+using ops::gt;
+using ops::isfinite;
+using ops::isinf;
+using ops::isnan;
+using ops::le;
+using ops::logical_and;
+using ops::logical_not;
+using ops::logical_or;
+using ops::logical_xor;
+using ops::lt;
+using ops::ne;
+using ops::one_hot;
+using ops::result_type;
+using ops::scalar_to_tensor;
+
+}  // namespace kiln

@@ -1,0 +1,233 @@
+// Differentiable joining, splitting and indexing. Index tensors never get gradients; the gradient of a gather
+// is a scatter-add and the other way round.
+#include "kiln/autograd/record.h"
+
+namespace kiln {
+
+using autograd::OpNode;
+using autograd::requires_grad;
+using autograd::record;
+using autograd::record_inplace;
+using autograd::should_record;
+using autograd::should_record_any;
+using autograd::TensorList;
+
+// cat: each input's gradient is its slice of g along dim.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  Tensor out = ops::cat(tensors, dim);
+  if (should_record_any(tensors)) {
+    std::vector<int64_t> sizes;
+    int64_t d = wrap_dim(dim, out.dim(), "cat");
+    for (const Tensor& t : tensors) sizes.push_back(t.dim() == 1 && t.size(0) == 0 && out.dim() > 1 ? 0 : t.size(d));
+    record("cat", out, tensors, [sizes, d](const Tensor& g, const OpNode& n) {
+      TensorList grads;
+      int64_t offset = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        grads.push_back(n.needs_input_grad(i) ? g.narrow(d, offset, sizes[i]) : Tensor());
+        offset += sizes[i];
+      }
+      return grads;
+    });
+  }
+  return out;
+}
+
+// The composites.
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (!should_record_any(tensors)) return ops::stack(tensors, dim);
+  KILN_CHECK(!tensors.empty(), "stack: expected at least one tensor");
+  int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  std::vector<Tensor> parts;
+  for (const Tensor& t : tensors) {
+    KILN_CHECK(t.sizes() == tensors[0].sizes(), "stack: all tensors must have one shape, got ",
+               shape_str(tensors[0].sizes()), " and ", shape_str(t.sizes()));
+    parts.push_back(t.unsqueeze(d));
+  }
+  return cat(parts, d);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  std::vector<Tensor> parts = ops::split(x, split_size, dim);
+  if (!should_record(x)) return parts;
+  int64_t d = wrap_dim(dim, x.dim(), "split"), offset = 0;
+  for (Tensor& p : parts) {
+    int64_t len = p.size(d);
+    p = x.narrow(d, offset, len);
+    offset += len;
+  }
+  return parts;
+}
+
+std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
+  std::vector<Tensor> parts = ops::split(x, sizes, dim);
+  if (!should_record(x)) return parts;
+  int64_t d = wrap_dim(dim, x.dim(), "split"), offset = 0;
+  for (Tensor& p : parts) {
+    int64_t len = p.size(d);
+    p = x.narrow(d, offset, len);
+    offset += len;
+  }
+  return parts;
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  std::vector<Tensor> parts = ops::chunk(x, chunks, dim);
+  if (!should_record(x)) return parts;
+  int64_t d = wrap_dim(dim, x.dim(), "chunk"), offset = 0;
+  for (Tensor& p : parts) {
+    int64_t len = p.size(d);
+    p = x.narrow(d, offset, len);
+    offset += len;
+  }
+  return parts;
+}
+
+// index_select: dx = zeros, with g added at the selected positions (repeats add up)
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = ops::index_select(x, dim, index);
+  if (should_record(x)) {
+    record("index_select", out, {x}, [shape = x.sizes(), dim, index](const Tensor& g, const OpNode&) {
+      if (shape.empty()) return TensorList{g.reshape({})};
+      Tensor g1 = g.dim() == 0 ? g.reshape({1}) : g;
+      Tensor idx = index.dim() == 0 ? ops::reshape(index, {1}) : index;
+      return TensorList{index_add(zeros(shape, TensorOptions(g.dtype()).device(g.device())), dim, idx, g1)};
+    });
+  }
+  return out;
+}
+
+// gather: dx = zeros scatter-added with g at the gathered positions
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor out = ops::gather(x, dim, index);
+  if (should_record(x)) {
+    record("gather", out, {x}, [shape = x.sizes(), dim, index](const Tensor& g, const OpNode&) {
+      return TensorList{scatter_add(zeros(shape, TensorOptions(g.dtype()).device(g.device())), dim, index, g)};
+    });
+  }
+  return out;
+}
+
+// scatter (self[index] = src): dself = g with the overwritten positions zeroed, dsrc = g gathered there
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = ops::scatter(self, dim, index, src);
+  if (should_record(self, src)) {
+    record("scatter", out, {self, src}, [dim, index](const Tensor& g, const OpNode& n) {
+      return TensorList{n.needs_input_grad(0) ? scatter(g, dim, index, 0.0) : Tensor(),
+                        n.needs_input_grad(1) ? gather(g, dim, index) : Tensor()};
+    });
+  }
+  return out;
+}
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value) {
+  Tensor out = ops::scatter(self, dim, index, value);
+  if (should_record(self)) {
+    record("scatter", out, {self}, [dim, index](const Tensor& g, const OpNode&) {
+      return TensorList{scatter(g, dim, index, 0.0)};
+    });
+  }
+  return out;
+}
+
+// scatter_add (self[index] += src): dself = g, dsrc = g gathered
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  Tensor out = ops::scatter_add(self, dim, index, src);
+  if (should_record(self, src)) {
+    record("scatter_add", out, {self, src}, [dim, index](const Tensor& g, const OpNode& n) {
+      return TensorList{g, n.needs_input_grad(1) ? gather(g, dim, index) : Tensor()};
+    });
+  }
+  return out;
+}
+
+// index_add (self.index(dim, index) += alpha src): dself = g, dsrc = alpha g selected
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
+  Tensor out = ops::index_add(self, dim, index, src, alpha);
+  if (should_record(self, src)) {
+    record("index_add", out, {self, src}, [dim, index, alpha](const Tensor& g, const OpNode& n) {
+      Tensor gs;
+      if (n.needs_input_grad(1)) {
+        Tensor g1 = g.dim() == 0 ? g.reshape({1}) : g;
+        gs = index_select(g1, dim, index.dim() == 0 ? ops::reshape(index, {1}) : index) * alpha;
+      }
+      return TensorList{g, gs};
+    });
+  }
+  return out;
+}
+
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (!should_record(self, src)) return ops::scatter_(self, dim, index, src);
+  return record_inplace("scatter_", self, [&](const Tensor& old) { return scatter(old, dim, index, src); }, false);
+}
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& value) {
+  if (!should_record(self)) return ops::scatter_(self, dim, index, value);
+  return record_inplace("scatter_", self, [&](const Tensor& old) { return scatter(old, dim, index, value); }, false);
+}
+Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (!should_record(self, src)) return ops::scatter_add_(self, dim, index, src);
+  return record_inplace("scatter_add_", self, [&](const Tensor& old) { return scatter_add(old, dim, index, src); },
+                        false);
+}
+Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
+  if (!should_record(self, src)) return ops::index_add_(self, dim, index, src, alpha);
+  return record_inplace("index_add_", self,
+                        [&](const Tensor& old) { return index_add(old, dim, index, src, alpha); }, false);
+}
+
+// tril / triu: the gradient keeps the same triangle
+Tensor tril(const Tensor& x, int64_t k) {
+  Tensor out = ops::tril(x, k);
+  if (should_record(x)) record("tril", out, {x}, [k](const Tensor& g, const OpNode&) { return TensorList{tril(g, k)}; });
+  return out;
+}
+Tensor triu(const Tensor& x, int64_t k) {
+  Tensor out = ops::triu(x, k);
+  if (should_record(x)) record("triu", out, {x}, [k](const Tensor& g, const OpNode&) { return TensorList{triu(g, k)}; });
+  return out;
+}
+
+// flip: the gradient flipped back
+Tensor flip(const Tensor& x, IntArrayRef dims) {
+  Tensor out = ops::flip(x, dims);
+  if (should_record(x)) {
+    record("flip", out, {x}, [dims = dims.vec()](const Tensor& g, const OpNode&) { return TensorList{flip(g, dims)}; });
+  }
+  return out;
+}
+
+// repeat: the output is x tiled; seen as (r0, s0, r1, s1, ...), the gradient sums over the r dims.
+Tensor repeat(const Tensor& x, IntArrayRef repeats) {
+  Tensor out = ops::repeat(x, repeats);
+  if (should_record(x)) {
+    record("repeat", out, {x}, [shape = x.sizes(), repeats = repeats.vec()](const Tensor& g, const OpNode&) {
+      size_t n = repeats.size();
+      Shape padded(n - shape.size(), 1);
+      padded.insert(padded.end(), shape.begin(), shape.end());
+      Shape interleaved;
+      std::vector<int64_t> repeat_dims;
+      for (size_t i = 0; i < n; ++i) {
+        interleaved.push_back(repeats[i]);
+        interleaved.push_back(padded[i]);
+        repeat_dims.push_back(static_cast<int64_t>(2 * i));
+      }
+      return TensorList{sum(g.reshape(interleaved), repeat_dims).reshape(shape)};
+    });
+  }
+  return out;
+}
+
+// pad: the gradient is g with the padding cut off (and what negative pads cropped padded back with zeros):
+// pad(g, -pads)
+Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {
+  Tensor out = ops::pad(x, pads, value);
+  if (should_record(x)) {
+    record("pad", out, {x}, [pads = pads.vec()](const Tensor& g, const OpNode&) {
+      std::vector<int64_t> inverse;
+      for (int64_t p : pads) inverse.push_back(-p);
+      return TensorList{pad(g, inverse, 0)};
+    });
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,64 @@
+// How a differentiable op records itself: the helpers kiln/autograd/functions/*.cpp are written with.
+//
+//   Tensor exp(const Tensor& x) {
+//     Tensor y = ops::exp(x);                      // the raw op, no autograd
+//     if (should_record(x))                        // grad mode on and x requires grad
+//       record("exp", y, {x}, [y = SavedTensor(y, /*is_output=*/true)](const Tensor& g, const OpNode& n) {
+//         return TensorList{g * y.get(n)};         // one gradient per input, in order
+//       });
+//     return y;
+//   }
+//
+// Backward closures use the differentiable ops (g * y, not ops::mul), so that backward recorded with
+// create_graph is itself a graph. A gradient may be returned with the broadcast shape of the output: the
+// engine sums it back to the input's shape. An undefined gradient means zero.
+#pragma once
+
+#include <initializer_list>
+
+#include "kiln/autograd/functions.h"
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/autograd/meta.h"
+#include "kiln/autograd/node.h"
+
+namespace kiln::autograd {
+
+// True when an op on these inputs must be recorded: grad mode is on and one of them requires grad.
+template <typename... Ts>
+bool should_record(const Ts&... inputs) {
+  return GradMode::is_enabled() && (requires_grad(inputs) || ...);
+}
+bool should_record_any(const std::vector<Tensor>& inputs);
+
+// Records the op that made `out` (a fresh tensor) from `inputs`: a node with one edge per input, whose
+// backward is `backward`. Returns the node.
+std::shared_ptr<OpNode> record(const char* name, const Tensor& out, std::initializer_list<Tensor> inputs,
+                               OpNode::Backward backward);
+std::shared_ptr<OpNode> record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs,
+                               OpNode::Backward backward);
+
+// Checks that `self` may be written in place while recording: not a leaf that requires grad, not a view.
+void check_inplace(const char* name, const Tensor& self);
+
+// An in-place op while recording: `out_of_place(old)` computes the op's result from `old`, a copy of self's
+// value that carries self's history (or self itself when `reads_self` is false: the op's backward never reads
+// self's old value, e.g. add_). The result is written into self, and self becomes that result in the graph.
+template <typename F>
+Tensor& record_inplace(const char* name, Tensor& self, F&& out_of_place, bool reads_self = true) {
+  check_inplace(name, self);
+  Tensor old = reads_self ? ops::clone(self) : ops::alias(self);
+  if (const AutogradMeta* m = meta_of(self); m && m->grad_fn) set_history(old, m->grad_fn, m->output_nr);
+  Tensor result = out_of_place(old);
+  ops::copy_(self, result);
+  self.bump_version(name);
+  if (const AutogradMeta* r = meta_of(result); r && r->grad_fn) set_history(self, r->grad_fn, r->output_nr);
+  return self;
+}
+
+// Gradient helpers shared by the backward rules.
+// Sums a gradient over the dims that broadcasting added or stretched, back to `shape`.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+// The gradient of a reduction over `dims`, expanded back to the input's shape.
+Tensor expand_reduced(const Tensor& grad, const Shape& input_shape, IntArrayRef dims, bool keepdim);
+
+}  // namespace kiln::autograd
