@@ -1,4 +1,4 @@
-// Links the installed kiln and checks one matrix product against numbers worked out by hand.
+// Links the installed kiln and checks one matrix product, and its gradient, against numbers worked out by hand.
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -13,6 +13,17 @@ int main() {
   for (int i = 0; i < 4; ++i) {
     if (c[i] != expected[i]) {
       std::printf("consumer: element %d is %f, expected %f\n", i, c[i], expected[i]);
+      return 1;
+    }
+  }
+  // And through autograd: d sum(a b) / d a[i][j] = sum_k b[j][k] = 15, 19, 23 in every row.
+  a.requires_grad_();
+  matmul(a, b).sum().backward();
+  std::vector<float> g = a.grad().to_vector<float>();
+  const float expected_grad[] = {15, 19, 23, 15, 19, 23};
+  for (int i = 0; i < 6; ++i) {
+    if (g[i] != expected_grad[i]) {
+      std::printf("consumer: gradient element %d is %f, expected %f\n", i, g[i], expected_grad[i]);
       return 1;
     }
   }
