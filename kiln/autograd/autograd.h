@@ -5,6 +5,7 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/function.h"
 #include "kiln/autograd/functions.h"
+#include "kiln/autograd/gradcheck.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/autograd/graph_dot.h"
 #include "kiln/autograd/node.h"

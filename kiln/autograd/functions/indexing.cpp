@@ -107,13 +107,27 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+namespace {
+// dsrc of scatter and scatter_add: g gathered at index, zero-padded to src's shape where src is larger than index.
+Tensor scatter_src_grad(const Tensor& g, int64_t dim, const Tensor& index, const Shape& src_shape) {
+  Tensor gs = gather(g, dim, index);
+  if (gs.sizes() == src_shape) return gs;
+  std::vector<int64_t> pads;  // (before, after) pairs from the last dim, as pad takes them
+  for (int64_t d = gs.dim() - 1; d >= 0; --d) {
+    pads.push_back(0);
+    pads.push_back(src_shape[d] - gs.size(d));
+  }
+  return pad(gs, pads, 0);
+}
+}  // namespace
+
 // scatter (self[index] = src): dself = g with the overwritten positions zeroed, dsrc = g gathered there
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor out = ops::scatter(self, dim, index, src);
   if (should_record(self, src)) {
-    record("scatter", out, {self, src}, [dim, index](const Tensor& g, const OpNode& n) {
+    record("scatter", out, {self, src}, [dim, index, src_shape = src.sizes()](const Tensor& g, const OpNode& n) {
       return TensorList{n.needs_input_grad(0) ? scatter(g, dim, index, 0.0) : Tensor(),
-                        n.needs_input_grad(1) ? gather(g, dim, index) : Tensor()};
+                        n.needs_input_grad(1) ? scatter_src_grad(g, dim, index, src_shape) : Tensor()};
     });
   }
   return out;
@@ -132,8 +146,8 @@ Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scala
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor out = ops::scatter_add(self, dim, index, src);
   if (should_record(self, src)) {
-    record("scatter_add", out, {self, src}, [dim, index](const Tensor& g, const OpNode& n) {
-      return TensorList{g, n.needs_input_grad(1) ? gather(g, dim, index) : Tensor()};
+    record("scatter_add", out, {self, src}, [dim, index, src_shape = src.sizes()](const Tensor& g, const OpNode& n) {
+      return TensorList{g, n.needs_input_grad(1) ? scatter_src_grad(g, dim, index, src_shape) : Tensor()};
     });
   }
   return out;

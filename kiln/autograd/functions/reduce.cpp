@@ -18,7 +18,7 @@ using autograd::TensorList;
 namespace {
 // The number of elements each output of a reduction over `dims` of `shape` summed.
 int64_t reduced_count(const Shape& shape, IntArrayRef dims) {
-  if (dims.empty()) return shape_numel(shape);
+  if (dims.empty() || shape.empty()) return shape_numel(shape);  // a 0-dim input reduced over dim 0: 1
   int64_t n = 1;
   for (int64_t d : dims) n *= shape[wrap_dim(d, static_cast<int64_t>(shape.size()), "reduce")];
   return n;
@@ -50,7 +50,8 @@ Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
 
 // prod: dx_i = g * prod_{j != i} x_j. Dividing the product by x_i fails at zeros, so: with no zero in the
 // slice it is out / x; with exactly one zero, the zero's gradient is the product of the others and the rest 0;
-// with two or more, all 0.
+// with two or more, all 0. Those zeros are written as products with the zeros' sum (its value 0, its gradient
+// not), so that the gradient's own gradient (create_graph) is right at zeros too.
 Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
   Tensor out = ops::prod(x, dims, keepdim, dtype);
   if (should_record(x)) {
@@ -60,8 +61,11 @@ Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<DType
       Tensor nonzero = where(is_zero, 1.0, x);
       Tensor prod_nonzero = expand_reduced(prod(nonzero, dims, keepdim), x.sizes(), dims, keepdim);
       Tensor zeros = expand_reduced(ops::sum(is_zero, dims, keepdim), x.sizes(), dims, keepdim);
+      Tensor zero_sum = expand_reduced(sum(where(is_zero, x, 0.0), dims, keepdim), x.sizes(), dims, keepdim);
+      Tensor one_zero = where(is_zero, prod_nonzero, zero_sum * prod_nonzero / nonzero);
+      Tensor two_zeros = where(is_zero, (zero_sum - x) * prod_nonzero, 0.0);
       Tensor others = where(ops::eq(zeros, 0), prod_nonzero / nonzero,
-                            where(ops::logical_and(ops::eq(zeros, 1), is_zero), prod_nonzero, 0.0));
+                            where(ops::eq(zeros, 1), one_zero, where(ops::eq(zeros, 2), two_zeros, 0.0)));
       return TensorList{expand_reduced(g, x.sizes(), dims, keepdim) * others};
     });
   }
@@ -155,7 +159,8 @@ Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
       Tensor ge = expand_reduced(g, x.sizes(), dims, keepdim);
       if (p == 1.0) return TensorList{ge * ops::sign(x)};
       Tensor norm = expand_reduced(so.get(n), x.sizes(), dims, keepdim);
-      Tensor scaled = p == 2.0 ? x / norm : x * pow(abs(x), p - 2.0) / pow(norm, p - 1.0);
+      // sign(x) |x|^(p-1), not x |x|^(p-2): the latter is 0 * inf = NaN at x == 0 for 1 < p < 2.
+      Tensor scaled = p == 2.0 ? x / norm : ops::sign(x) * pow(abs(x), p - 1.0) / pow(norm, p - 1.0);
       return TensorList{where(ops::eq(norm, 0), 0.0, ge * scaled)};
     });
   }

@@ -109,8 +109,11 @@ void bmm_float(const Tensor& out, const Tensor& a_in, const Tensor& b_in, double
                  std::max<int64_t>(ldc, 1));
   };
   // Small matrices in a batch: one whole GEMM per thread. Large ones: one at a time, threaded inside GEMM.
+  // The grain keeps a thread's share at ~kDefaultGrain multiply-adds: waking a second thread costs more than a
+  // handful of tiny products.
   if (B > 1 && M * N * K < (1 << 18)) {
-    parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    int64_t grain = std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(M * N * K, 1));
+    parallel_for(0, B, grain, [&](int64_t b0, int64_t b1) {
       for (int64_t i = b0; i < b1; ++i) one(i);
     });
   } else {
@@ -140,7 +143,8 @@ void bmm_cpu(const Tensor& out, const Tensor& a, const Tensor& b, double beta, d
     const T* pa = a.data_ptr<T>();
     const T* pb = b.data_ptr<T>();
     T* pc = out.data_ptr<T>();
-    parallel_for(0, out.size(0), 1, [&](int64_t b0, int64_t b1) {
+    int64_t work = std::max<int64_t>(out.size(1) * out.size(2) * a.size(2), 1);
+    parallel_for(0, out.size(0), std::max<int64_t>(1, kDefaultGrain / work), [&](int64_t b0, int64_t b1) {
       for (int64_t i = b0; i < b1; ++i)
         gemm_naive<T>(out.size(1), out.size(2), a.size(2), static_cast<T>(alpha), pa + i * a.stride(0), a.stride(1),
                       a.stride(2), pb + i * b.stride(0), b.stride(1), b.stride(2), static_cast<T>(beta),
