@@ -7,7 +7,7 @@ build=${1:-build}
 procs=${2:-3}
 # OMP_WAIT_POLICY is left to the caller: BENCHMARKS.md asks for the best thread configuration; on an idle
 # machine "active" (workers spin between parallel regions) is fastest for GEMM.
-for b in gemm_bench elementwise_bench; do
+for b in gemm_bench elementwise_bench autograd_bench; do
   exe="$build/bench/$b"
   [ -x "$exe" ] || { echo "bench.sh: $exe not built (cmake --build $build --target $b)" >&2; exit 1; }
   tmp=$(mktemp -d)
