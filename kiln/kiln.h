@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/autograd/autograd.h"
+#include "kiln/nn/nn.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/ops.h"

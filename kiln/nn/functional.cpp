@@ -1,0 +1,248 @@
+// The math of nn's layers and losses, each a composite of differentiable ops: its gradient comes from them.
+#include "kiln/nn/functional.h"
+
+#include <vector>
+
+namespace kiln::nn::functional {
+
+namespace {
+Tensor reduce(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None:
+      return loss;
+    case Reduction::Sum:
+      return loss.sum();
+    case Reduction::Mean:
+      break;
+  }
+  return loss.mean();
+}
+
+void check_same_shape(const char* op, const Tensor& input, const Tensor& target) {
+  KILN_CHECK(input.sizes() == target.sizes(), op, ": input of shape ", shape_str(input.sizes()),
+             " and target of shape ", shape_str(target.sizes()), " must have the same shape");
+}
+
+// A (C) weight shaped to broadcast against (N, C, d1, ...).
+Tensor class_weight_view(const Tensor& weight, int64_t dims) {
+  Shape shape(static_cast<size_t>(dims), 1);
+  shape[1] = weight.size(0);
+  return weight.view(shape);
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be (out_features, in_features), got ", shape_str(weight.sizes()));
+  KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input of shape ", shape_str(x.sizes()),
+             " does not end in in_features = ", weight.size(1));
+  if (x.dim() == 2 && bias.defined()) return addmm(bias, x, weight.t());  // one GEMM with the bias folded in
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  Tensor keep = ops::to(ops::ge(rand_like(x, {}, gen), p), x.dtype());  // 1 with probability 1 - p
+  return x * (keep / (1.0 - p));
+}
+
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  KILN_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", shape_str(normalized_shape),
+             " does not fit input of shape ", shape_str(x.sizes()));
+  for (int64_t i = 0; i < k; ++i)
+    KILN_CHECK(x.size(x.dim() - k + i) == normalized_shape[static_cast<size_t>(i)], "layer_norm: input of shape ",
+               shape_str(x.sizes()), " does not end in normalized_shape ", shape_str(normalized_shape));
+  std::vector<int64_t> dims;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
+  Tensor mu = x.mean(dims, /*keepdim=*/true);
+  Tensor centered = x - mu;
+  Tensor var = (centered * centered).mean(dims, true);  // biased, as layer norm defines it
+  Tensor y = centered * rsqrt(var + eps);
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  KILN_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be int64 or int32, got ",
+             indices.dtype());
+  KILN_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got ", shape_str(weight.sizes()));
+  Shape out_shape = indices.sizes();
+  out_shape.push_back(weight.size(1));
+  return index_select(weight, 0, indices.reshape({-1})).view(out_shape);
+}
+
+// ---- losses ----
+
+namespace {
+// Checks class-index targets: int64, shape (N, d1, ...) for input (N, C, d1, ...), values in [0, C) or ignored.
+void check_class_targets(const char* op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
+  KILN_CHECK(target.dtype() == kInt64, op, ": class-index targets must be int64, got ", target.dtype());
+  Shape expected = input.sizes();
+  expected.erase(expected.begin() + 1);
+  KILN_CHECK(target.sizes() == expected, op, ": input of shape ", shape_str(input.sizes()), " needs a target of shape ",
+             shape_str(expected), ", got ", shape_str(target.sizes()));
+  int64_t classes = input.size(1);
+  Tensor bad = ops::logical_and(ops::logical_or(ops::lt(target, 0), ops::ge(target, classes)),
+                                ops::ne(target, ignore_index));
+  if (ops::any(bad).item<bool>()) {
+    Tensor first = ops::argmax(ops::to(ops::reshape(bad, {-1}), kInt64));  // the first bad position
+    int64_t value = ops::index_select(ops::reshape(target, {-1}), 0, ops::reshape(first, {1})).item<int64_t>();
+    detail::throw_error(detail::concat(op, ": target ", value, " is out of range for ", classes,
+                                       " classes (expected 0..", classes - 1, " or ignore_index ", ignore_index, ")"));
+  }
+}
+
+// (N) targets with (N, C) input, or the unbatched forms (C) with a 0-dim target: made batched here.
+bool unbatched(const Tensor& input) { return input.dim() == 1; }
+}  // namespace
+
+namespace {
+// nll_loss for `op` (nll_loss or cross_entropy, whose errors then name it).
+Tensor nll(const char* op, const Tensor& input_in, const Tensor& target_in, const NllLossOptions& options) {
+  bool single = unbatched(input_in);
+  Tensor input = single ? input_in.unsqueeze(0) : input_in;
+  Tensor target = single ? target_in.unsqueeze(0) : target_in;
+  KILN_CHECK(input.dim() >= 2, op, ": input must be (N, C) or (N, C, d1, ...), got ", shape_str(input_in.sizes()));
+  check_class_targets(op, input, target, options.ignore_index);
+  Tensor ignored = ops::eq(target, options.ignore_index);
+  Tensor safe_target = ops::masked_fill(target, ignored, 0);
+  Tensor picked = -gather(input, 1, safe_target.unsqueeze(1)).squeeze(1);  // (N, d1, ...)
+  Tensor w = options.weight.defined() ? index_select(options.weight, 0, safe_target.reshape({-1})).view(target.sizes())
+                                      : ones(target.sizes(), TensorOptions(input.dtype()).device(input.device()));
+  w = masked_fill(w, ignored, 0.0);
+  Tensor loss = picked * w;
+  switch (options.reduction) {
+    case Reduction::None:
+      return single ? loss.squeeze(0) : loss;
+    case Reduction::Sum:
+      return loss.sum();
+    case Reduction::Mean:
+      break;
+  }
+  return loss.sum() / w.sum();  // a weighted mean: NaN when every target is ignored, as in PyTorch
+}
+}  // namespace
+
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NllLossOptions& options) {
+  return nll("nll_loss", input, target, options);
+}
+
+Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const CrossEntropyOptions& options) {
+  KILN_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
+             "cross_entropy: label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  bool single = unbatched(input_in);
+  Tensor input = single ? input_in.unsqueeze(0) : input_in;
+  KILN_CHECK(input.dim() >= 2, "cross_entropy: input must be (N, C) or (N, C, d1, ...) logits, got ",
+             shape_str(input_in.sizes()));
+  int64_t classes = input.size(1);
+  KILN_CHECK(!options.weight.defined() || (options.weight.dim() == 1 && options.weight.size(0) == classes),
+             "cross_entropy: weight must be (", classes, "), got ", shape_str(options.weight.sizes()));
+  // NOTE: log_softmax, not log(softmax): the latter underflows to -inf for very unlikely classes.
+  Tensor logp = log_softmax(input, 1);
+  double eps = options.label_smoothing;
+
+  if (target_in.is_floating_point()) {  // class probabilities, input's shape
+    Tensor target = single ? target_in.unsqueeze(0) : target_in;
+    check_same_shape("cross_entropy", input, target);
+    if (eps > 0) target = target * (1.0 - eps) + eps / static_cast<double>(classes);
+    Tensor weighted = options.weight.defined() ? logp * class_weight_view(options.weight, input.dim()) : logp;
+    Tensor loss = -(weighted * target).sum({1});  // (N, d1, ...)
+    if (options.reduction == Reduction::Mean) return loss.sum() / static_cast<double>(loss.numel());
+    if (options.reduction == Reduction::None && single) return loss.squeeze(0);
+    return reduce(loss, options.reduction);
+  }
+
+  Tensor target = single ? target_in.unsqueeze(0) : target_in;
+  Tensor picked = nll("cross_entropy", logp, target, {options.weight, options.ignore_index, options.reduction});
+  if (eps == 0.0) return (single && options.reduction == Reduction::None) ? picked.squeeze(0) : picked;
+  // Label smoothing: (1 - eps) of the loss against the target, eps of it against the uniform distribution,
+  // whose loss per position is -sum_c w_c logp_c / C.
+  Tensor ignored = ops::eq(target, options.ignore_index);
+  Tensor weighted = options.weight.defined() ? logp * class_weight_view(options.weight, input.dim()) : logp;
+  Tensor smooth = masked_fill(-weighted.sum({1}), ignored, 0.0);  // (N, d1, ...)
+  Tensor smooth_reduced;
+  switch (options.reduction) {
+    case Reduction::None:
+      smooth_reduced = smooth;
+      break;
+    case Reduction::Sum:
+      smooth_reduced = smooth.sum();
+      break;
+    case Reduction::Mean: {
+      Tensor safe_target = ops::masked_fill(target, ignored, 0);
+      Tensor w = options.weight.defined()
+                     ? ops::masked_fill(ops::index_select(options.weight, 0, ops::reshape(safe_target, {-1})),
+                                        ops::reshape(ignored, {-1}), 0)
+                     : ops::to(ops::logical_not(ignored), input.dtype());
+      smooth_reduced = smooth.sum() / ops::sum(w);
+      break;
+    }
+  }
+  Tensor loss = picked * (1.0 - eps) + smooth_reduced * (eps / static_cast<double>(classes));
+  return (single && options.reduction == Reduction::None) ? loss.squeeze(0) : loss;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_same_shape("mse_loss", input, target);
+  Tensor d = input - target;
+  return reduce(d * d, reduction);
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_same_shape("l1_loss", input, target);
+  return reduce(abs(input - target), reduction);
+}
+
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  check_same_shape("smooth_l1_loss", input, target);
+  KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
+  Tensor d = abs(input - target);
+  if (beta == 0.0) return reduce(d, reduction);
+  return reduce(where(ops::lt(d, beta), d * d * (0.5 / beta), d - 0.5 * beta), reduction);
+}
+
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  check_same_shape("huber_loss", input, target);
+  KILN_CHECK(delta > 0, "huber_loss: delta must be positive, got ", delta);
+  Tensor d = abs(input - target);
+  return reduce(where(ops::le(d, delta), d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  check_same_shape("binary_cross_entropy", input, target);
+  KILN_CHECK(ops::all(ops::logical_and(ops::ge(input, 0), ops::le(input, 1))).item<bool>(),
+             "binary_cross_entropy: input must hold probabilities in [0, 1] (for logits use "
+             "binary_cross_entropy_with_logits)");
+  // NOTE: log clamped at -100, as PyTorch does, so that a probability of exactly 0 or 1 gives a finite loss.
+  Tensor loss = -(target * clamp(log(input), -100.0, std::nullopt) +
+                  (1 - target) * clamp(log(1 - input), -100.0, std::nullopt));
+  if (weight.defined()) loss = loss * weight;
+  return reduce(loss, reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
+                                        const Tensor& pos_weight, Reduction reduction) {
+  check_same_shape("binary_cross_entropy_with_logits", input, target);
+  // -[p t log s(x) + (1 - t) log(1 - s(x))] = (1 - t) x + (1 + (p - 1) t) softplus(-x), with softplus(-x) =
+  // log(1 + exp(-x)) computed without overflow.
+  Tensor sp = softplus(-input);
+  Tensor log_weight = pos_weight.defined() ? (pos_weight - 1) * target + 1 : Tensor();
+  Tensor loss = (1 - target) * input + (log_weight.defined() ? log_weight * sp : sp);
+  if (weight.defined()) loss = loss * weight;
+  return reduce(loss, reduction);
+}
+
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target, bool batchmean) {
+  check_same_shape("kl_div", input, target);
+  Tensor loss = log_target ? exp(target) * (target - input)
+                           // t log t is 0 at t = 0 (its limit), not NaN
+                           : where(ops::gt(target, 0), target * (log(where(ops::gt(target, 0), target, 1.0)) - input), 0.0);
+  if (batchmean && reduction == Reduction::Mean) return loss.sum() / static_cast<double>(input.dim() > 0 ? input.size(0) : 1);
+  return reduce(loss, reduction);
+}
+
+}  // namespace kiln::nn::functional

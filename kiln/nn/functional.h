@@ -1,0 +1,66 @@
+// nn::functional: the layers' math as plain differentiable functions, and the losses. Each is a composite of
+// autograd's differentiable ops (no backward of its own), so it runs on every device its parts run on.
+//
+// Shapes follow PyTorch: N batch, C classes or channels, D features.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "kiln/autograd/autograd.h"
+
+namespace kiln::nn::functional {
+
+enum class Reduction { None, Mean, Sum };
+
+// x: (..., in), weight: (out, in), bias: (out) or undefined -> (..., out)
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training; identity otherwise.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+// Normalizes over the last normalized_shape.size() dims; weight and bias (normalized_shape) may be undefined.
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+// indices: int64 of any shape; weight: (num_embeddings, D) -> (*indices.shape, D)
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+// ---- losses ----
+struct CrossEntropyOptions {
+  Tensor weight;                 // (C) per-class weights, or undefined
+  int64_t ignore_index = -100;   // targets with this class contribute nothing (class-index targets only)
+  double label_smoothing = 0.0;  // in [0, 1]
+  Reduction reduction = Reduction::Mean;
+};
+// input: (N, C) or (N, C, d1, ...) logits; target: (N) / (N, d1, ...) int64 class indices, or probabilities of
+// input's shape. Mean reduction divides by the summed weights of the counted targets, as PyTorch does.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyOptions& options = {});
+struct NllLossOptions {
+  Tensor weight;
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::Mean;
+};
+// input: (N, C) / (N, C, d1, ...) log-probabilities; target: (N) / (N, d1, ...) int64 class indices.
+Tensor nll_loss(const Tensor& input, const Tensor& target, const NllLossOptions& options = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+// 0.5 d^2 where |d| <= delta, else delta (|d| - 0.5 delta)
+Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                  double delta = 1.0);
+// input: probabilities in [0, 1]; log terms clamped at -100, as PyTorch does.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                            Reduction reduction = Reduction::Mean);
+// input: logits; numerically stable (never computes sigmoid then log). pos_weight: (C) or undefined.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                        const Tensor& pos_weight = {}, Reduction reduction = Reduction::Mean);
+// input: log-probabilities; target: probabilities (or log-probabilities with log_target). "batchmean" is
+// Reduction::Mean divided by the batch size instead of the element count: pass batchmean = true.
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, bool log_target = false,
+              bool batchmean = false);
+
+}  // namespace kiln::nn::functional
+
+namespace kiln::nn {
+namespace F = functional;
+}

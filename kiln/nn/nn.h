@@ -1,0 +1,10 @@
+// The nn layer: modules, layers, losses (nn::functional) and initialization (nn::init).
+#pragma once
+
+#include "kiln/nn/activation.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/dropout.h"
+#include "kiln/nn/functional.h"
+#include "kiln/nn/init.h"
+#include "kiln/nn/linear.h"
+#include "kiln/nn/module.h"

@@ -1,0 +1,135 @@
+// Each layer against its formula written out in float64 scalar code, and gradchecked; init against its bounds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::gradcheck;
+using test::expect_error;
+
+Tensor randn64(IntArrayRef shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, kFloat64, &g);
+}
+
+TEST(Linear, MatchesItsFormulaAndGradchecks) {
+  auto lin = nn::Linear(5, 3);
+  lin->to(kFloat64);
+  Tensor x = randn64({4, 5}, 1);
+  std::vector<double> y = lin(x).to_vector<double>(), xv = x.to_vector<double>(),
+                      w = lin->weight.to_vector<double>(), b = lin->bias.to_vector<double>();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double ref = b[j];
+      for (int k = 0; k < 5; ++k) ref += xv[i * 5 + k] * w[j * 5 + k];
+      EXPECT_NEAR(y[i * 3 + j], ref, 1e-12);
+    }
+  x.requires_grad_();
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::linear(in[0], in[1], in[2]); },
+            {x, lin->weight, lin->bias});
+  // 3-D input (a batch of sequences) and no bias
+  Tensor x3 = randn64({2, 3, 5}, 2).requires_grad_();
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::linear(in[0], in[1]); }, {x3, lin->weight});
+  expect_error([&] { lin(zeros({2, 4}, kFloat64)); }, {"linear", "(2, 4)", "in_features = 5"});
+}
+
+TEST(Linear, DefaultInitWithinPyTorchsBounds) {
+  auto lin = nn::Linear(100, 50);
+  double bound = 1.0 / std::sqrt(100.0);
+  for (float v : lin->weight.to_vector<float>()) EXPECT_LE(std::abs(v), bound);
+  for (float v : lin->bias.to_vector<float>()) EXPECT_LE(std::abs(v), bound);
+  // and not degenerate: the spread of a uniform on [-b, b] has std b / sqrt(3)
+  double std = kiln::std(lin->weight).item<double>();
+  EXPECT_NEAR(std, bound / std::sqrt(3.0), 0.1 * bound);
+}
+
+TEST(Embedding, LooksUpRowsAndAccumulatesRepeats) {
+  auto emb = nn::Embedding(6, 4);
+  emb->to(kFloat64);
+  Tensor idx = tensor(std::vector<int64_t>{1, 5, 1, 0, 2, 1}, {2, 3});
+  Tensor out = emb(idx);
+  EXPECT_EQ(out.sizes(), (Shape{2, 3, 4}));
+  EXPECT_EQ(out[0][2].to_vector<double>(), emb->weight[1].to_vector<double>());
+  out.sum().backward();
+  EXPECT_EQ(emb->weight.grad()[1].to_vector<double>(), (std::vector<double>{3, 3, 3, 3}));  // used 3 times
+  EXPECT_EQ(emb->weight.grad()[3].to_vector<double>(), (std::vector<double>{0, 0, 0, 0}));
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::embedding(idx, in[0]); }, {emb->weight});
+  expect_error([&] { emb(tensor({0.5})); }, {"embedding", "int64"});
+}
+
+TEST(LayerNorm, MatchesItsFormulaAndGradchecks) {
+  auto ln = nn::LayerNorm(Shape{4}, 1e-5);
+  ln->to(kFloat64);
+  {
+    NoGradGuard g;
+    ln->weight.copy_(tensor({1.0, 2.0, -1.0, 0.5}, kFloat64));
+    ln->bias.copy_(tensor({0.0, 0.1, 0.2, 0.3}, kFloat64));
+  }
+  Tensor x = randn64({3, 4}, 3);
+  std::vector<double> y = ln(x).to_vector<double>(), xv = x.to_vector<double>(), w = ln->weight.to_vector<double>(),
+                      b = ln->bias.to_vector<double>();
+  for (int r = 0; r < 3; ++r) {
+    double mean = 0, var = 0;
+    for (int k = 0; k < 4; ++k) mean += xv[r * 4 + k] / 4;
+    for (int k = 0; k < 4; ++k) var += (xv[r * 4 + k] - mean) * (xv[r * 4 + k] - mean) / 4;
+    for (int k = 0; k < 4; ++k)
+      EXPECT_NEAR(y[r * 4 + k], (xv[r * 4 + k] - mean) / std::sqrt(var + 1e-5) * w[k] + b[k], 1e-12);
+  }
+  x.requires_grad_();
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::layer_norm(in[0], {4}, in[1], in[2]); },
+            {x, ln->weight, ln->bias});
+  Tensor x3 = randn64({2, 3, 4}, 4).requires_grad_();
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::layer_norm(in[0], {3, 4}); }, {x3});
+}
+
+TEST(Dropout, ZeroesAFractionAndScalesTheRest) {
+  auto drop = nn::Dropout(0.25);
+  Tensor x = ones({100000});
+  std::vector<float> y = drop(x).to_vector<float>();
+  int64_t zeros_seen = 0;
+  for (float v : y) {
+    if (v == 0) ++zeros_seen;
+    else EXPECT_FLOAT_EQ(v, 1.0f / 0.75f);
+  }
+  EXPECT_NEAR(static_cast<double>(zeros_seen) / 100000, 0.25, 0.01);  // 7 sigma of a binomial
+  drop->eval();
+  EXPECT_EQ(drop(x).to_vector<float>(), x.to_vector<float>());
+  expect_error([] { nn::Dropout(1.5); }, {"Dropout", "[0, 1]"});
+}
+
+TEST(Activations, ModulesCallTheirFunctions) {
+  Tensor x = randn64({3, 4}, 5);
+  EXPECT_EQ(nn::ReLU()(x).to_vector<double>(), relu(x).to_vector<double>());
+  EXPECT_EQ(nn::GELU("tanh")(x).to_vector<double>(), gelu(x, "tanh").to_vector<double>());
+  EXPECT_EQ(nn::LeakyReLU(0.2)(x).to_vector<double>(), leaky_relu(x, 0.2).to_vector<double>());
+  EXPECT_EQ(nn::Softmax(1)(x).to_vector<double>(), softmax(x, 1).to_vector<double>());
+  EXPECT_EQ(nn::LogSoftmax(0)(x).to_vector<double>(), log_softmax(x, 0).to_vector<double>());
+  EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4})).sizes(), (Shape{2, 12}));
+}
+
+TEST(Init, BoundsAndSpreads) {
+  Tensor w = empty({256, 128});
+  nn::init::kaiming_uniform_(w, 0.0, "fan_in", "relu");
+  double bound = std::sqrt(2.0) * std::sqrt(3.0 / 128);
+  EXPECT_LE(w.abs().max().item<double>(), bound);
+  EXPECT_NEAR(kiln::std(w).item<double>(), std::sqrt(2.0 / 128), 0.05 * std::sqrt(2.0 / 128));
+  nn::init::xavier_normal_(w);
+  EXPECT_NEAR(kiln::std(w).item<double>(), std::sqrt(2.0 / (128 + 256)), 0.05 * std::sqrt(2.0 / 384));
+  nn::init::trunc_normal_(w, 0.0, 1.0, -0.5, 1.0);
+  EXPECT_GE(w.min().item<double>(), -0.5);
+  EXPECT_LE(w.max().item<double>(), 1.0);
+  // The mean of N(0, 1) truncated to [-0.5, 1]: (phi(-0.5) - phi(1)) / (Phi(1) - Phi(-0.5)) = 0.20663...
+  EXPECT_NEAR(w.mean().item<double>(), 0.20663, 0.01);
+  EXPECT_NEAR(nn::init::calculate_gain("leaky_relu", 0.2), std::sqrt(2.0 / 1.04), 1e-12);
+  expect_error([] { nn::init::calculate_gain("swish"); }, {"calculate_gain", "swish"});
+  expect_error([] { nn::init::fans(zeros({3})); }, {"fan", "(3)"});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,164 @@
+// nn::Module: names, traversal, state_dict, modes, placement and hooks, as PyTorch defines them.
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::expect_error;
+
+struct Block : nn::Module {
+  nn::Linear fc{4, 3};
+  nn::Dropout drop{0.5};
+  Block() : nn::Module("Block") {
+    register_module("fc", fc);
+    register_module("drop", drop);
+    register_buffer("steps", zeros({1}, kInt64));
+    register_buffer("scratch", zeros({2}), /*persistent=*/false);
+  }
+  Tensor forward(const Tensor& x) override { return drop(fc(x)); }
+};
+
+struct Net : nn::Module {
+  nn::ModuleHolder<Block> block;
+  nn::Sequential head{nn::Linear(3, 2), nn::ReLU(), nn::Linear(2, 1, false)};
+  Net() : nn::Module("Net") {
+    register_module("block", block);
+    register_module("head", head);
+  }
+  Tensor forward(const Tensor& x) override { return head(block(x)); }
+};
+
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<std::string> out;
+  for (auto& [n, t] : named) out.push_back(n);
+  return out;
+}
+
+TEST(Module, DottedNamesInRegistrationOrder) {
+  auto net = std::make_shared<Net>();
+  EXPECT_EQ(names_of(net->named_parameters()),
+            (std::vector<std::string>{"block.fc.weight", "block.fc.bias", "head.0.weight", "head.0.bias",
+                                      "head.2.weight"}));
+  EXPECT_EQ(names_of(net->named_buffers()), (std::vector<std::string>{"block.steps", "block.scratch"}));
+  std::vector<std::string> modules;
+  for (auto& [n, m] : net->named_modules()) modules.push_back(n + ":" + m->type_name());
+  EXPECT_EQ(modules, (std::vector<std::string>{":Net", "block:Block", "block.fc:Linear", "block.drop:Dropout",
+                                               "head:Sequential", "head.0:Linear", "head.1:ReLU", "head.2:Linear"}));
+  EXPECT_EQ(net->num_parameters(), 4 * 3 + 3 + 3 * 2 + 2 + 2);
+  EXPECT_EQ(net->children().size(), 2u);
+  for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.requires_grad());
+}
+
+TEST(Module, StateDictRoundTripAndErrors) {
+  auto a = std::make_shared<Net>(), b = std::make_shared<Net>();
+  nn::StateDict state = a->state_dict();
+  EXPECT_EQ(state.size(), 6u);  // 5 parameters + the persistent buffer
+  EXPECT_FALSE(state.count("block.scratch"));
+  b->load_state_dict(state);
+  for (auto& [name, t] : b->state_dict())
+    EXPECT_EQ(t.to(kFloat64).to_vector<double>(), state.at(name).to(kFloat64).to_vector<double>()) << name;
+
+  nn::StateDict bad = state;
+  bad.erase("head.0.bias");
+  bad["head.9.weight"] = zeros({1});
+  expect_error([&] { b->load_state_dict(bad); }, {"missing keys \"head.0.bias\"", "unexpected keys \"head.9.weight\""});
+  nn::LoadResult r = b->load_state_dict(bad, /*strict=*/false);
+  EXPECT_EQ(r.missing_keys, (std::vector<std::string>{"head.0.bias"}));
+  EXPECT_EQ(r.unexpected_keys, (std::vector<std::string>{"head.9.weight"}));
+
+  nn::StateDict wrong = state;
+  wrong["block.fc.weight"] = zeros({3, 5});
+  Tensor before = b->block->fc->weight.clone();
+  expect_error([&] { b->load_state_dict(wrong); }, {"block.fc.weight", "(3, 5)", "(3, 4)"});
+  EXPECT_EQ(b->block->fc->weight.to_vector<float>(), before.to_vector<float>());  // nothing changed
+}
+
+TEST(Module, TrainEvalReachesEveryModule) {
+  auto net = std::make_shared<Net>();
+  Tensor x = ones({8, 4});
+  net->eval();
+  EXPECT_FALSE(net->block->drop->is_training());
+  Tensor y1 = (*net)(x), y2 = (*net)(x);
+  EXPECT_EQ(y1.to_vector<float>(), y2.to_vector<float>());  // dropout off: deterministic
+  net->train();
+  EXPECT_TRUE(net->block->drop->is_training());
+}
+
+TEST(Module, ToConvertsInPlaceKeepingIdentity) {
+  auto lin = nn::Linear(3, 2);
+  Tensor held = lin->weight;  // as an optimizer would hold it
+  std::vector<float> values = held.to_vector<float>();
+  lin->to(kFloat64);
+  EXPECT_EQ(held.dtype(), kFloat64);
+  EXPECT_TRUE(held.requires_grad());
+  std::vector<double> now = held.to_vector<double>();
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(now[i], static_cast<double>(values[i]));
+  Tensor y = lin(ones({1, 3}, kFloat64)).sum();
+  y.backward();
+  EXPECT_TRUE(held.grad().defined());  // the held handle is the trained parameter
+  lin->zero_grad();
+  EXPECT_FALSE(held.grad().defined());
+}
+
+TEST(Module, HooksAndApply) {
+  auto lin = nn::Linear(2, 2);
+  std::vector<std::string> calls;
+  unsigned pre = lin->register_forward_pre_hook([&](nn::Module&, const Tensor& in) {
+    calls.push_back("pre");
+    return in * 2;
+  });
+  Tensor seen;
+  lin->register_forward_hook([&](nn::Module& m, const Tensor& in, const Tensor& out) {
+    calls.push_back("post " + m.type_name());
+    seen = in;
+    return Tensor();
+  });
+  lin(ones({1, 2}));
+  EXPECT_EQ(calls, (std::vector<std::string>{"pre", "post Linear"}));
+  EXPECT_EQ(seen.to_vector<float>(), (std::vector<float>{2, 2}));  // the forward hook sees the replaced input
+  lin->remove_hook(pre);
+  calls.clear();
+  lin(ones({1, 2}));
+  EXPECT_EQ(calls, (std::vector<std::string>{"post Linear"}));
+
+  auto net = std::make_shared<Net>();
+  std::vector<std::string> order;
+  net->apply([&](nn::Module& m) { order.push_back(m.type_name()); });
+  EXPECT_EQ(order.front(), "Linear");
+  EXPECT_EQ(order.back(), "Net");
+}
+
+TEST(Module, RegistrationErrorsAndPrinting) {
+  nn::Module m("Custom");
+  m.register_parameter("w", zeros({2}));
+  expect_error([&] { m.register_parameter("w", zeros({2})); }, {"Custom", "\"w\"", "already taken"});
+  expect_error([&] { m.register_buffer("a.b", zeros({2})); }, {"Custom", "\"a.b\"", "'.'"});
+  expect_error([&] { m.forward(zeros({2})); }, {"Custom", "forward"});
+  auto net = std::make_shared<Net>();
+  std::string s = net->str();
+  EXPECT_NE(s.find("(fc): Linear(in_features=4, out_features=3, bias=true)"), std::string::npos) << s;
+  EXPECT_NE(s.find("(2): Linear(in_features=2, out_features=1, bias=false)"), std::string::npos) << s;
+}
+
+TEST(Module, ContainersIndexAndName) {
+  nn::ModuleList list;
+  list->push_back(nn::Linear(2, 2));
+  list->push_back(nn::ReLU());
+  EXPECT_EQ(list->size(), 2u);
+  EXPECT_EQ(list->at<nn::LinearImpl>(0)->weight.sizes(), (Shape{2, 2}));
+  expect_error([&] { list->at<nn::LinearImpl>(1); }, {"ModuleList", "ReLU"});
+  expect_error([&] { (*list)[5]; }, {"index 5", "2 modules"});
+  nn::ModuleDict dict;
+  dict->insert("enc", nn::Linear(2, 3));
+  EXPECT_TRUE(dict->contains("enc"));
+  EXPECT_EQ(dict->keys(), (std::vector<std::string>{"enc"}));
+  expect_error([&] { (*dict)["dec"]; }, {"ModuleDict", "dec"});
+  EXPECT_EQ(names_of(dict->named_parameters()), (std::vector<std::string>{"enc.weight", "enc.bias"}));
+}
+
+}  // namespace
+}  // namespace kiln
