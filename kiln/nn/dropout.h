@@ -1,4 +1,4 @@
-// Dropout and LayerNorm.
+// Dropout.
 #pragma once
 
 #include "kiln/nn/module.h"
@@ -16,20 +16,5 @@ class DropoutImpl : public Module {
   double p_;
 };
 using Dropout = ModuleHolder<DropoutImpl>;
-
-// Normalizes over the last dims (normalized_shape) to mean 0 and variance 1, then scales and shifts by the
-// learned weight (ones) and bias (zeros) when elementwise_affine.
-class LayerNormImpl : public Module {
- public:
-  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
-  Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-  Tensor weight, bias;
-
- private:
-  Shape normalized_shape_;
-  double eps_;
-};
-using LayerNorm = ModuleHolder<LayerNormImpl>;
 
 }  // namespace kiln::nn

@@ -23,6 +23,37 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
 // indices: int64 of any shape; weight: (num_embeddings, D) -> (*indices.shape, D)
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
+// ---- convolution, pooling, normalization ----
+// Two sizes (height, width); one number means both.
+struct Pair {
+  int64_t h, w;
+  Pair(int64_t both) : h(both), w(both) {}  // NOLINT: conv2d(x, w, b, 2) reads as PyTorch's stride=2
+  Pair(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+};
+// x: (N, C, H, W), weight: (O, C / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
+// OH = (H + 2 ph - dh (kh - 1) - 1) / sh + 1. im2col + GEMM: the patches are a strided view (unfold), copied
+// into a (N OH OW, C kh kw) matrix and multiplied by the weight.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = 1, Pair padding = 0,
+              Pair dilation = 1, int64_t groups = 1);
+// x: (N, C, L), weight: (O, C / groups, k) -> (N, O, OL)
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+// x: (N, C, H, W) (or (C, H, W)); padding is implicit -inf; the gradient goes to the first maximum of a window.
+Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
+                  Pair dilation = 1);
+// count_include_pad: padded zeros count in the mean (PyTorch's default).
+Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
+                  bool count_include_pad = true);
+// Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)).
+Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+// x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
+// ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// x: (N, C, ...): normalizes each of num_groups groups of C / num_groups channels (with all their positions).
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+
 // ---- losses ----
 struct CrossEntropyOptions {
   Tensor weight;                 // (C) per-class weights, or undefined

@@ -3,8 +3,10 @@
 
 #include "kiln/nn/activation.h"
 #include "kiln/nn/container.h"
+#include "kiln/nn/conv.h"
 #include "kiln/nn/dropout.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
+#include "kiln/nn/normalization.h"

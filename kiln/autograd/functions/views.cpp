@@ -137,29 +137,30 @@ Tensor Tensor::diagonal(int64_t offset, int64_t d0, int64_t d1) const {
                       [=](const Tensor& t) { return t.diagonal(offset, d0, d1); });
 }
 
-// unfold: windows that do not overlap pick elements; overlapping ones (step < size) see an element several
-// times, so their gradient adds up window by window.
+// unfold: windows that do not overlap pick elements. Overlapping ones (step < size: a convolution's patches)
+// see an element several times, so their gradient adds up. Element j of every window comes from positions
+// j, j + step, j + 2 step, ... of dim d: one strided slice. So the gradient is `size` strided adds, each over
+// 1/size of g. When backward is itself recorded (create_graph), it is a scatter-add of g at the positions the
+// windows read instead, which is differentiable.
 Tensor Tensor::unfold(int64_t dim, int64_t size, int64_t step) const {
   Tensor out = ops::unfold(*this, dim, size, step);
   if (!should_record(*this)) return out;
   if (step >= size || this->dim() == 0)
     return picking_view("unfold", *this, out, [=](const Tensor& t) { return t.unfold(dim, size, step); });
   int64_t d = wrap_dim(dim, this->dim(), "unfold");
-  record("unfold", out, {*this}, [shape = sizes(), d, size, step](const Tensor& g, const OpNode&) {
-    // g: (..., windows, ..., size); window w covers [w step, w step + size) of dim d: move its last dim back to
-    // d, pad it to the input's extent, and add.
-    int64_t ndim = static_cast<int64_t>(shape.size()), n = shape[d];
-    std::vector<int64_t> order;
-    for (int64_t i = 0; i < ndim; ++i) order.push_back(i < d ? i : (i == d ? ndim - 1 : i - 1));
-    Tensor grad;
-    for (int64_t w = 0; w < g.size(d); ++w) {
-      std::vector<int64_t> pads(2 * static_cast<size_t>(ndim - 1 - d), 0);
-      pads.push_back(w * step);
-      pads.push_back(n - w * step - size);
-      Tensor part = pad(g.select(d, w).permute(order), pads, 0);
-      grad = grad.defined() ? grad + part : part;
+  record("unfold", out, {*this}, [in_shape = sizes(), d, size, step](const Tensor& g, const OpNode&) {
+    TensorOptions like = TensorOptions(g.dtype()).device(g.device());
+    int64_t windows = g.size(d);
+    if (autograd::GradMode::is_enabled()) {
+      Tensor flat_positions = ops::view(arange(shape_numel(in_shape), TensorOptions(kInt64).device(g.device())), in_shape);
+      Tensor positions = ops::reshape(ops::unfold(flat_positions, d, size, step), {-1});
+      return TensorList{index_add(zeros({shape_numel(in_shape)}, like), 0, positions, g.reshape({-1})).view(in_shape)};
     }
-    if (!grad.defined()) grad = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
+    Tensor grad = zeros(in_shape, like);
+    for (int64_t j = 0; j < size; ++j) {
+      Tensor dst = ops::slice(grad, d, j, j + (windows - 1) * step + 1, step);
+      ops::add_(dst, ops::select(g, -1, j));
+    }
     return TensorList{grad};
   });
   return out;

@@ -1,0 +1,74 @@
+#include "kiln/nn/conv.h"
+
+#include <cmath>
+
+#include "kiln/nn/init.h"
+
+namespace kiln::nn {
+
+namespace {
+std::string pair_str(functional::Pair p) { return detail::concat("(", p.h, ", ", p.w, ")"); }
+
+// PyTorch's default for convolutions: kaiming_uniform(a = sqrt(5)) on the weight, i.e. uniform in
+// +-1/sqrt(fan_in), and the bias uniform in the same bound.
+void reset_conv(const Tensor& weight, const Tensor& bias) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    double bound = 1.0 / std::sqrt(static_cast<double>(init::fans(weight).first));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+}  // namespace
+
+Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel, Conv2dOptions options)
+    : Module("Conv2d"), options_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.h > 0 && kernel.w > 0, "Conv2d: channels and kernel size "
+             "must be positive, got ", in_channels, ", ", out_channels, " and ", pair_str(kernel));
+  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "Conv2d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
+             options.groups);
+  weight = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel.h, kernel.w}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_conv(weight, bias);
+}
+
+Tensor Conv2dImpl::forward(const Tensor& x) {
+  return functional::conv2d(x, weight, bias, options_.stride, options_.padding, options_.dilation, options_.groups);
+}
+
+std::string Conv2dImpl::extra_repr() const {
+  return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=",
+                        pair_str({weight.size(2), weight.size(3)}), ", stride=", pair_str(options_.stride),
+                        ", padding=", pair_str(options_.padding), options_.groups > 1 ? ", groups=" : "",
+                        options_.groups > 1 ? std::to_string(options_.groups) : "", bias.defined() ? "" : ", bias=false");
+}
+
+Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, Conv1dOptions options)
+    : Module("Conv1d"), options_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv1d: channels and kernel size must be positive");
+  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "Conv1d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
+             options.groups);
+  weight = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_conv(weight, bias);
+}
+
+Tensor Conv1dImpl::forward(const Tensor& x) {
+  return functional::conv1d(x, weight, bias, options_.stride, options_.padding, options_.dilation, options_.groups);
+}
+
+std::string Conv1dImpl::extra_repr() const {
+  return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=", weight.size(2),
+                        ", stride=", options_.stride, ", padding=", options_.padding);
+}
+
+std::string MaxPool2dImpl::extra_repr() const {
+  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
+}
+std::string AvgPool2dImpl::extra_repr() const {
+  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
+}
+std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
+
+}  // namespace kiln::nn

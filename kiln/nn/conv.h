@@ -1,0 +1,86 @@
+// Conv1d, Conv2d and the pooling layers.
+#pragma once
+
+#include <optional>
+
+#include "kiln/nn/functional.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::nn {
+
+struct Conv2dOptions {
+  functional::Pair stride = 1, padding = 0, dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+};
+
+// x: (N, C, H, W) -> (N, O, OH, OW); weight (O, C / groups, kh, kw), bias (O). Initialized as PyTorch's:
+// uniform in +-1/sqrt(C / groups * kh * kw).
+class Conv2dImpl : public Module {
+ public:
+  Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel_size, Conv2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  Conv2dOptions options_;
+};
+using Conv2d = ModuleHolder<Conv2dImpl>;
+
+struct Conv1dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+// x: (N, C, L) -> (N, O, OL); weight (O, C / groups, k).
+class Conv1dImpl : public Module {
+ public:
+  Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  Conv1dOptions options_;
+};
+using Conv1d = ModuleHolder<Conv1dImpl>;
+
+class MaxPool2dImpl : public Module {
+ public:
+  explicit MaxPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+                         functional::Pair padding = 0)
+      : Module("MaxPool2d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
+  Tensor forward(const Tensor& x) override { return functional::max_pool2d(x, kernel_, stride_, padding_); }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair kernel_, stride_, padding_;
+};
+using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
+
+class AvgPool2dImpl : public Module {
+ public:
+  explicit AvgPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+                         functional::Pair padding = 0)
+      : Module("AvgPool2d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
+  Tensor forward(const Tensor& x) override { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair kernel_, stride_, padding_;
+};
+using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
+
+class AdaptiveAvgPool2dImpl : public Module {
+ public:
+  explicit AdaptiveAvgPool2dImpl(functional::Pair output_size) : Module("AdaptiveAvgPool2d"), size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_avg_pool2d(x, size_); }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair size_;
+};
+using AdaptiveAvgPool2d = ModuleHolder<AdaptiveAvgPool2dImpl>;
+
+}  // namespace kiln::nn

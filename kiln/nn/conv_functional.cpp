@@ -1,0 +1,193 @@
+// Convolution and pooling as composites of views and GEMM: the patches of x are a strided view (unfold along
+// height, then width), so each op is a copy of that view into a matrix and a product or a reduction; their
+// gradients come from the ops they are made of (the unfold's gradient adds overlapping patches back up).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kiln/nn/functional.h"
+
+namespace kiln::nn::functional {
+
+namespace {
+struct Geometry {
+  int64_t oh, ow;
+};
+
+// x padded and cut into windows: (N, C, OH, OW, kh, kw).
+Tensor windows(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation,
+               double pad_value, Geometry* g) {
+  KILN_CHECK(x.dim() == 4, op, ": expected input (N, C, H, W), got ", shape_str(x.sizes()));
+  KILN_CHECK(kernel.h > 0 && kernel.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 &&
+                 padding.h >= 0 && padding.w >= 0,
+             op, ": kernel, stride and dilation must be positive and padding non-negative");
+  int64_t ekh = dilation.h * (kernel.h - 1) + 1, ekw = dilation.w * (kernel.w - 1) + 1;  // the window's extent
+  int64_t H = x.size(2) + 2 * padding.h, W = x.size(3) + 2 * padding.w;
+  KILN_CHECK(H >= ekh && W >= ekw, op, ": input of shape ", shape_str(x.sizes()), " with padding (", padding.h, ", ",
+             padding.w, ") is smaller than the kernel's extent (", ekh, ", ", ekw, ")");
+  g->oh = (H - ekh) / stride.h + 1;
+  g->ow = (W - ekw) / stride.w + 1;
+  Tensor xp = (padding.h || padding.w) ? pad(x, {padding.w, padding.w, padding.h, padding.h}, pad_value) : x;
+  Tensor p = xp.unfold(2, ekh, stride.h).unfold(3, ekw, stride.w);  // (N, C, OH, OW, ekh, ekw)
+  if (dilation.h > 1) p = p.slice(4, 0, std::nullopt, dilation.h);
+  if (dilation.w > 1) p = p.slice(5, 0, std::nullopt, dilation.w);
+  return p;
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding, Pair dilation,
+              int64_t groups) {
+  KILN_CHECK(weight.dim() == 4, "conv2d: weight must be (out_channels, in_channels / groups, kh, kw), got ",
+             shape_str(weight.sizes()));
+  KILN_CHECK(groups >= 1 && weight.size(0) % groups == 0, "conv2d: out_channels ", weight.size(0),
+             " is not divisible by groups ", groups);
+  KILN_CHECK(x.dim() == 4 && x.size(1) == weight.size(1) * groups, "conv2d: input of shape ", shape_str(x.sizes()),
+             " needs ", weight.size(1) * groups, " channels for weight ", shape_str(weight.sizes()), " and groups ",
+             groups);
+  KILN_CHECK(!bias.defined() || bias.sizes() == Shape{weight.size(0)}, "conv2d: bias must be (", weight.size(0),
+             "), got ", shape_str(bias.sizes()));
+  const int64_t N = x.size(0), O = weight.size(0), kh = weight.size(2), kw = weight.size(3), G = groups;
+  const int64_t cg = x.size(1) / G;  // input channels per group
+  Geometry geo{};
+  Tensor p = windows("conv2d", x, {kh, kw}, stride, padding, dilation, 0.0, &geo);  // (N, C, OH, OW, kh, kw)
+  const int64_t rows = N * geo.oh * geo.ow, k = cg * kh * kw;
+  if (G == 1) {
+    // im2col: the patches as rows (N OH OW, C kh kw), times the weight as columns (C kh kw, O).
+    Tensor cols = p.permute({0, 2, 3, 1, 4, 5}).reshape({rows, k});
+    Tensor w = weight.reshape({O, k}).t();
+    Tensor y = bias.defined() ? addmm(bias, cols, w) : mm(cols, w);  // (N OH OW, O)
+    return y.view({N, geo.oh, geo.ow, O}).permute({0, 3, 1, 2}).contiguous();
+  }
+  // Groups: one product per group, batched.
+  Tensor cols = p.view({N, G, cg, geo.oh, geo.ow, kh, kw}).permute({1, 0, 3, 4, 2, 5, 6}).reshape({G, rows, k});
+  Tensor w = weight.reshape({G, O / G, k}).transpose(1, 2);  // (G, k, O/G)
+  Tensor y = bmm(cols, w);                                   // (G, N OH OW, O/G)
+  y = y.view({G, N, geo.oh, geo.ow, O / G}).permute({1, 0, 4, 2, 3}).reshape({N, O, geo.oh, geo.ow});
+  return bias.defined() ? y + bias.view({1, O, 1, 1}) : y;
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  KILN_CHECK(x.dim() == 3 && weight.dim() == 3, "conv1d: expected input (N, C, L) and weight (O, C / groups, k), got ",
+             shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
+  Tensor y = conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, {1, stride}, {0, padding}, {1, dilation}, groups);
+  return y.squeeze(2);
+}
+
+namespace {
+// Pooling accepts (C, H, W) too, as PyTorch does.
+Tensor batched(const Tensor& x, bool* added) {
+  *added = x.dim() == 3;
+  return *added ? x.unsqueeze(0) : x;
+}
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, Pair dilation) {
+  KILN_CHECK(padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w, "max_pool2d: padding (", padding.h, ", ",
+             padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
+  bool added;
+  Tensor x = batched(x_in, &added);
+  Geometry geo{};
+  Tensor p = windows("max_pool2d", x, kernel, stride.value_or(kernel), padding, dilation,
+                     -std::numeric_limits<double>::infinity(), &geo);
+  Tensor flat = p.reshape({x.size(0), x.size(1), geo.oh, geo.ow, kernel.h * kernel.w});
+  Tensor y = max(flat, -1).first;
+  return added ? y.squeeze(0) : y;
+}
+
+Tensor avg_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, bool count_include_pad) {
+  bool added;
+  Tensor x = batched(x_in, &added);
+  Geometry geo{};
+  Pair s = stride.value_or(kernel);
+  Tensor p = windows("avg_pool2d", x, kernel, s, padding, 1, 0.0, &geo);
+  Tensor y;
+  if (count_include_pad || (padding.h == 0 && padding.w == 0)) {
+    y = p.mean({4, 5});
+  } else {  // divide by the number of real (unpadded) elements in each window
+    Tensor ones_x = ones({1, 1, x.size(2), x.size(3)}, TensorOptions(x.dtype()).device(x.device()));
+    Geometry g2{};
+    Tensor count = windows("avg_pool2d", ones_x, kernel, s, padding, 1, 0.0, &g2).sum({4, 5});
+    y = p.sum({4, 5}) / count;
+  }
+  return added ? y.squeeze(0) : y;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x_in, Pair output_size) {
+  bool added;
+  Tensor x = batched(x_in, &added);
+  KILN_CHECK(x.dim() == 4 && output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: expected input (N, C, H, W) "
+             "and a positive output size, got ", shape_str(x_in.sizes()));
+  int64_t H = x.size(2), W = x.size(3);
+  Tensor y;
+  if (H % output_size.h == 0 && W % output_size.w == 0) {
+    Pair k{H / output_size.h, W / output_size.w};
+    y = avg_pool2d(x, k, k);
+  } else {  // uneven bins: one mean per output cell
+    std::vector<Tensor> rows;
+    for (int64_t i = 0; i < output_size.h; ++i) {
+      int64_t h0 = i * H / output_size.h, h1 = ((i + 1) * H + output_size.h - 1) / output_size.h;
+      std::vector<Tensor> cells;
+      for (int64_t j = 0; j < output_size.w; ++j) {
+        int64_t w0 = j * W / output_size.w, w1 = ((j + 1) * W + output_size.w - 1) / output_size.w;
+        cells.push_back(x.narrow(2, h0, h1 - h0).narrow(3, w0, w1 - w0).mean({2, 3}));
+      }
+      rows.push_back(stack(cells, 2));  // (N, C, OW)
+    }
+    y = stack(rows, 2);  // (N, C, OH, OW)
+  }
+  return added ? y.squeeze(0) : y;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  KILN_CHECK(x.dim() >= 2, "batch_norm: expected input (N, C, ...), got ", shape_str(x.sizes()));
+  const int64_t C = x.size(1);
+  Shape stat_shape(static_cast<size_t>(x.dim()), 1);
+  stat_shape[1] = C;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  Tensor y;
+  if (training) {
+    int64_t count = x.numel() / C;
+    KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got input of shape ",
+               shape_str(x.sizes()));
+    Tensor mean = x.mean(dims, /*keepdim=*/true);
+    Tensor centered = x - mean;
+    Tensor var = (centered * centered).mean(dims, true);  // biased: what normalizes the batch
+    y = centered * rsqrt(var + eps);
+    if (running_mean.defined()) {
+      NoGradGuard no_grad;
+      Tensor rm = running_mean, rv = running_var;
+      ops::mul_(rm, 1 - momentum);
+      ops::add_(rm, ops::reshape(mean, {C}), momentum);
+      ops::mul_(rv, 1 - momentum);
+      // the running variance is the unbiased one, as PyTorch keeps it
+      ops::add_(rv, ops::reshape(var, {C}), momentum * static_cast<double>(count) / static_cast<double>(count - 1));
+    }
+  } else {
+    KILN_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
+    y = (x - running_mean.view(stat_shape)) * rsqrt(running_var.view(stat_shape) + eps);
+  }
+  if (weight.defined()) y = y * weight.view(stat_shape);
+  if (bias.defined()) y = y + bias.view(stat_shape);
+  return y;
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  KILN_CHECK(x.dim() >= 2 && num_groups > 0 && x.size(1) % num_groups == 0, "group_norm: ", x.dim() >= 2 ? x.size(1) : 0,
+             " channels cannot be split into ", num_groups, " groups (input ", shape_str(x.sizes()), ")");
+  const int64_t N = x.size(0), C = x.size(1);
+  Tensor g = x.reshape({N, num_groups, -1});
+  Tensor centered = g - g.mean({2}, true);
+  Tensor var = (centered * centered).mean({2}, true);
+  Tensor y = (centered * rsqrt(var + eps)).view(x.sizes());
+  Shape stat_shape(static_cast<size_t>(x.dim()), 1);
+  stat_shape[1] = C;
+  if (weight.defined()) y = y * weight.view(stat_shape);
+  if (bias.defined()) y = y + bias.view(stat_shape);
+  return y;
+}
+
+}  // namespace kiln::nn::functional

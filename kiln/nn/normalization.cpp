@@ -1,0 +1,77 @@
+#include "kiln/nn/normalization.h"
+
+#include "kiln/nn/functional.h"
+
+namespace kiln::nn {
+
+BatchNormImpl::BatchNormImpl(const char* type_name, int64_t num_features, BatchNormOptions options,
+                             int64_t dims_lo, int64_t dims_hi)
+    : Module(type_name), options_(options), dims_lo_(dims_lo), dims_hi_(dims_hi) {
+  KILN_CHECK(num_features > 0, type_name, ": num_features must be positive, got ", num_features);
+  if (options.affine) {
+    weight = register_parameter("weight", ones({num_features}));
+    bias = register_parameter("bias", zeros({num_features}));
+  }
+  if (options.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({num_features}));
+    running_var = register_buffer("running_var", ones({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+}
+
+Tensor BatchNormImpl::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() >= dims_lo_ && x.dim() <= dims_hi_, type_name(), ": expected ",
+             dims_lo_ == dims_hi_ ? detail::concat(dims_lo_) : detail::concat(dims_lo_, " or ", dims_hi_),
+             "-D input, got shape ", shape_str(x.sizes()));
+  int64_t C = weight.defined() ? weight.size(0) : running_mean.size(0);
+  KILN_CHECK(x.size(1) == C, type_name(), ": expected ", C, " channels in dim 1, got shape ", shape_str(x.sizes()));
+  bool use_batch = is_training() || !running_mean.defined();
+  if (is_training() && num_batches_tracked.defined()) {
+    NoGradGuard no_grad;
+    Tensor n = num_batches_tracked;
+    ops::add_(n, 1);
+  }
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch,
+                                options_.momentum, options_.eps);
+}
+
+std::string BatchNormImpl::extra_repr() const {
+  int64_t C = weight.defined() ? weight.size(0) : running_mean.size(0);
+  return detail::concat(C, ", eps=", options_.eps, ", momentum=", options_.momentum,
+                        ", affine=", options_.affine ? "true" : "false",
+                        ", track_running_stats=", options_.track_running_stats ? "true" : "false");
+}
+
+GroupNormImpl::GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps, bool affine)
+    : Module("GroupNorm"), groups_(num_groups), eps_(eps) {
+  KILN_CHECK(num_groups > 0 && num_channels % num_groups == 0, "GroupNorm: ", num_channels,
+             " channels cannot be split into ", num_groups, " groups");
+  if (affine) {
+    weight = register_parameter("weight", ones({num_channels}));
+    bias = register_parameter("bias", zeros({num_channels}));
+  }
+}
+
+Tensor GroupNormImpl::forward(const Tensor& x) { return functional::group_norm(x, groups_, weight, bias, eps_); }
+
+std::string GroupNormImpl::extra_repr() const { return detail::concat(groups_, ", eps=", eps_); }
+
+LayerNormImpl::LayerNormImpl(Shape normalized_shape, double eps, bool elementwise_affine)
+    : Module("LayerNorm"), normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  KILN_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(normalized_shape_));
+    bias = register_parameter("bias", zeros(normalized_shape_));
+  }
+}
+
+Tensor LayerNormImpl::forward(const Tensor& x) {
+  return functional::layer_norm(x, normalized_shape_, weight, bias, eps_);
+}
+
+std::string LayerNormImpl::extra_repr() const {
+  return detail::concat(shape_str(normalized_shape_), ", eps=", eps_, ", elementwise_affine=",
+                        weight.defined() ? "true" : "false");
+}
+
+}  // namespace kiln::nn
