@@ -1,0 +1,91 @@
+// Adam's and AdamW's update; see adam.h for the formula. The two differ only in where weight decay goes.
+#include "kiln/optim/adam.h"
+
+#include <cmath>
+
+#include "kiln/optim/option_util.h"
+
+namespace kiln::optim {
+
+std::map<std::string, double> Adam::to_map(const AdamOptions& o) {
+  return {{"lr", o.lr},
+          {"beta1", o.betas.first},
+          {"beta2", o.betas.second},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+AdamOptions Adam::from_map(const std::map<std::string, double>& m, const char* op) {
+  AdamOptions o;
+  o.lr = option(m, op, "lr");
+  o.betas = {option(m, op, "beta1"), option(m, op, "beta2")};
+  o.eps = option(m, op, "eps");
+  o.weight_decay = option(m, op, "weight_decay");
+  o.amsgrad = option(m, op, "amsgrad") != 0.0;
+  o.maximize = option(m, op, "maximize") != 0.0;
+  return o;
+}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay)
+    : decoupled_(decoupled_weight_decay) {
+  add_param_group(std::move(params), to_map(options));
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : Adam(std::move(params), convert(options), true) {}
+
+void Adam::validate_options(const std::map<std::string, double>& m) const {
+  AdamOptions o = from_map(m, name());
+  check_non_negative(name(), "lr", o.lr);
+  check_non_negative(name(), "eps", o.eps);
+  check_unit_interval(name(), "beta1", o.betas.first);
+  check_unit_interval(name(), "beta2", o.betas.second);
+  check_non_negative(name(), "weight_decay", o.weight_decay);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (auto& group : groups_) {
+    AdamOptions o = from_map(group.options, name());
+    auto [beta1, beta2] = o.betas;
+    for (auto& p : group.params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = o.maximize ? neg(p.grad()) : p.grad();
+      ParamState& st = mutable_state(p);
+      if (st.tensors.empty()) {
+        st.scalars["step"] = 0;
+        st.tensors["exp_avg"] = zeros_like(p);
+        st.tensors["exp_avg_sq"] = zeros_like(p);
+        if (o.amsgrad) st.tensors["max_exp_avg_sq"] = zeros_like(p);
+      }
+      double step = ++st.scalars["step"];
+      if (o.weight_decay != 0) {
+        if (decoupled_) p.mul_(1.0 - o.lr * o.weight_decay);
+        else g = add(g, p, o.weight_decay);
+      }
+      Tensor& exp_avg = st.tensors["exp_avg"];
+      Tensor& exp_avg_sq = st.tensors["exp_avg_sq"];
+      exp_avg.copy_(lerp(exp_avg, g, 1.0 - beta1));
+      exp_avg_sq.mul_(beta2).add_(mul(g, g), 1.0 - beta2);
+
+      double bias_correction1 = 1.0 - std::pow(beta1, step);
+      double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
+      double step_size = o.lr / bias_correction1;
+      Tensor second = exp_avg_sq;
+      if (o.amsgrad) {
+        // Created here too when amsgrad is switched on for a group after its first steps.
+        auto it = st.tensors.find("max_exp_avg_sq");
+        if (it == st.tensors.end()) it = st.tensors.emplace("max_exp_avg_sq", zeros_like(p)).first;
+        it->second.copy_(maximum(it->second, exp_avg_sq));
+        second = it->second;
+      }
+      Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
+      p.add_(div(exp_avg, denom), -step_size);
+    }
+  }
+}
+
+}  // namespace kiln::optim

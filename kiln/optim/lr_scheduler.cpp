@@ -1,0 +1,292 @@
+// The LR schedulers; see lr_scheduler.h for each one's closed form.
+#include "kiln/optim/lr_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace kiln::optim {
+
+// ---- LRScheduler ----
+
+LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
+  for (auto& g : optimizer_.param_groups()) {
+    // The first scheduler made on an optimizer records each group's starting lr; later ones reuse it.
+    if (!g.options.count("initial_lr")) g.options["initial_lr"] = g.lr();
+    base_lrs_.push_back(g.get("initial_lr"));
+  }
+}
+
+void LRScheduler::step() {
+  ++last_epoch_;
+  auto& groups = optimizer_.param_groups();
+  KILN_CHECK(groups.size() == base_lrs_.size(), name(), ": the optimizer has ", groups.size(),
+             " parameter groups, but the scheduler was made for ", base_lrs_.size());
+  last_lrs_.assign(groups.size(), 0.0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    last_lrs_[g] = lr_at(last_epoch_, g);
+    groups[g].set_lr(last_lrs_[g]);
+  }
+  apply_extras(last_epoch_);
+}
+
+SchedulerState LRScheduler::state_dict() const {
+  SchedulerState s;
+  s["last_epoch"] = static_cast<double>(last_epoch_);
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    s["base_lrs." + std::to_string(g)] = base_lrs_[g];
+    s["last_lrs." + std::to_string(g)] = g < last_lrs_.size() ? last_lrs_[g] : base_lrs_[g];
+  }
+  return s;
+}
+
+namespace {
+double state_value(const SchedulerState& s, const char* op, const std::string& key) {
+  auto it = s.find(key);
+  KILN_CHECK(it != s.end(), op, ".load_state_dict: '", key, "' is missing");
+  return it->second;
+}
+}  // namespace
+
+void LRScheduler::load_state_dict(const SchedulerState& s) {
+  int64_t epoch = static_cast<int64_t>(state_value(s, name(), "last_epoch"));
+  std::vector<double> base(base_lrs_.size()), last(base_lrs_.size());
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    base[g] = state_value(s, name(), "base_lrs." + std::to_string(g));
+    last[g] = state_value(s, name(), "last_lrs." + std::to_string(g));
+  }
+  KILN_CHECK(!s.count("base_lrs." + std::to_string(base_lrs_.size())), name(),
+             ".load_state_dict: the state has more parameter groups than the scheduler's ", base_lrs_.size());
+  last_epoch_ = epoch;
+  base_lrs_ = std::move(base);
+  last_lrs_ = std::move(last);
+}
+
+// ---- StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR ----
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer), step_size_(step_size), gamma_(gamma) {
+  KILN_CHECK(step_size >= 1, "StepLR: step_size must be >= 1, got ", step_size);
+  initial_step();
+}
+
+double StepLR::lr_at(int64_t epoch, size_t group) const {
+  return base_lrs_[group] * std::pow(gamma_, static_cast<double>(epoch / step_size_));
+}
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer), milestones_(std::move(milestones)), gamma_(gamma) {
+  std::sort(milestones_.begin(), milestones_.end());
+  initial_step();
+}
+
+double MultiStepLR::lr_at(int64_t epoch, size_t group) const {
+  auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+  return base_lrs_[group] * std::pow(gamma_, static_cast<double>(passed));
+}
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler(optimizer), gamma_(gamma) {
+  initial_step();
+}
+
+double ExponentialLR::lr_at(int64_t epoch, size_t group) const {
+  return base_lrs_[group] * std::pow(gamma_, static_cast<double>(epoch));
+}
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer), T_max_(T_max), eta_min_(eta_min) {
+  KILN_CHECK(T_max >= 1, "CosineAnnealingLR: T_max must be >= 1, got ", T_max);
+  initial_step();
+}
+
+double CosineAnnealingLR::lr_at(int64_t epoch, size_t group) const {
+  double t = static_cast<double>(epoch) / static_cast<double>(T_max_);
+  return eta_min_ + (base_lrs_[group] - eta_min_) * (1.0 + std::cos(std::numbers::pi * t)) / 2.0;
+}
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(optimizer), start_factor_(start_factor), end_factor_(end_factor), total_iters_(total_iters) {
+  KILN_CHECK(start_factor > 0 && start_factor <= 1, "LinearLR: start_factor must be in (0, 1], got ", start_factor);
+  KILN_CHECK(end_factor >= 0 && end_factor <= 1, "LinearLR: end_factor must be in [0, 1], got ", end_factor);
+  KILN_CHECK(total_iters >= 1, "LinearLR: total_iters must be >= 1, got ", total_iters);
+  initial_step();
+}
+
+double LinearLR::lr_at(int64_t epoch, size_t group) const {
+  double done = static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
+  return base_lrs_[group] * (start_factor_ + (end_factor_ - start_factor_) * done);
+}
+
+// ---- OneCycleLR ----
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleOptions options)
+    : LRScheduler(optimizer), options_(std::move(options)) {
+  const auto& o = options_;
+  KILN_CHECK(o.total_steps >= 1, "OneCycleLR: total_steps must be >= 1, got ", o.total_steps);
+  KILN_CHECK(o.max_lr >= 0, "OneCycleLR: max_lr must be >= 0, got ", o.max_lr);
+  KILN_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got ", o.pct_start);
+  KILN_CHECK(o.anneal_strategy == "cos" || o.anneal_strategy == "linear",
+             "OneCycleLR: anneal_strategy must be \"cos\" or \"linear\", got \"", o.anneal_strategy, "\"");
+  KILN_CHECK(o.div_factor > 0 && o.final_div_factor > 0, "OneCycleLR: div_factor and final_div_factor must be > 0, "
+             "got ", o.div_factor, " and ", o.final_div_factor);
+  double T = static_cast<double>(o.total_steps);
+  if (o.three_phase) {
+    phases_ = {{o.pct_start * T - 1, 0, 1, 0, 1}, {2 * o.pct_start * T - 2, 1, 0, 1, 0}, {T - 1, 0, 2, 0, 0}};
+  } else {
+    phases_ = {{o.pct_start * T - 1, 0, 1, 0, 1}, {T - 1, 1, 2, 1, 0}};
+  }
+  if (o.cycle_momentum) {
+    const auto& opts = optimizer.param_groups().front().options;
+    momentum_key_ = opts.count("beta1") ? "beta1" : opts.count("momentum") ? "momentum" : "";
+    KILN_CHECK(!momentum_key_.empty(), "OneCycleLR: cycle_momentum needs an optimizer with momentum or betas (",
+               optimizer.name(), " has neither); set cycle_momentum = false");
+  }
+  // Like PyTorch, OneCycleLR sets each group's initial lr itself instead of reading it.
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    base_lrs_[g] = o.max_lr / o.div_factor;
+    optimizer.param_groups()[g].options["initial_lr"] = base_lrs_[g];
+  }
+  initial_step();
+}
+
+double OneCycleLR::anneal_at(int64_t epoch, const double* values, bool momentum) const {
+  KILN_CHECK(epoch <= options_.total_steps, "OneCycleLR: tried to step ", epoch, " times; the cycle has only ",
+             options_.total_steps, " steps");
+  double step = static_cast<double>(epoch), start_step = 0;
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    const Phase& ph = phases_[i];
+    if (step <= ph.end_step || i + 1 == phases_.size()) {
+      double pct = (step - start_step) / (ph.end_step - start_step);
+      double from = values[momentum ? ph.m_from : ph.lr_from], to = values[momentum ? ph.m_to : ph.lr_to];
+      if (options_.anneal_strategy == "cos") return to + (from - to) / 2.0 * (std::cos(std::numbers::pi * pct) + 1);
+      return (to - from) * pct + from;
+    }
+    start_step = ph.end_step;
+  }
+  return values[0];  // not reached: the last phase always answers
+}
+
+double OneCycleLR::lr_at(int64_t epoch, size_t group) const {
+  double initial = options_.max_lr / options_.div_factor;
+  const double lrs[3] = {initial, options_.max_lr, initial / options_.final_div_factor};
+  return anneal_at(epoch, lrs, false);
+}
+
+double OneCycleLR::momentum_at(int64_t epoch) const {
+  const double moms[2] = {options_.max_momentum, options_.base_momentum};
+  return anneal_at(epoch, moms, true);
+}
+
+void OneCycleLR::apply_extras(int64_t epoch) {
+  if (!options_.cycle_momentum) return;
+  double m = momentum_at(epoch);
+  for (auto& g : optimizer_.param_groups()) g.options[momentum_key_] = m;
+}
+
+// ---- SequentialLR ----
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  KILN_CHECK(!schedulers_.empty(), "SequentialLR: needs at least one scheduler");
+  KILN_CHECK(milestones_.size() + 1 == schedulers_.size(), "SequentialLR: ", schedulers_.size(),
+             " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    KILN_CHECK(schedulers_[i] != nullptr, "SequentialLR: scheduler ", i, " is null");
+    KILN_CHECK(&schedulers_[i]->optimizer() == &optimizer, "SequentialLR: scheduler ", i, " (",
+               schedulers_[i]->name(), ") drives another optimizer");
+  }
+  for (size_t i = 0; i + 1 < milestones_.size(); ++i)
+    KILN_CHECK(milestones_[i] < milestones_[i + 1], "SequentialLR: milestones must increase, got ", milestones_[i],
+               " then ", milestones_[i + 1]);
+  initial_step();
+}
+
+std::pair<LRScheduler*, int64_t> SequentialLR::locate(int64_t epoch) const {
+  size_t idx = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+  int64_t local = idx == 0 ? epoch : epoch - milestones_[idx - 1];
+  return {schedulers_[idx].get(), local};
+}
+
+double SequentialLR::lr_at(int64_t epoch, size_t group) const {
+  auto [s, local] = locate(epoch);
+  return s->lr_at(local, group);
+}
+
+void SequentialLR::apply_extras(int64_t epoch) {
+  auto [s, local] = locate(epoch);
+  s->apply_extras(local);
+}
+
+// ---- ReduceLROnPlateau ----
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options)
+    : optimizer_(optimizer), options_(std::move(options)) {
+  const auto& o = options_;
+  KILN_CHECK(o.factor < 1.0 && o.factor >= 0, "ReduceLROnPlateau: factor must be in [0, 1), got ", o.factor);
+  KILN_CHECK(o.mode == "min" || o.mode == "max", "ReduceLROnPlateau: mode must be \"min\" or \"max\", got \"", o.mode,
+             "\"");
+  KILN_CHECK(o.threshold_mode == "rel" || o.threshold_mode == "abs",
+             "ReduceLROnPlateau: threshold_mode must be \"rel\" or \"abs\", got \"", o.threshold_mode, "\"");
+  KILN_CHECK(o.patience >= 0 && o.cooldown >= 0, "ReduceLROnPlateau: patience and cooldown must be >= 0, got ",
+             o.patience, " and ", o.cooldown);
+  KILN_CHECK(o.min_lr >= 0, "ReduceLROnPlateau: min_lr must be >= 0, got ", o.min_lr);
+  best_ = o.mode == "min" ? INFINITY : -INFINITY;
+  for (const auto& g : optimizer_.param_groups()) last_lrs_.push_back(g.lr());
+}
+
+bool ReduceLROnPlateau::is_better(double a) const {
+  const auto& o = options_;
+  if (o.mode == "min") return o.threshold_mode == "rel" ? a < best_ * (1.0 - o.threshold) : a < best_ - o.threshold;
+  return o.threshold_mode == "rel" ? a > best_ * (o.threshold + 1.0) : a > best_ + o.threshold;
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++last_epoch_;
+  if (is_better(metric)) {
+    best_ = metric;
+    num_bad_epochs_ = 0;
+  } else {
+    ++num_bad_epochs_;
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    num_bad_epochs_ = 0;  // bad epochs during cooldown do not count
+  }
+  if (num_bad_epochs_ > options_.patience) {
+    for (auto& g : optimizer_.param_groups()) {
+      double old_lr = g.lr(), new_lr = std::max(old_lr * options_.factor, options_.min_lr);
+      if (old_lr - new_lr > options_.eps) g.set_lr(new_lr);
+    }
+    cooldown_counter_ = options_.cooldown;
+    num_bad_epochs_ = 0;
+  }
+  last_lrs_.clear();
+  for (const auto& g : optimizer_.param_groups()) last_lrs_.push_back(g.lr());
+}
+
+SchedulerState ReduceLROnPlateau::state_dict() const {
+  SchedulerState s{{"best", best_},
+                   {"num_bad_epochs", static_cast<double>(num_bad_epochs_)},
+                   {"cooldown_counter", static_cast<double>(cooldown_counter_)},
+                   {"last_epoch", static_cast<double>(last_epoch_)}};
+  for (size_t g = 0; g < last_lrs_.size(); ++g) s["last_lrs." + std::to_string(g)] = last_lrs_[g];
+  return s;
+}
+
+void ReduceLROnPlateau::load_state_dict(const SchedulerState& s) {
+  const char* op = "ReduceLROnPlateau";
+  double best = state_value(s, op, "best");
+  auto bad = static_cast<int64_t>(state_value(s, op, "num_bad_epochs"));
+  auto cooldown = static_cast<int64_t>(state_value(s, op, "cooldown_counter"));
+  auto epoch = static_cast<int64_t>(state_value(s, op, "last_epoch"));
+  std::vector<double> last(last_lrs_.size());
+  for (size_t g = 0; g < last.size(); ++g) last[g] = state_value(s, op, "last_lrs." + std::to_string(g));
+  best_ = best;
+  num_bad_epochs_ = bad;
+  cooldown_counter_ = cooldown;
+  last_epoch_ = epoch;
+  last_lrs_ = std::move(last);
+}
+
+}  // namespace kiln::optim
