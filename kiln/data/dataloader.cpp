@@ -1,0 +1,236 @@
+// DataLoader: the epoch driver, the worker threads and default_collate.
+#include "kiln/data/dataloader.h"
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace kiln::data {
+
+Batch default_collate(std::vector<Example>&& examples) {
+  KILN_CHECK(!examples.empty(), "default_collate: no examples to collate");
+  size_t fields = examples[0].size();
+  for (size_t e = 1; e < examples.size(); ++e)
+    KILN_CHECK(examples[e].size() == fields, "default_collate: example ", e, " has ", examples[e].size(),
+               " fields but example 0 has ", fields);
+  Batch batch;
+  batch.reserve(fields);
+  std::vector<Tensor> parts(examples.size());
+  for (size_t k = 0; k < fields; ++k) {
+    const Tensor& first = examples[0][k];
+    for (size_t e = 0; e < examples.size(); ++e) {
+      const Tensor& t = examples[e][k];
+      KILN_CHECK(t.sizes() == first.sizes() && t.dtype() == first.dtype(), "default_collate: field ", k, " of example ",
+                 e, " is ", t.dtype(), " of shape ", shape_str(t.sizes()), " but example 0's is ", first.dtype(), " of shape ",
+                 shape_str(first.sizes()));
+      parts[e] = t;
+    }
+    batch.push_back(stack(parts, 0));
+  }
+  return batch;
+}
+
+namespace {
+
+// One built batch, or the error building it raised (as text: the consumer rethrows it as a kiln::Error).
+struct Result {
+  Batch batch;
+  bool failed = false;
+  std::string message;
+};
+
+}  // namespace
+
+// One epoch in progress.
+struct DataLoader::Run {
+  std::vector<int64_t> indices;
+  int64_t num_batches = 0;
+  int64_t next_batch = 0;  // the number of the next batch to hand out
+  bool done = false;
+  Batch current;
+
+  // Shared with the workers; guarded by mutex.
+  std::mutex mutex;
+  std::condition_variable ready_cv;  // the consumer waits for its batch here
+  std::condition_variable space_cv;  // workers wait for room in the window here
+  int64_t next_claim = 0;  // the number of the next batch a worker will take
+  int64_t window = 1;  // workers stay below next_batch + window
+  bool stop = false;
+  std::map<int64_t, Result> ready;
+  std::vector<std::thread> threads;
+};
+
+namespace {
+
+Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, int64_t batch_size, int64_t b,
+                   const CollateFn& collate) {
+  Result r;
+  size_t begin = static_cast<size_t>(b * batch_size);
+  size_t end = std::min(indices.size(), begin + static_cast<size_t>(batch_size));
+  try {
+    std::vector<Example> examples;
+    examples.reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) examples.push_back(dataset.get(indices[i]));
+    r.batch = collate ? collate(std::move(examples)) : default_collate(std::move(examples));
+  } catch (const std::exception& e) {
+    r.failed = true;
+    r.message = detail::concat("DataLoader: building batch ", b, " (sampler positions ", begin, "..", end - 1,
+                               ") failed: ", e.what());
+  } catch (...) {
+    r.failed = true;
+    r.message = detail::concat("DataLoader: building batch ", b, " failed with a non-standard exception");
+  }
+  return r;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options, std::shared_ptr<Sampler> sampler)
+    : dataset_(std::move(dataset)), options_(std::move(options)), sampler_(std::move(sampler)) {
+  KILN_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
+  KILN_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be at least 1, got ", options_.batch_size);
+  KILN_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be non-negative, got ", options_.num_workers);
+  KILN_CHECK(options_.prefetch_factor >= 1, "DataLoader: prefetch_factor must be at least 1, got ",
+             options_.prefetch_factor);
+  KILN_CHECK(!(sampler_ && options_.shuffle), "DataLoader: shuffle = true and a sampler were both given; ",
+             "shuffle only picks the default sampler");
+  if (!sampler_) {
+    if (options_.shuffle) {
+      own_random_sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
+      sampler_ = own_random_sampler_;
+    } else {
+      sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
+    }
+  }
+  state_.seed = options_.seed;
+}
+
+DataLoader::~DataLoader() { stop_run(); }
+
+int64_t DataLoader::size() const {
+  int64_t n = sampler_->size(), bs = options_.batch_size;
+  return options_.drop_last ? n / bs : (n + bs - 1) / bs;
+}
+
+void DataLoader::set_epoch(uint64_t epoch) {
+  stop_run();
+  state_.epoch = epoch;
+  state_.batches_yielded = 0;
+  resume_pending_ = false;
+}
+
+void DataLoader::set_state(const DataLoaderState& state) {
+  KILN_CHECK(state.batches_yielded >= 0 && state.batches_yielded <= size(), "DataLoader::set_state: batches_yielded ",
+             state.batches_yielded, " is out of range for an epoch of ", size(), " batches");
+  stop_run();
+  state_ = state;
+  options_.seed = state.seed;
+  if (own_random_sampler_) own_random_sampler_->set_seed(state.seed);
+  resume_pending_ = true;
+}
+
+void DataLoader::stop_run() {
+  if (!run_) return;
+  {
+    std::lock_guard<std::mutex> lock(run_->mutex);
+    run_->stop = true;
+  }
+  run_->space_cv.notify_all();
+  for (auto& t : run_->threads) t.join();
+  run_.reset();
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  stop_run();
+  int64_t start = 0;
+  if (resume_pending_) {
+    start = state_.batches_yielded;
+    resume_pending_ = false;
+  } else {
+    if (state_.batches_yielded > 0) ++state_.epoch;  // the previous epoch was left early
+    state_.batches_yielded = 0;
+  }
+  sampler_->set_epoch(state_.epoch);
+  dataset_->set_epoch(state_.epoch);
+  run_ = std::make_unique<Run>();
+  Run& run = *run_;
+  run.indices = sampler_->indices();
+  run.num_batches = size();
+  KILN_ASSERT(static_cast<int64_t>(run.indices.size()) == sampler_->size(), "sampler gave ", run.indices.size(),
+              " indices, its size() is ", sampler_->size());
+  run.next_batch = run.next_claim = start;
+  run.window = static_cast<int64_t>(options_.num_workers) * options_.prefetch_factor;
+  for (int w = 0; w < options_.num_workers; ++w) run.threads.emplace_back([this, &run] { worker_loop(run); });
+  fetch_next();
+  return Iterator(this);
+}
+
+void DataLoader::worker_loop(Run& run) {
+  for (;;) {
+    int64_t b;
+    {
+      std::unique_lock<std::mutex> lock(run.mutex);
+      run.space_cv.wait(lock, [&] {
+        return run.stop || run.next_claim >= run.num_batches || run.next_claim < run.next_batch + run.window;
+      });
+      if (run.stop || run.next_claim >= run.num_batches) return;
+      b = run.next_claim++;
+    }
+    Result r = build_batch(*dataset_, run.indices, options_.batch_size, b, options_.collate);
+    {
+      std::lock_guard<std::mutex> lock(run.mutex);
+      run.ready.emplace(b, std::move(r));
+    }
+    run.ready_cv.notify_all();
+  }
+}
+
+void DataLoader::fetch_next() {
+  Run& run = *run_;
+  if (run.next_batch >= run.num_batches) {
+    run.done = true;
+    run.current.clear();
+    state_.epoch += 1;
+    state_.batches_yielded = 0;
+    stop_run();
+    return;
+  }
+  Result r;
+  if (options_.num_workers == 0) {
+    r = build_batch(*dataset_, run.indices, options_.batch_size, run.next_batch, options_.collate);
+    ++run.next_batch;
+  } else {
+    {
+      std::unique_lock<std::mutex> lock(run.mutex);
+      run.ready_cv.wait(lock, [&] { return run.ready.count(run.next_batch) > 0; });
+      auto it = run.ready.find(run.next_batch);
+      r = std::move(it->second);
+      run.ready.erase(it);
+      ++run.next_batch;
+    }
+    run.space_cv.notify_all();
+  }
+  if (r.failed) {
+    stop_run();
+    throw Error(r.message);
+  }
+  run.current = std::move(r.batch);
+  state_.batches_yielded = run.next_batch;
+}
+
+Batch& DataLoader::Iterator::operator*() const {
+  KILN_CHECK(loader_->run_ && !loader_->run_->done, "DataLoader: dereferencing an iterator past the epoch's end");
+  return loader_->run_->current;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  KILN_CHECK(loader_->run_ && !loader_->run_->done, "DataLoader: advancing an iterator past the epoch's end");
+  loader_->fetch_next();
+  return *this;
+}
+
+bool DataLoader::Iterator::operator==(std::default_sentinel_t) const { return !loader_->run_ || loader_->run_->done; }
+
+}  // namespace kiln::data
