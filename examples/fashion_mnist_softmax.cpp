@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
       double accuracy = (predicted == y_test).to(kFloat32).mean().item<double>();
       std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.2f s\n", epoch, loss_sum / batches,
                   100 * accuracy, seconds);
+      std::fflush(stdout);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
