@@ -10,3 +10,4 @@
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/save.h"

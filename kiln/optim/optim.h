@@ -8,3 +8,4 @@
 #include "kiln/optim/optimizer.h"
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/sgd.h"
+#include "kiln/optim/save.h"
