@@ -6,6 +6,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
+#include "nn/nn_test_util.h"
 #include "tensor/test_util.h"
 
 namespace kiln {
@@ -15,10 +16,7 @@ using autograd::gradcheck;
 using nn::F::Pair;
 using test::expect_error;
 
-Tensor randn64(IntArrayRef shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, kFloat64, &g);
-}
+using test::randn64;
 
 // The definition: out[n][o][i][j] = b[o] + sum over c in o's group, u, v of
 // x[n][c][i sh - ph + u dh][j sw - pw + v dw] w[o][c - group start][u][v], out-of-range x being 0.

@@ -5,6 +5,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
+#include "nn/nn_test_util.h"
 #include "tensor/test_util.h"
 
 namespace kiln {
@@ -13,10 +14,7 @@ namespace {
 using autograd::gradcheck;
 using test::expect_error;
 
-Tensor randn64(IntArrayRef shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, kFloat64, &g);
-}
+using test::randn64;
 
 TEST(Linear, MatchesItsFormulaAndGradchecks) {
   auto lin = nn::Linear(5, 3);

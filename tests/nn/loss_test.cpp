@@ -7,6 +7,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
+#include "nn/nn_test_util.h"
 #include "tensor/test_util.h"
 
 namespace kiln {
@@ -16,10 +17,7 @@ using autograd::gradcheck;
 using nn::F::Reduction;
 using test::expect_error;
 
-Tensor randn64(IntArrayRef shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, kFloat64, &g);
-}
+using test::randn64;
 
 // Cross-entropy of one row of logits against a class, with PyTorch's label smoothing: (1 - eps) of
 // -w[t] logp[t] plus eps/C of -sum_c w[c] logp[c].

@@ -46,40 +46,30 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(parts, d);
 }
 
-std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  std::vector<Tensor> parts = ops::split(x, split_size, dim);
+namespace {
+// split and chunk while recording: the tensor layer's parts, remade as differentiable narrows of x.
+std::vector<Tensor> as_narrows(const Tensor& x, std::vector<Tensor> parts, int64_t dim, const char* op) {
   if (!should_record(x)) return parts;
-  int64_t d = wrap_dim(dim, x.dim(), "split"), offset = 0;
+  int64_t d = wrap_dim(dim, x.dim(), op), offset = 0;
   for (Tensor& p : parts) {
     int64_t len = p.size(d);
     p = x.narrow(d, offset, len);
     offset += len;
   }
   return parts;
+}
+}  // namespace
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  return as_narrows(x, ops::split(x, split_size, dim), dim, "split");
 }
 
 std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
-  std::vector<Tensor> parts = ops::split(x, sizes, dim);
-  if (!should_record(x)) return parts;
-  int64_t d = wrap_dim(dim, x.dim(), "split"), offset = 0;
-  for (Tensor& p : parts) {
-    int64_t len = p.size(d);
-    p = x.narrow(d, offset, len);
-    offset += len;
-  }
-  return parts;
+  return as_narrows(x, ops::split(x, sizes, dim), dim, "split");
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  std::vector<Tensor> parts = ops::chunk(x, chunks, dim);
-  if (!should_record(x)) return parts;
-  int64_t d = wrap_dim(dim, x.dim(), "chunk"), offset = 0;
-  for (Tensor& p : parts) {
-    int64_t len = p.size(d);
-    p = x.narrow(d, offset, len);
-    offset += len;
-  }
-  return parts;
+  return as_narrows(x, ops::chunk(x, chunks, dim), dim, "chunk");
 }
 
 // index_select: dx = zeros, with g added at the selected positions (repeats add up)
