@@ -46,12 +46,22 @@ uint64_t priority(const Node* n) {
   return is_accumulate_grad(n) ? std::numeric_limits<uint64_t>::max() : n->sequence_nr();
 }
 
+// Ready nodes with their priority, worked out once when a node becomes ready (not at every comparison of the
+// heap: that was a dynamic_cast per comparison on the engine's hottest path).
+using Ready = std::pair<uint64_t, std::shared_ptr<Node>>;
 struct LaterFirst {
-  bool operator()(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) const {
-    return priority(a.get()) < priority(b.get());
+  bool operator()(const Ready& a, const Ready& b) const { return a.first < b.first; }
+};
+struct ReadyQueue {
+  std::priority_queue<Ready, std::vector<Ready>, LaterFirst> heap;
+  void push(const std::shared_ptr<Node>& n) { heap.emplace(priority(n.get()), n); }
+  bool empty() const { return heap.empty(); }
+  std::shared_ptr<Node> pop() {
+    std::shared_ptr<Node> n = heap.top().second;
+    heap.pop();
+    return n;
   }
 };
-using ReadyQueue = std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst>;
 
 // True when a gradient of shape `grad` can come from broadcasting a tensor of shape `input`.
 bool expandable_to(const Shape& input, const Shape& grad) {
@@ -155,8 +165,7 @@ void run(GraphTask& task, const std::vector<Edge>& roots, std::vector<Tensor> ro
     if (task.dependencies[e.node.get()] == 0 && queued.insert(e.node.get()).second) ready.push(e.node);
 
   while (!ready.empty()) {
-    std::shared_ptr<Node> node = ready.top();
-    ready.pop();
+    std::shared_ptr<Node> node = ready.pop();
     TensorList grads;
     if (auto it = task.buffers.find(node.get()); it != task.buffers.end()) {
       grads = std::move(it->second);
