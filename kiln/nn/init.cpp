@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace kiln::nn::init {
 
@@ -123,6 +124,77 @@ void trunc_normal_(const Tensor& w, double mean, double std, double a, double b,
   for (int64_t i = 0; i < u.numel(); ++i)
     p[i] = std::clamp(mean + std * normal_quantile(std::clamp(p[i], 1e-300, 1 - 1e-16)), a, b);
   assign(w, u);
+}
+
+namespace {
+// The Q of a Householder QR of a (m, n) row-major matrix a, m >= n: the reduced (m, n) Q, column j multiplied by
+// the sign of R[j][j]. That sign fix makes the factorization the one with a positive diagonal R, which is unique,
+// so Q no longer depends on the QR routine's own sign conventions (LAPACK's or this one).
+std::vector<double> householder_q(std::vector<double> a, int64_t m, int64_t n) {
+  std::vector<std::vector<double>> reflectors(static_cast<size_t>(n));  // v_k, unit, over rows k..m-1
+  std::vector<double> r_diag(static_cast<size_t>(n));
+  auto at = [&](std::vector<double>& x, int64_t i, int64_t j) -> double& { return x[static_cast<size_t>(i * n + j)]; };
+  for (int64_t k = 0; k < n; ++k) {
+    std::vector<double>& v = reflectors[static_cast<size_t>(k)];
+    v.resize(static_cast<size_t>(m - k));
+    double norm = 0;
+    for (int64_t i = k; i < m; ++i) norm += at(a, i, k) * at(a, i, k);
+    norm = std::sqrt(norm);
+    // Reflect column k onto alpha e_k with alpha of the sign opposite to its first entry: v's first entry
+    // is then a sum of like-signed terms, never a cancellation.
+    double alpha = at(a, k, k) >= 0 ? -norm : norm;
+    for (int64_t i = k; i < m; ++i) v[static_cast<size_t>(i - k)] = at(a, i, k);
+    v[0] -= alpha;
+    double v_norm = 0;
+    for (double e : v) v_norm += e * e;
+    v_norm = std::sqrt(v_norm);
+    r_diag[static_cast<size_t>(k)] = alpha;
+    if (v_norm == 0) {  // column already zero below and on the diagonal: no reflection
+      std::fill(v.begin(), v.end(), 0.0);
+      continue;
+    }
+    for (double& e : v) e /= v_norm;
+    for (int64_t j = k; j < n; ++j) {  // a[k:, j] -= 2 v (v . a[k:, j])
+      double dot = 0;
+      for (int64_t i = k; i < m; ++i) dot += v[static_cast<size_t>(i - k)] * at(a, i, j);
+      for (int64_t i = k; i < m; ++i) at(a, i, j) -= 2 * dot * v[static_cast<size_t>(i - k)];
+    }
+  }
+  // Q = H_0 H_1 ... H_{n-1} applied to the first n columns of the identity, the last reflector first.
+  std::vector<double> q(static_cast<size_t>(m * n), 0.0);
+  for (int64_t j = 0; j < n; ++j) at(q, j, j) = 1.0;
+  for (int64_t k = n - 1; k >= 0; --k) {
+    const std::vector<double>& v = reflectors[static_cast<size_t>(k)];
+    for (int64_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (int64_t i = k; i < m; ++i) dot += v[static_cast<size_t>(i - k)] * at(q, i, j);
+      for (int64_t i = k; i < m; ++i) at(q, i, j) -= 2 * dot * v[static_cast<size_t>(i - k)];
+    }
+  }
+  // NOTE: PyTorch multiplies by sign(R[j][j]), which zeroes the column when R[j][j] == 0 (a rank-deficient
+  // draw, probability zero); here such a column keeps its sign.
+  for (int64_t j = 0; j < n; ++j)
+    if (r_diag[static_cast<size_t>(j)] < 0)
+      for (int64_t i = 0; i < m; ++i) at(q, i, j) = -at(q, i, j);
+  return q;
+}
+}  // namespace
+
+void orthogonal_(const Tensor& w, double gain, Generator* gen) {
+  KILN_CHECK(w.dim() >= 2, "orthogonal_: only tensors with 2 or more dims are supported, got shape ",
+             shape_str(w.sizes()));
+  if (w.numel() == 0) return;
+  const int64_t rows = w.size(0), cols = w.numel() / rows;
+  // QR needs a matrix at least as tall as wide: a wide one is factored transposed and Q transposed back.
+  const bool wide = rows < cols;
+  const int64_t m = wide ? cols : rows, n = wide ? rows : cols;
+  Tensor draw = empty({rows, cols}, TensorOptions(kFloat64));
+  kiln::normal_(draw, 0.0, 1.0, gen);
+  std::vector<double> q = householder_q((wide ? draw.t() : draw).contiguous().to_vector<double>(), m, n);
+  for (double& e : q) e *= gain;
+  Tensor result = tensor(q, {m, n}, TensorOptions(kFloat64));
+  if (wide) result = result.t();
+  assign(w, result.reshape(w.sizes()));
 }
 
 }  // namespace kiln::nn::init

@@ -30,5 +30,10 @@ void xavier_normal_(const Tensor& w, double gain = 1.0, Generator* gen = nullptr
 // Normal(mean, std) restricted to [a, b], drawn by inverting the normal CDF on a uniform draw.
 void trunc_normal_(const Tensor& w, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0,
                    Generator* gen = nullptr);
+// A (semi-)orthogonal matrix times gain, as PyTorch's: w seen as (rows, cols) = (size(0), numel / rows) gets the
+// Q of the QR factorization of a standard normal matrix (of the transposed shape when rows < cols, so Q is
+// never wider than tall), its columns' signs fixed by diag(R) so that Q is uniform over orthogonal matrices.
+// Orthonormal columns (rows >= cols) or rows (rows < cols). w needs at least 2 dims.
+void orthogonal_(const Tensor& w, double gain = 1.0, Generator* gen = nullptr);
 
 }  // namespace kiln::nn::init

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/nn/activation.h"
+#include "kiln/nn/attention.h"
 #include "kiln/nn/container.h"
 #include "kiln/nn/conv.h"
 #include "kiln/nn/dropout.h"
@@ -11,3 +12,4 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/save.h"
+#include "kiln/nn/transformer.h"
