@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/tensor/ops.h"
+#include "kiln/tensor/ops/conv.h"
 
 namespace kiln {
 
@@ -123,6 +124,12 @@ Tensor triu(const Tensor& x, int64_t k = 0);
 Tensor flip(const Tensor& x, IntArrayRef dims);
 Tensor repeat(const Tensor& x, IntArrayRef repeats);
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
+
+// ---- convolution and pooling (functions/conv.cpp); first-order gradients only ----
+// x (N, Cin, H, W), weight (Cout, Cin / groups, KH, KW), bias (Cout) or undefined -> (N, Cout, OH, OW)
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
+// x (N, C, H, W) -> {out (N, C, OH, OW), int64 indices of each max in its plane}; differentiable in out
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dParams& p);
 
 // ---- no gradient: the tensor layer's functions as they are ----
 using ops::all;

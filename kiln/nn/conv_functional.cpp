@@ -1,11 +1,15 @@
-// Convolution and pooling as composites of views and GEMM: the patches of x are a strided view (unfold along
-// height, then width), so each op is a copy of that view into a matrix and a product or a reduction; their
-// gradients come from the ops they are made of (the unfold's gradient adds overlapping patches back up).
+// Convolution and pooling. conv2d (and conv1d through it) and max_pool2d run as ops with kernels of their own
+// (kiln/tensor/ops/conv.h: im2col + GEMM on the CPU) wherever the device has those kernels. Everywhere else,
+// and as the reference the tests hold the kernels to, they are composites of views and GEMM: the patches of x
+// are a strided view (unfold along height, then width), so each op is a copy of that view into a matrix and a
+// product or a reduction; their gradients come from the ops they are made of (the unfold's gradient adds
+// overlapping patches back up). The composites also support double backward, the kernels do not.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kiln/nn/functional.h"
+#include "kiln/tensor/dispatch.h"
 
 namespace kiln::nn::functional {
 
@@ -14,9 +18,8 @@ struct Geometry {
   int64_t oh, ow;
 };
 
-// x padded and cut into windows: (N, C, OH, OW, kh, kw).
-Tensor windows(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation,
-               double pad_value, Geometry* g) {
+// Checks x (N, C, H, W) against a window geometry; the output size.
+Geometry check_geometry(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation) {
   KILN_CHECK(x.dim() == 4, op, ": expected input (N, C, H, W), got ", shape_str(x.sizes()));
   KILN_CHECK(kernel.h > 0 && kernel.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 &&
                  padding.h >= 0 && padding.w >= 0,
@@ -25,13 +28,26 @@ Tensor windows(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair p
   int64_t H = x.size(2) + 2 * padding.h, W = x.size(3) + 2 * padding.w;
   KILN_CHECK(H >= ekh && W >= ekw, op, ": input of shape ", shape_str(x.sizes()), " with padding (", padding.h, ", ",
              padding.w, ") is smaller than the kernel's extent (", ekh, ", ", ekw, ")");
-  g->oh = (H - ekh) / stride.h + 1;
-  g->ow = (W - ekw) / stride.w + 1;
+  return {(H - ekh) / stride.h + 1, (W - ekw) / stride.w + 1};
+}
+
+// x padded and cut into windows: (N, C, OH, OW, kh, kw).
+Tensor windows(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation,
+               double pad_value, Geometry* g) {
+  *g = check_geometry(op, x, kernel, stride, padding, dilation);
+  int64_t ekh = dilation.h * (kernel.h - 1) + 1, ekw = dilation.w * (kernel.w - 1) + 1;
   Tensor xp = (padding.h || padding.w) ? pad(x, {padding.w, padding.w, padding.h, padding.h}, pad_value) : x;
   Tensor p = xp.unfold(2, ekh, stride.h).unfold(3, ekw, stride.w);  // (N, C, OH, OW, ekh, ekw)
   if (dilation.h > 1) p = p.slice(4, 0, std::nullopt, dilation.h);
   if (dilation.w > 1) p = p.slice(5, 0, std::nullopt, dilation.w);
   return p;
+}
+
+// The kernels take floating tensors on a device that has all three conv kernels (forward and both backwards).
+bool use_conv_kernels(const Tensor& x, const Tensor& weight) {
+  DeviceType d = x.device().type;
+  return is_floating(x.dtype()) && is_floating(weight.dtype()) && has_kernel<Op::conv2d>(d) &&
+         has_kernel<Op::conv2d_backward_input>(d) && has_kernel<Op::conv2d_backward_weight>(d);
 }
 }  // namespace
 
@@ -48,6 +64,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
              "), got ", shape_str(bias.sizes()));
   const int64_t N = x.size(0), O = weight.size(0), kh = weight.size(2), kw = weight.size(3), G = groups;
   const int64_t cg = x.size(1) / G;  // input channels per group
+  if (use_conv_kernels(x, weight)) {
+    check_geometry("conv2d", x, {kh, kw}, stride, padding, dilation);
+    Conv2dParams p;
+    p.stride[0] = stride.h, p.stride[1] = stride.w;
+    p.padding[0] = padding.h, p.padding[1] = padding.w;
+    p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
+    p.groups = groups;
+    return kiln::conv2d(x, weight, bias, p);
+  }
   Geometry geo{};
   Tensor p = windows("conv2d", x, {kh, kw}, stride, padding, dilation, 0.0, &geo);  // (N, C, OH, OW, kh, kw)
   const int64_t rows = N * geo.oh * geo.ow, k = cg * kh * kw;
@@ -87,6 +112,18 @@ Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, P
              padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
   bool added;
   Tensor x = batched(x_in, &added);
+  DeviceType dev = x.device().type;
+  if (is_floating(x.dtype()) && has_kernel<Op::max_pool2d>(dev) && has_kernel<Op::max_pool2d_backward>(dev)) {
+    Pair s = stride.value_or(kernel);
+    check_geometry("max_pool2d", x, kernel, s, padding, dilation);
+    Pool2dParams p;
+    p.kernel[0] = kernel.h, p.kernel[1] = kernel.w;
+    p.stride[0] = s.h, p.stride[1] = s.w;
+    p.padding[0] = padding.h, p.padding[1] = padding.w;
+    p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
+    Tensor y = kiln::max_pool2d_with_indices(x, p).first;
+    return added ? y.squeeze(0) : y;
+  }
   Geometry geo{};
   Tensor p = windows("max_pool2d", x, kernel, stride.value_or(kernel), padding, dilation,
                      -std::numeric_limits<double>::infinity(), &geo);

@@ -103,6 +103,17 @@ struct OpMath<BFloat16> {
 template <typename T>
 using opmath_t = typename OpMath<T>::type;
 
+// A computed value into a storage type, as every kernel stores it. Floating values go to uint8 through int64, so
+// negatives wrap modulo 256 (-2.0 -> 254) on every device: a plain float -> uint8 cast is undefined for them, and
+// x86 and CUDA do differ (x86 wraps, CUDA saturates to 0).
+template <typename To, typename From>
+KILN_INLINE To convert(From v) {
+  if constexpr (std::is_same_v<To, uint8_t> && std::is_floating_point_v<From>)
+    return static_cast<uint8_t>(static_cast<int64_t>(v));
+  else
+    return static_cast<To>(v);
+}
+
 // Calls f.template operator()<T>() with T the C++ type of `dtype`, for the dtypes in the chosen set;
 // any other dtype is an error that names the op and the dtype.
 //   visit_dtype(x.dtype(), "exp", [&]<typename T>() { ... });

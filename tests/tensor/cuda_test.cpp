@@ -1,5 +1,6 @@
 // Tensors on a GPU: allocation, copies in every direction, conversion and fill, compared with the same work on
 // the CPU. Labeled `gpu`; every test skips where no CUDA device is present.
+#include "kiln/tensor/dispatch.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -46,7 +47,15 @@ TEST_F(Cuda, FillAndFactories) {
 
 TEST_F(Cuda, OpsWithoutACudaKernelSayWhich) {
   Tensor g = ones({2}, Device::cuda());
+  auto previous = register_kernel<Op::exp>(DeviceType::CUDA, nullptr);  // as if exp had no CUDA kernel
   test::expect_error([&] { (void)exp(g); }, {"exp", "CUDA"});
+  register_kernel<Op::exp>(DeviceType::CUDA, previous);
+}
+
+TEST_F(Cuda, RuntimeInfoNamesTheStackAndEveryDevice) {
+  std::string info = cuda::runtime_info();
+  for (const char* part : {"CUDA runtime", "CUDA driver", "cuBLAS", "cuDNN", "cuda:0", "sm_"})
+    EXPECT_NE(info.find(part), std::string::npos) << part << " missing from:\n" << info;
 }
 
 TEST_F(Cuda, MissingDeviceIsAClearError) {

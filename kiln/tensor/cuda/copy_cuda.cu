@@ -1,71 +1,123 @@
-// CUDA kernels for copy and fill: enough for tensors to live on a GPU and move between devices.
+// CUDA kernels for copy (any dtypes, any strides, between any two devices), fill and arange.
 //
-// Same-dtype copies of contiguous tensors are one cudaMemcpy in any direction. Everything else (a dtype
-// conversion, a strided view) goes through the CPU for now: the storage is brought over whole, the CPU copy
-// kernel does the work on views with the same offsets and strides, and the result goes back. Correct for
-// every layout, but slow; the element-wise CUDA kernels (the CUDA backend issue) replace it.
-#include "kiln/tensor/cuda/cuda_check.h"
+// Copies within one GPU run as one element-wise kernel (a plain cudaMemcpyAsync when both sides are contiguous
+// in one dtype). Copies between devices move contiguous bytes only, so the layout and dtype work happens on one
+// side first: converted and made contiguous where the data is, moved, then scattered into the destination's
+// strides where it lands. Copies to or from host memory synchronize the stream before returning: kiln's host
+// buffers are ordinary (pageable) memory that the caller may free or read at once.
+#include "kiln/tensor/cuda/loops_cuda.cuh"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
-#include "kiln/tensor/tensor.h"
+#include "kiln/tensor/ops/elementwise_functors.h"
 
 namespace kiln {
 namespace {
 
-// A CPU tensor viewing a CPU copy of x's whole storage with x's offset and strides (x on a GPU).
-Tensor storage_to_cpu(const Tensor& x) {
-  size_t nbytes = x.storage()->nbytes();
-  auto host = std::make_shared<StorageImpl>(nbytes, kCPU);
-  if (nbytes > 0) {
-    cuda::DeviceGuard guard(x.device().index);
-    KILN_CUDA_CHECK(cudaMemcpy(host->data(), x.storage()->data(), nbytes, cudaMemcpyDeviceToHost), "copy");
+cudaStream_t stream_of(Device d) { return cuda::current_stream(d.index).handle; }
+
+// out and x on the same GPU.
+void copy_on_device(const Tensor& out, const Tensor& x) {
+  cuda::DeviceGuard guard(out.device().index);
+  if (out.dtype() == x.dtype() && out.is_contiguous() && x.is_contiguous()) {
+    if (out.nbytes() > 0 && out.raw_data_ptr() != x.raw_data_ptr())
+      KILN_CUDA_CHECK(cudaMemcpyAsync(out.raw_data_ptr(), x.raw_data_ptr(), out.nbytes(), cudaMemcpyDeviceToDevice,
+                                      stream_of(out.device())),
+                      "copy");
+    return;
   }
-  return Tensor(std::make_shared<TensorImpl>(host, x.dtype(), x.sizes(), x.strides(), x.storage_offset()));
+  visit_dtype(out.dtype(), "copy", [&]<typename O>() {
+    visit_dtype(x.dtype(), "copy", [&]<typename I>() { cuda::cuda_kernel<O, I>("copy", out, functors::Identity{}, x); });
+  });
 }
 
-void storage_to_device(const Tensor& host_view, const Tensor& device_tensor) {
-  size_t nbytes = device_tensor.storage()->nbytes();
+// A contiguous tensor with x's shape and values in dtype `dtype`, on x's device (x itself when it already is).
+Tensor contiguous_as(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype && x.is_contiguous()) return x;
+  Tensor t = empty(x.sizes(), TensorOptions(dtype).device(x.device()));
+  get_kernel<Op::copy>(x.device())(t, x);
+  return t;
+}
+
+// Moves the bytes of a contiguous src to a contiguous dst of the same size on another device.
+void move_bytes(const Tensor& dst, const Tensor& src) {
+  size_t nbytes = dst.nbytes();
   if (nbytes == 0) return;
-  cuda::DeviceGuard guard(device_tensor.device().index);
-  KILN_CUDA_CHECK(cudaMemcpy(device_tensor.storage()->data(), host_view.storage()->data(), nbytes, cudaMemcpyHostToDevice),
-                  "copy");
+  if (src.device().is_cuda() && dst.device().is_cuda()) {
+    cuda::DeviceGuard guard(dst.device().index);
+    // Ordered after the work queued on both streams: the source's producer, the destination's consumers.
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_of(src.device())), "copy");
+    KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data_ptr(), dst.device().index, src.raw_data_ptr(), src.device().index,
+                                        nbytes, stream_of(dst.device())),
+                    "copy");
+    return;
+  }
+  Device gpu = src.device().is_cuda() ? src.device() : dst.device();
+  cuda::DeviceGuard guard(gpu.index);
+  cudaStream_t stream = stream_of(gpu);
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data_ptr(), src.raw_data_ptr(), nbytes, cudaMemcpyDefault, stream), "copy");
+  KILN_CUDA_CHECK(cudaStreamSynchronize(stream), "copy");
 }
 
 // out and x have one shape; at least one is on a GPU.
 void copy_cuda(const Tensor& out, const Tensor& x) {
-  if (out.dtype() == x.dtype() && out.is_contiguous() && x.is_contiguous()) {
-    int dev = out.device().is_cuda() ? out.device().index : x.device().index;
-    cuda::DeviceGuard guard(dev);
-    KILN_CUDA_CHECK(cudaMemcpy(out.raw_data_ptr(), x.raw_data_ptr(), out.nbytes(), cudaMemcpyDefault), "copy");
+  if (out.device() == x.device()) {
+    copy_on_device(out, x);
     return;
   }
-  Tensor src = x.device().is_cpu() ? x : storage_to_cpu(x);
-  Tensor dst = out.device().is_cpu() ? out : storage_to_cpu(out);
-  get_kernel<Op::copy>(kCPU)(dst, src);
-  if (out.device().is_cuda()) storage_to_device(dst, out);
+  // Convert (and compact) on the source side, move, then lay out on the destination side.
+  Tensor src = contiguous_as(x, out.dtype());
+  if (out.is_contiguous()) {
+    move_bytes(out, src);
+    return;
+  }
+  Tensor landed = empty(out.sizes(), TensorOptions(out.dtype()).device(out.device()));
+  move_bytes(landed, src);
+  get_kernel<Op::copy>(out.device())(out, landed);
 }
 
 template <typename T>
-__global__ void fill_contiguous_kernel(T* out, int64_t n, T value) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-    out[i] = value;
-}
+struct Constant {
+  T value;
+  KILN_INLINE T operator()() const { return value; }
+};
 
 void fill_cuda(const Tensor& out, const Scalar& value) {
-  if (!out.is_contiguous()) {
-    Tensor host = storage_to_cpu(out);
-    get_kernel<Op::fill>(kCPU)(host, value);
-    storage_to_device(host, out);
-    return;
-  }
+  visit_dtype(out.dtype(), "fill", [&]<typename T>() { cuda::cuda_kernel<T>("fill", out, Constant<T>{value.to<T>()}); });
+}
+
+template <typename T>
+__global__ void arange_int_kernel(T* out, int64_t n, int64_t start, int64_t step) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<T>(start + i * step);
+}
+
+template <typename T>
+__global__ void arange_double_kernel(T* out, int64_t n, double start, double step) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = static_cast<T>(static_cast<opmath_t<T>>(start + static_cast<double>(i) * step));
+}
+
+// out: contiguous (the frontend allocates it). The same arithmetic as arange_cpu, element by element.
+void arange_cuda(const Tensor& out, const Scalar& start, const Scalar& step) {
+  KILN_ASSERT(out.is_contiguous());
+  const int64_t n = out.numel();
+  if (n == 0) return;
   cuda::DeviceGuard guard(out.device().index);
-  visit_dtype(out.dtype(), "fill", [&]<typename T>() {
-    int64_t n = out.numel();
-    int threads = 256;
-    int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
-    fill_contiguous_kernel<T><<<blocks, threads>>>(static_cast<T*>(out.raw_data_ptr()), n, value.to<T>());
-    KILN_CUDA_CHECK_LAUNCH("fill");
+  cudaStream_t stream = stream_of(out.device());
+  unsigned blocks = cuda::grid_for(n, cuda::kBlockSize);
+  visit_dtype<kNumericSet>(out.dtype(), "arange", [&]<typename T>() {
+    T* p = static_cast<T*>(out.raw_data_ptr());
+    if constexpr (std::is_integral_v<T>) {
+      if (!start.is_floating() && !step.is_floating()) {
+        arange_int_kernel<T><<<blocks, cuda::kBlockSize, 0, stream>>>(p, n, start.to_int(), step.to_int());
+        KILN_CUDA_CHECK_LAUNCH("arange");
+        return;
+      }
+    }
+    arange_double_kernel<T><<<blocks, cuda::kBlockSize, 0, stream>>>(p, n, start.to_double(), step.to_double());
+    KILN_CUDA_CHECK_LAUNCH("arange");
   });
 }
 
@@ -75,6 +127,7 @@ namespace detail {
 void register_cuda_copy_kernels() {
   register_kernel<Op::copy>(DeviceType::CUDA, copy_cuda);
   register_kernel<Op::fill>(DeviceType::CUDA, fill_cuda);
+  register_kernel<Op::arange>(DeviceType::CUDA, arange_cuda);
 }
 }  // namespace detail
 }  // namespace kiln

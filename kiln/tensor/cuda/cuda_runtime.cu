@@ -1,16 +1,23 @@
-// Device discovery and device memory.
+// Device discovery, device memory (the caching allocator over cudaMalloc) and pinned host memory.
 //
 // NOTE: on a machine without a GPU or without its driver, cudaGetDeviceCount fails ("CUDA driver version is
 // insufficient for CUDA runtime version", "no CUDA-capable device is detected"). kiln treats any such
 // failure as zero devices, so a CUDA build runs its CPU work anywhere.
 //
-// The allocator is plain cudaMalloc/cudaFree for now (never managed memory); the caching allocator with
-// per-stream reuse and statistics comes with the CUDA backend.
-#include <mutex>
+// Device memory comes from cudaMalloc only (never managed memory), through the caching allocator of
+// caching_allocator.h: a block is allocated for the calling thread's current stream, and freed blocks are
+// reused by that stream without synchronization. The allocator's single instance is never destroyed: tensors
+// held in static variables may be freed after it would have been, and cudaFree at exit is pointless anyway.
+#include <atomic>
+#include <memory>
+#include <vector>
 
 #include "kiln/tensor/allocator.h"
+#include "kiln/tensor/caching_allocator.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/stream.h"
+#include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/register.h"
 
 namespace kiln::cuda {
@@ -38,6 +45,13 @@ void synchronize(int device) {
 }
 
 namespace {
+std::atomic<bool> g_poison{false};
+}  // namespace
+
+void set_poison_allocations(bool on) { g_poison = on; }
+bool poison_allocations() { return g_poison; }
+
+namespace {
 
 void check_device(Device device, const char* what) {
   int n = device_count();
@@ -46,29 +60,120 @@ void check_device(Device device, const char* what) {
              " CUDA device", n == 1 ? "" : "s", ")");
 }
 
+// The caching allocator's view of CUDA. Only ever called with the allocator's mutex held, so the event free
+// lists need no lock of their own.
+class CudaMemory final : public DeviceMemory {
+ public:
+  void* malloc(int device, size_t nbytes) override {
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, nbytes);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it so that later checks do not report it
+      return nullptr;
+    }
+    KILN_CUDA_CHECK(err, "allocate");
+    return p;
+  }
+
+  void free(int device, void* ptr) override {
+    // NOTE: errors here cannot be thrown (called from destructors); a later check reports a broken context.
+    int previous = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device) == cudaSuccess) {
+      cudaFree(ptr);
+      cudaSetDevice(previous);
+    }
+    cudaGetLastError();
+  }
+
+  void* record_event(int device, StreamHandle stream) override {
+    DeviceGuard guard(device);
+    std::vector<cudaEvent_t>& spare = spare_events(device);
+    cudaEvent_t event = nullptr;
+    if (!spare.empty()) {
+      event = spare.back();
+      spare.pop_back();
+    } else {
+      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "free (record_stream)");
+    }
+    cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+    if (err != cudaSuccess) {
+      spare.push_back(event);
+      KILN_CUDA_CHECK(err, "free (record_stream)");
+    }
+    return event;
+  }
+
+  bool event_done(int, void* event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    KILN_CUDA_CHECK(err, "allocate (waiting for a block used on another stream)");
+    return true;
+  }
+
+  void wait_event(int, void* event) override {
+    KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)),
+                    "allocate (waiting for a block used on another stream)");
+  }
+
+  void release_event(int device, void* event) override {
+    spare_events(device).push_back(static_cast<cudaEvent_t>(event));
+  }
+
+  void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override {
+    DeviceGuard guard(device);
+    KILN_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes), "memory_info");
+  }
+
+ private:
+  std::vector<cudaEvent_t>& spare_events(int device) {
+    if (static_cast<size_t>(device) >= spare_.size()) spare_.resize(device + 1);
+    return spare_[device];
+  }
+  std::vector<std::vector<cudaEvent_t>> spare_;  // recorded and finished events, per device, for reuse
+};
+
+CachingAllocator& caching_allocator() {
+  static CachingAllocator* allocator = new CachingAllocator(std::make_unique<CudaMemory>());  // never freed
+  return *allocator;
+}
+
 class CudaAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device device) override {
     check_device(device, "allocate");
     if (nbytes == 0) return nullptr;
-    DeviceGuard guard(device.index);
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, nbytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      detail::throw_error(detail::concat("CUDA out of memory: tried to allocate ", nbytes, " bytes on ", device, " (",
-                                         free_b, " of ", total_b, " bytes free): ", cudaGetErrorString(err)));
+    Stream stream = current_stream(device.index);
+    void* p = caching_allocator().allocate(device.index, nbytes, stream.handle);
+    if (g_poison) {
+      try {
+        DeviceGuard guard(device.index);
+        // On the block's stream: it runs before any kernel that stream queues into the block afterwards.
+        KILN_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, nbytes, stream.handle), "allocate (poison)");
+      } catch (...) {
+        caching_allocator().deallocate(p, stream.handle);
+        throw;
+      }
     }
     return p;
   }
+
   void deallocate(void* ptr, size_t, Device device) override {
     if (ptr == nullptr) return;
-    DeviceGuard guard(device.index);
-    cudaFree(ptr);  // NOTE: errors here cannot be thrown (called from destructors); a later check reports them
+    try {
+      // The freeing thread's current stream: if it is not the block's, the block was likely last used there,
+      // and its reuse waits for that stream's queued work (as if record_stream had been called).
+      caching_allocator().deallocate(ptr, current_stream(device.index).handle);
+    } catch (...) {
+      // NOTE: called from destructors, which must not throw; the block is lost to the cache.
+    }
   }
 };
+
+int resolve_device(int device) { return device < 0 ? current_device() : device; }
 
 }  // namespace
 
@@ -77,14 +182,101 @@ Allocator* cuda_allocator() {
   return &allocator;
 }
 
+MemoryStats memory_stats(int device) {
+  if (device_count() == 0) return {};
+  return caching_allocator().stats(resolve_device(device));
+}
+
+size_t memory_allocated(int device) { return memory_stats(device).allocated_bytes; }
+size_t memory_reserved(int device) { return memory_stats(device).reserved_bytes; }
+
+void reset_peak_memory_stats(int device) {
+  if (device_count() == 0) return;
+  caching_allocator().reset_peak_stats(resolve_device(device));
+}
+
+void empty_cache() {
+  if (device_count() == 0) return;
+  caching_allocator().empty_cache();
+}
+
+void record_stream(const Tensor& t, const Stream& stream) {
+  KILN_CHECK(t.defined() && t.is_cuda(), "record_stream: expected a CUDA tensor, got ",
+             t.defined() ? t.device().str() : std::string("an undefined tensor"));
+  KILN_CHECK(stream.device == t.device().index, "record_stream: the stream is on cuda:", stream.device,
+             " but the tensor on ", t.device());
+  caching_allocator().record_stream(t.storage()->data(), stream.handle);
+}
+
+// ---- pinned host memory ----
+
+void* alloc_pinned(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  KILN_CHECK(device_count() > 0, "alloc_pinned: no CUDA device is available on this machine, so host memory "
+             "cannot be pinned (", nbytes, " bytes asked)");
+  void* p = nullptr;
+  // Portable: pinned for every device's context, not only the current one's.
+  cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    detail::throw_error(detail::concat("alloc_pinned: cannot pin ", nbytes, " bytes of host memory: ",
+                                       cudaGetErrorString(err)));
+  }
+  return p;
+}
+
+void free_pinned(void* ptr) {
+  if (ptr == nullptr) return;
+  // NOTE: cudaFreeHost synchronizes with the device before the pages go back (one reason pinning is kept to
+  // buffers that live long); errors cannot be thrown here (called from tensor destructors).
+  cudaFreeHost(ptr);
+  cudaGetLastError();
+}
+
+bool is_pinned(const void* ptr) {
+  if (ptr == nullptr || device_count() == 0) return false;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
+Tensor empty_pinned(IntArrayRef shape, DType dtype) {
+  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* p = alloc_pinned(nbytes);
+  try {
+    return from_blob(p, shape, dtype, [](void* q) { free_pinned(q); });
+  } catch (...) {
+    free_pinned(p);
+    throw;
+  }
+}
+
 }  // namespace kiln::cuda
 
 namespace kiln::detail {
 
-void register_cuda_copy_kernels();  // copy_cuda.cu
+// One per file of kernels; each installs its ops' CUDA kernels.
+void register_cuda_copy_kernels();         // copy_cuda.cu
+void register_cuda_elementwise_kernels();  // elementwise_cuda.cu
+void register_cuda_reduce_kernels();       // reduce_cuda.cu
+void register_cuda_softmax_kernels();      // softmax_cuda.cu
+void register_cuda_linalg_kernels();       // linalg_cuda.cu
+void register_cuda_indexing_kernels();     // indexing_cuda.cu
+void register_cuda_random_kernels();       // random_cuda.cu
+void register_cuda_conv_kernels();         // conv_cuda.cu
 
 void register_cuda_kernels() {
   register_cuda_copy_kernels();
+  register_cuda_elementwise_kernels();
+  register_cuda_reduce_kernels();
+  register_cuda_softmax_kernels();
+  register_cuda_linalg_kernels();
+  register_cuda_indexing_kernels();
+  register_cuda_random_kernels();
+  register_cuda_conv_kernels();
 }
 
 }  // namespace kiln::detail

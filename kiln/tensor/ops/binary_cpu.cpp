@@ -34,22 +34,13 @@ void sub_cpu(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& 
 
 #define KILN_BINARY_CPU(op, Set, Functor) \
   void op##_cpu(const Tensor& out, const Tensor& a, const Tensor& b) { same_dtype<Set>(#op, out, a, b, functors::Functor{}); }
-KILN_BINARY_CPU(mul, kAllSet, Mul)
-KILN_BINARY_CPU(div, kFloatingSet, Div)
-KILN_BINARY_CPU(maximum, kAllSet, Maximum)
-KILN_BINARY_CPU(minimum, kAllSet, Minimum)
+KILN_FORALL_BINARY_FUNCTORS(KILN_BINARY_CPU)
 #undef KILN_BINARY_CPU
 
 void pow_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
   visit_dtype<kNumericSet>(a.dtype(), "pow", [&]<typename T>() {
     if constexpr (std::is_integral_v<T>) {
-      // Integer powers by squaring, element by element; negative exponents are an error in PyTorch too.
-      cpu::cpu_kernel<T, T, T>(out, [](T x, T e) {
-        if constexpr (std::is_signed_v<T>) {
-          if (e < 0) return static_cast<T>(x == 1 ? 1 : (x == -1 ? ((e & 1) ? -1 : 1) : 0));
-        }
-        return functors::PowScalar{static_cast<double>(e)}(x);
-      }, a, b);
+      cpu::cpu_kernel<T, T, T>(out, functors::PowInt{}, a, b);
     } else {
       cpu::cpu_kernel<T, T, T>(out, functors::Pow{}, a, b);
     }
@@ -58,15 +49,7 @@ void pow_cpu(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 #define KILN_BOOL_CPU(op, Functor) \
   void op##_cpu(const Tensor& out, const Tensor& a, const Tensor& b) { to_bool(#op, out, a, b, functors::Functor{}); }
-KILN_BOOL_CPU(eq, Eq)
-KILN_BOOL_CPU(ne, Ne)
-KILN_BOOL_CPU(lt, Lt)
-KILN_BOOL_CPU(le, Le)
-KILN_BOOL_CPU(gt, Gt)
-KILN_BOOL_CPU(ge, Ge)
-KILN_BOOL_CPU(logical_and, LogicalAnd)
-KILN_BOOL_CPU(logical_or, LogicalOr)
-KILN_BOOL_CPU(logical_xor, LogicalXor)
+KILN_FORALL_BINARY_BOOL_FUNCTORS(KILN_BOOL_CPU)
 #undef KILN_BOOL_CPU
 
 void where_cpu(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -83,23 +66,12 @@ void lerp_cpu(const Tensor& out, const Tensor& start, const Tensor& end, const T
 
 namespace detail {
 void register_binary_cpu_kernels() {
-#define KILN_REGISTER(op) register_kernel<Op::op>(DeviceType::CPU, op##_cpu);
+#define KILN_REGISTER(op, ...) register_kernel<Op::op>(DeviceType::CPU, op##_cpu);
   KILN_REGISTER(add)
   KILN_REGISTER(sub)
-  KILN_REGISTER(mul)
-  KILN_REGISTER(div)
   KILN_REGISTER(pow)
-  KILN_REGISTER(maximum)
-  KILN_REGISTER(minimum)
-  KILN_REGISTER(eq)
-  KILN_REGISTER(ne)
-  KILN_REGISTER(lt)
-  KILN_REGISTER(le)
-  KILN_REGISTER(gt)
-  KILN_REGISTER(ge)
-  KILN_REGISTER(logical_and)
-  KILN_REGISTER(logical_or)
-  KILN_REGISTER(logical_xor)
+  KILN_FORALL_BINARY_FUNCTORS(KILN_REGISTER)
+  KILN_FORALL_BINARY_BOOL_FUNCTORS(KILN_REGISTER)
   KILN_REGISTER(where)
   KILN_REGISTER(lerp)
 #undef KILN_REGISTER

@@ -2,16 +2,12 @@
 #include <cstring>
 
 #include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/elementwise_functors.h"
 #include "kiln/tensor/ops/loops_cpu.h"
 #include "kiln/tensor/ops/register.h"
 
 namespace kiln {
 namespace {
-
-struct Identity {
-  template <class T>
-  KILN_INLINE T operator()(T x) const { return x; }
-};
 
 // out: any strides; x: out's shape (broadcast already applied), any dtype.
 void copy_cpu(const Tensor& out, const Tensor& x) {
@@ -22,7 +18,7 @@ void copy_cpu(const Tensor& out, const Tensor& x) {
     return;
   }
   visit_dtype(out.dtype(), "copy", [&]<typename O>() {
-    visit_dtype(x.dtype(), "copy", [&]<typename I>() { cpu::cpu_kernel<O, I>(out, Identity{}, x); });
+    visit_dtype(x.dtype(), "copy", [&]<typename I>() { cpu::cpu_kernel<O, I>(out, functors::Identity{}, x); });
   });
 }
 

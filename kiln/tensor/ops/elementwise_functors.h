@@ -33,10 +33,14 @@ struct Abs {
 };
 struct Sign {
   template <class T> KILN_INLINE T operator()(T x) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (x != x) return x;  // NaN stays NaN
+    if constexpr (std::is_unsigned_v<T>) {
+      return static_cast<T>(x != T(0));
+    } else {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (x != x) return x;  // NaN stays NaN
+      }
+      return static_cast<T>((T(0) < x) - (x < T(0)));
     }
-    return static_cast<T>((T(0) < x) - (x < T(0)));
   }
 };
 struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp_of(x); } };
@@ -155,6 +159,16 @@ struct Mul {
 };
 struct Div { template <class T> KILN_INLINE T operator()(T a, T b) const { return a / b; } };
 struct Pow { template <class T> KILN_INLINE T operator()(T a, T b) const { return std::pow(a, b); } };
+// Integer powers by squaring; a negative exponent gives what the exact result truncates to (1, -1 or 0),
+// as PyTorch does.
+struct PowInt {
+  template <class T> KILN_INLINE T operator()(T x, T e) const {
+    if constexpr (std::is_signed_v<T>) {
+      if (e < 0) return static_cast<T>(x == 1 ? 1 : (x == -1 ? ((e & 1) ? -1 : 1) : 0));
+    }
+    return PowScalar{static_cast<double>(e)}(x);
+  }
+};
 struct Maximum {  // NaN wins, as in PyTorch
   template <class T> KILN_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
@@ -189,6 +203,9 @@ struct LogicalXor {
   template <class T> KILN_INLINE bool operator()(T a, T b) const { return static_cast<bool>(a) != static_cast<bool>(b); }
 };
 
+// Copy with conversion: the loops convert on load and store.
+struct Identity { template <class T> KILN_INLINE T operator()(T x) const { return x; } };
+
 // ---- ternary ----
 struct Where {
   template <class T> KILN_INLINE T operator()(bool c, T a, T b) const { return c ? a : b; }
@@ -201,3 +218,48 @@ struct Lerp {  // start + weight * (end - start), in the form PyTorch uses for w
 };
 
 }  // namespace kiln::functors
+
+// The element-wise ops that apply one functor with no parameters, and the dtypes each accepts. The CPU and the
+// CUDA kernel files both expand these lists, so the two devices run the same functor on the same dtypes.
+// X(op, dtype set of the inputs, functor)
+#define KILN_FORALL_UNARY_FUNCTORS(X) \
+  X(neg, kNumericSet, Neg)            \
+  X(abs, kNumericSet, Abs)            \
+  X(sign, kNumericSet, Sign)          \
+  X(relu, kNumericSet, Relu)          \
+  X(exp, kFloatingSet, Exp)           \
+  X(log, kFloatingSet, Log)           \
+  X(log1p, kFloatingSet, Log1p)       \
+  X(expm1, kFloatingSet, Expm1)       \
+  X(erf, kFloatingSet, Erf)           \
+  X(sqrt, kFloatingSet, Sqrt)         \
+  X(rsqrt, kFloatingSet, Rsqrt)       \
+  X(sin, kFloatingSet, Sin)           \
+  X(cos, kFloatingSet, Cos)           \
+  X(tanh, kFloatingSet, Tanh)         \
+  X(sigmoid, kFloatingSet, Sigmoid)   \
+  X(gelu, kFloatingSet, Gelu)         \
+  X(gelu_tanh, kFloatingSet, GeluTanh) \
+  X(silu, kFloatingSet, Silu)
+// Unary ops with a bool result, on every dtype: X(op, functor)
+#define KILN_FORALL_UNARY_BOOL_FUNCTORS(X) \
+  X(logical_not, LogicalNot)               \
+  X(isnan, IsNan)                          \
+  X(isinf, IsInf)
+// Binary ops on two operands of one dtype with a result of that dtype: X(op, dtype set, functor)
+#define KILN_FORALL_BINARY_FUNCTORS(X) \
+  X(mul, kAllSet, Mul)                 \
+  X(div, kFloatingSet, Div)            \
+  X(maximum, kAllSet, Maximum)         \
+  X(minimum, kAllSet, Minimum)
+// Binary ops with a bool result, on every dtype: X(op, functor)
+#define KILN_FORALL_BINARY_BOOL_FUNCTORS(X) \
+  X(eq, Eq)                                 \
+  X(ne, Ne)                                 \
+  X(lt, Lt)                                 \
+  X(le, Le)                                 \
+  X(gt, Gt)                                 \
+  X(ge, Ge)                                 \
+  X(logical_and, LogicalAnd)                \
+  X(logical_or, LogicalOr)                  \
+  X(logical_xor, LogicalXor)

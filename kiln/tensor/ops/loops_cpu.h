@@ -139,7 +139,7 @@ KILN_INLINE void contiguous_loop(char** ptrs, int64_t n, const F& f, const std::
   std::tuple<const In*...> in{reinterpret_cast<const In*>(ptrs[I + 1])...};
   bool any_scalar = (scalar[I] || ...);
   if (!any_scalar) {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(static_cast<opmath_t<In>>(std::get<I>(in)[i])...));
+    for (int64_t i = 0; i < n; ++i) out[i] = convert<Out>(f(static_cast<opmath_t<In>>(std::get<I>(in)[i])...));
     return;
   }
   // Hoist broadcast scalars out of the loop. For two inputs, write the three cases out so each is a unit-stride
@@ -151,25 +151,25 @@ KILN_INLINE void contiguous_loop(char** ptrs, int64_t n, const F& f, const std::
     const B* b = std::get<1>(in);
     if (scalar[0] && !scalar[1]) {
       const opmath_t<A> av = a[0];
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(av, static_cast<opmath_t<B>>(b[i])));
+      for (int64_t i = 0; i < n; ++i) out[i] = convert<Out>(f(av, static_cast<opmath_t<B>>(b[i])));
       return;
     }
     if (!scalar[0] && scalar[1]) {
       const opmath_t<B> bv = b[0];
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(f(static_cast<opmath_t<A>>(a[i]), bv));
+      for (int64_t i = 0; i < n; ++i) out[i] = convert<Out>(f(static_cast<opmath_t<A>>(a[i]), bv));
       return;
     }
   }
   std::array<int64_t, sizeof...(In)> step{(scalar[I] ? 0 : 1)...};
   for (int64_t i = 0; i < n; ++i)
-    out[i] = static_cast<Out>(f(static_cast<opmath_t<In>>(std::get<I>(in)[i * step[I]])...));
+    out[i] = convert<Out>(f(static_cast<opmath_t<In>>(std::get<I>(in)[i * step[I]])...));
 }
 
 template <typename Out, typename... In, typename F, size_t... I>
 void strided_loop(char** ptrs, const int64_t* strides, int64_t n, const F& f, std::index_sequence<I...>) {
   for (int64_t i = 0; i < n; ++i) {
     *reinterpret_cast<Out*>(ptrs[0] + i * strides[0]) =
-        static_cast<Out>(f(load<In>(ptrs[I + 1] + i * strides[I + 1])...));
+        convert<Out>(f(load<In>(ptrs[I + 1] + i * strides[I + 1])...));
   }
 }
 

@@ -54,6 +54,36 @@ using IndexKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const 
 using ScatterKernel = void(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                            const Scalar& alpha);
 
+// 2-d convolution and pooling geometry, NCHW: for each spatial dim, out = (in + 2 pad - dil (k - 1) - 1) / stride + 1.
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+struct Pool2dParams {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};  // implicit -inf padding for max pooling
+  int64_t dilation[2] = {1, 1};
+};
+// out (N, Cout, OH, OW) = x (N, Cin, H, W) conv weight (Cout, Cin / groups, KH, KW) + bias (Cout; undefined: none).
+// All contiguous, one floating dtype.
+using Conv2dKernel = void(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Conv2dParams& p);
+// grad_x (N, Cin, H, W) = the gradient of conv2d with respect to x, from grad_out (N, Cout, OH, OW) and weight.
+using Conv2dBackwardInputKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
+                                       const Conv2dParams& p);
+// grad_weight (Cout, Cin / groups, KH, KW) from grad_out and x (overwritten, not accumulated).
+using Conv2dBackwardWeightKernel = void(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                                        const Conv2dParams& p);
+// out (N, C, OH, OW): the max of each window of x (N, C, H, W); indices (int64, out's shape): where each max is, as
+// h * W + w within its (n, c) plane (the first one on ties; a NaN wins). All contiguous.
+using MaxPool2dKernel = void(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p);
+// grad_x (N, C, H, W), zeroed by the kernel, receives grad_out at the recorded indices (summed where windows overlap).
+using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                     const Pool2dParams& p);
+
 // X(op, kernel signature)
 #define KILN_FORALL_OPS(X)                 \
   /* data movement and creation */         \
@@ -130,7 +160,13 @@ using ScatterKernel = void(const Tensor& self, int64_t dim, const Tensor& index,
   X(gather, IndexKernel)                   \
   X(scatter, ScatterKernel)                \
   X(scatter_add, ScatterKernel)            \
-  X(index_add, ScatterKernel)
+  X(index_add, ScatterKernel)              \
+  /* convolution and pooling */            \
+  X(conv2d, Conv2dKernel)                  \
+  X(conv2d_backward_input, Conv2dBackwardInputKernel)   \
+  X(conv2d_backward_weight, Conv2dBackwardWeightKernel) \
+  X(max_pool2d, MaxPool2dKernel)           \
+  X(max_pool2d_backward, MaxPool2dBackwardKernel)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name, K) name,

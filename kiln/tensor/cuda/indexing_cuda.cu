@@ -1,0 +1,402 @@
+// CUDA kernels of the indexed reads (index_select, gather) and writes (scatter, scatter_add, index_add): the
+// device twins of indexing_cpu.cpp, with the same trick. The indexed operand is seen with stride 0 along `dim`
+// over the iteration's shape, so every operand's offset comes from one linear position, and the element an
+// index value names is that offset plus index * stride(dim). index_select and index_add expand their (k)
+// index to the iteration's shape the same way (stride 0 outside dim).
+//
+// One thread per element of the iteration. Reads and the plain scatter move bytes, so they are compiled per
+// element size, not per dtype. Colliding writes: scatter lets any one win (as PyTorch); scatter_add and
+// index_add add atomically, in the same op-math arithmetic as the CPU (float for the 16-bit floats), so
+// without duplicates the result equals the CPU's, and with duplicates only the order of a float sum differs.
+//
+// Index values are checked on the device: reading them on the host would need a synchronization per op. A
+// bad index is skipped (a read gives 0) and recorded in mapped host memory; the next CUDA indexing op
+// launched after the faulty one has finished throws the error (at once with KILN_CUDA_SYNC_DEBUG).
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/stream.h"
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/tensor.h"
+
+namespace kiln {
+namespace {
+
+// ---- geometry: N operands over one shape, innermost dim first, strides in elements ----
+
+constexpr int kIndexMaxDims = 16;  // after coalescing
+constexpr int kIndexBlock = 256;
+
+template <int N, typename Index>
+struct IndexGeom {
+  int ndim = 0;
+  Index sizes[kIndexMaxDims];
+  Index strides[kIndexMaxDims][N];
+
+  __device__ __forceinline__ void offsets(Index linear, Index (&off)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int d = 0; d < ndim; ++d) {
+      const Index i = linear % sizes[d];
+      linear /= sizes[d];
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += i * strides[d][k];
+    }
+  }
+};
+
+// Built on the host: size-1 dims dropped, and a dim merged into the next inner one wherever every operand
+// steps through both as one run.
+template <int N>
+struct HostGeom {
+  int ndim = 0;
+  int64_t numel = 1;
+  int64_t sizes[kIndexMaxDims];
+  int64_t strides[kIndexMaxDims][N];
+
+  HostGeom(const char* op, const Shape& shape, const std::array<Shape, N>& operand_strides) {
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      numel *= shape[d];
+      if (shape[d] == 1) continue;
+      bool merge = ndim > 0;
+      for (int k = 0; k < N && merge; ++k) merge = operand_strides[k][d] == strides[ndim - 1][k] * sizes[ndim - 1];
+      if (merge) {
+        sizes[ndim - 1] *= shape[d];
+        continue;
+      }
+      KILN_CHECK(ndim < kIndexMaxDims, op, ": shape ", shape_str(shape), " has more than ", kIndexMaxDims,
+                 " dims that do not merge on the GPU; make the operands contiguous first");
+      sizes[ndim] = shape[d];
+      for (int k = 0; k < N; ++k) strides[ndim][k] = operand_strides[k][d];
+      ++ndim;
+    }
+  }
+
+  // 32-bit offset math when the element count and every operand's reach fit (the index * stride(dim) part is
+  // always 64-bit).
+  bool fits_int32() const {
+    if (numel > INT32_MAX) return false;
+    for (int k = 0; k < N; ++k) {
+      int64_t reach = 0;
+      for (int d = 0; d < ndim; ++d) reach += (sizes[d] - 1) * (strides[d][k] < 0 ? -strides[d][k] : strides[d][k]);
+      if (reach > INT32_MAX) return false;
+    }
+    return true;
+  }
+
+  template <typename Index>
+  IndexGeom<N, Index> get() const {
+    IndexGeom<N, Index> g;
+    g.ndim = ndim;
+    for (int d = 0; d < ndim; ++d) {
+      g.sizes[d] = static_cast<Index>(sizes[d]);
+      for (int k = 0; k < N; ++k) g.strides[d][k] = static_cast<Index>(strides[d][k]);
+    }
+    return g;
+  }
+};
+
+// t's strides with 0 along dim: t seen over the iteration's shape.
+Shape strides_without(const Tensor& t, int64_t dim) {
+  Shape s = t.strides();
+  s[dim] = 0;
+  return s;
+}
+
+// A (k) index's strides over an iteration of `ndim` dims: index[c] = index[c[dim]].
+Shape expanded_index_strides(const Tensor& index, int64_t ndim, int64_t dim) {
+  Shape s(static_cast<size_t>(ndim), 0);
+  s[dim] = index.stride(0);
+  return s;
+}
+
+unsigned blocks_for(int64_t n) {
+  const int64_t blocks = (n + kIndexBlock - 1) / kIndexBlock;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks > (1 << 16) ? (1 << 16) : blocks);
+}
+
+// ---- index errors, found on the device ----
+
+enum IndexOpId : int32_t { kIndexSelectId, kGatherId, kScatterId, kScatterAddId, kIndexAddId };
+const char* const kIndexOpNames[] = {"index_select", "gather", "scatter", "scatter_add", "index_add"};
+
+// In mapped (zero-copy) host memory: kernels write it, the host reads it without a copy.
+struct IndexError {
+  int64_t value, size;
+  int32_t dim, op;
+  int32_t set;
+};
+
+// The slot as the host sees it (first) and as kernels do (second); made once, on the first launch.
+std::pair<IndexError*, IndexError*> index_error_slot() {
+  static std::pair<IndexError*, IndexError*> slot{nullptr, nullptr};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* host = nullptr;
+    void* device = nullptr;
+    // Portable: with unified addressing the one device pointer is valid on every device.
+    KILN_CUDA_CHECK(cudaHostAlloc(&host, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable),
+                    "CUDA indexing: the index error slot");
+    std::memset(host, 0, sizeof(IndexError));
+    KILN_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0), "CUDA indexing: the index error slot");
+    slot = {static_cast<IndexError*>(host), static_cast<IndexError*>(device)};
+  });
+  return slot;
+}
+
+// Throws the error an earlier (finished) launch recorded, and clears it.
+void raise_pending_index_error() {
+  volatile IndexError* e = index_error_slot().first;
+  if (e->set == 0) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const int64_t value = e->value, size = e->size;
+  const int32_t dim = e->dim, op = e->op;
+  e->set = 0;
+  const char* name = op >= 0 && op <= kIndexAddId ? kIndexOpNames[op] : "CUDA indexing";
+  KILN_CHECK(false, name, ": index ", value, " is out of range for dim ", dim, " of size ", size,
+             " (found on the GPU by an earlier launch)");
+}
+
+// What a kernel needs to check its index values and report the first bad one.
+struct IndexCheck {
+  IndexError* slot;
+  int64_t size;
+  int32_t dim, op;
+
+  __device__ __forceinline__ bool ok(int64_t idx) const { return idx >= 0 && idx < size; }
+  __device__ void report(int64_t idx) const {
+    volatile IndexError* e = slot;
+    if (e->set != 0) return;  // one is enough; racing writers may mix fields of two bad indices of one op
+    e->value = idx;
+    e->size = size;
+    e->dim = dim;
+    e->op = op;
+    __threadfence_system();
+    e->set = 1;
+  }
+};
+
+// ---- atomic adds in op-math arithmetic ----
+
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int32_t* p, int32_t v) { atomicAdd(reinterpret_cast<int*>(p), v); }
+__device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {
+  // Two's complement: an unsigned add wraps exactly as the CPU's int64 add does.
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+
+// 8- and 16-bit types (bool, uint8, Half, BFloat16): a compare-and-swap loop on the aligned 32-bit word that
+// holds the element, computing T(opmath(old) + v) exactly as the CPU does. (Native __half atomicAdd would round
+// index_add's alpha * src to half first.)
+template <typename T>
+__device__ void atomic_add_narrow(T* p, opmath_t<T> v) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2);
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto* word = reinterpret_cast<unsigned int*>(addr & ~uintptr_t{3});
+  const unsigned shift = static_cast<unsigned>(addr & 3u) * 8u;
+  const unsigned mask = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+  unsigned old = *word, assumed;
+  do {
+    assumed = old;
+    using Bits = std::conditional_t<sizeof(T) == 1, uint8_t, uint16_t>;
+    Bits bits = static_cast<Bits>((assumed & mask) >> shift);
+    T cur;
+    memcpy(&cur, &bits, sizeof(T));
+    T next = static_cast<T>(static_cast<opmath_t<T>>(cur) + v);
+    memcpy(&bits, &next, sizeof(T));
+    old = atomicCAS(word, assumed, (assumed & ~mask) | (static_cast<unsigned>(bits) << shift));
+  } while (old != assumed);
+}
+__device__ __forceinline__ void atomic_add(bool* p, bool v) { atomic_add_narrow(p, v); }
+__device__ __forceinline__ void atomic_add(uint8_t* p, uint8_t v) { atomic_add_narrow(p, v); }
+__device__ __forceinline__ void atomic_add(Half* p, float v) { atomic_add_narrow(p, v); }
+__device__ __forceinline__ void atomic_add(BFloat16* p, float v) { atomic_add_narrow(p, v); }
+
+// ---- kernels ----
+
+// out[o] = x[xo + index[io] * x_step]; operands: 0 out, 1 x (stride 0 along dim), 2 index.
+// T: an unsigned integer of the element's size.
+template <typename T, typename Index>
+__global__ void gather_kernel(int64_t n, IndexGeom<3, Index> g, T* out, const T* x, const int64_t* index,
+                              int64_t x_step, IndexCheck check) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    Index off[3];
+    g.offsets(static_cast<Index>(i), off);
+    const int64_t idx = index[off[2]];
+    if (!check.ok(idx)) {
+      check.report(idx);
+      out[off[0]] = T{0};
+      continue;
+    }
+    out[off[0]] = x[off[1] + idx * x_step];
+  }
+}
+
+// self[so + index[io] * self_step] = src[vo]; operands: 0 self (stride 0 along dim), 1 index, 2 src.
+template <typename T, typename Index>
+__global__ void scatter_kernel(int64_t n, IndexGeom<3, Index> g, T* self, const int64_t* index, const T* src,
+                               int64_t self_step, IndexCheck check) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    Index off[3];
+    g.offsets(static_cast<Index>(i), off);
+    const int64_t idx = index[off[1]];
+    if (!check.ok(idx)) {
+      check.report(idx);
+      continue;
+    }
+    self[off[0] + idx * self_step] = src[off[2]];
+  }
+}
+
+// self[so + index[io] * self_step] += alpha * src[vo], atomically; scatter_add is alpha = 1 (exact in every
+// dtype, so the same as the CPU's plain +).
+template <typename T, typename Index>
+__global__ void scatter_add_kernel(int64_t n, IndexGeom<3, Index> g, T* self, const int64_t* index, const T* src,
+                                   int64_t self_step, opmath_t<T> alpha, IndexCheck check) {
+  using M = opmath_t<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    Index off[3];
+    g.offsets(static_cast<Index>(i), off);
+    const int64_t idx = index[off[1]];
+    if (!check.ok(idx)) {
+      check.report(idx);
+      continue;
+    }
+    atomic_add(self + off[0] + idx * self_step, static_cast<M>(alpha * static_cast<M>(src[off[2]])));
+  }
+}
+
+// ---- launchers ----
+
+template <typename F>
+void visit_element_size(size_t bytes, const char* op, F&& f) {
+  switch (bytes) {
+    case 1: return f.template operator()<uint8_t>();
+    case 2: return f.template operator()<uint16_t>();
+    case 4: return f.template operator()<uint32_t>();
+    case 8: return f.template operator()<uint64_t>();
+    default: KILN_CHECK(false, op, ": no CUDA kernel for elements of ", bytes, " bytes");
+  }
+}
+
+// Calls launch.template operator()<Index>() with the narrowest offset type that fits.
+template <int N, typename F>
+void with_index_type(const HostGeom<N>& geom, F&& launch) {
+  if (geom.fits_int32()) launch.template operator()<int32_t>();
+  else launch.template operator()<int64_t>();
+}
+
+IndexCheck make_check(IndexOpId op, int64_t dim, int64_t size) {
+  return IndexCheck{index_error_slot().second, size, static_cast<int32_t>(dim), op};
+}
+
+// After a launch: in KILN_CUDA_SYNC_DEBUG builds the kernel has finished, so its index errors are known now.
+void check_launch(IndexOpId op) {
+  KILN_CUDA_CHECK_LAUNCH(kIndexOpNames[op]);
+#ifdef KILN_CUDA_SYNC_DEBUG
+  raise_pending_index_error();
+#endif
+}
+
+// out: index's shape (gather) or x's with dim -> k (index_select), contiguous or not; x: any strides.
+void gather_launch(IndexOpId op, const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index,
+                   const Shape& index_strides) {
+  const char* name = kIndexOpNames[op];
+  HostGeom<3> geom(name, out.sizes(), {out.strides(), strides_without(x, dim), index_strides});
+  if (geom.numel == 0) return;
+  cuda::DeviceGuard guard(out.device().index);
+  raise_pending_index_error();
+  cudaStream_t stream = cuda::current_stream(out.device().index).handle;
+  const IndexCheck check = make_check(op, dim, x.size(dim));
+  visit_element_size(out.element_size(), name, [&]<typename T>() {
+    with_index_type(geom, [&]<typename Index>() {
+      gather_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
+          geom.numel, geom.template get<Index>(), static_cast<T*>(out.raw_data_ptr()),
+          static_cast<const T*>(x.raw_data_ptr()), static_cast<const int64_t*>(index.raw_data_ptr()), x.stride(dim),
+          check);
+    });
+  });
+  check_launch(op);
+}
+
+// out: x's shape with dim -> k, x: (..., n, ...), index: (k)
+void index_select_cuda(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  gather_launch(kIndexSelectId, out, x, dim, index, expanded_index_strides(index, out.dim(), dim));
+}
+
+// out, index: one shape, no larger than x outside dim
+void gather_cuda(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  gather_launch(kGatherId, out, x, dim, index, index.strides());
+}
+
+// Iterates over `shape` (index's for scatter and scatter_add, src's for index_add) with operands self (stride
+// 0 along dim), index and src.
+void scatter_launch(IndexOpId op, const Tensor& self, int64_t dim, const Tensor& index, const Shape& index_strides,
+                    const Tensor& src, const Shape& shape, const Scalar& alpha) {
+  const char* name = kIndexOpNames[op];
+  HostGeom<3> geom(name, shape, {strides_without(self, dim), index_strides, src.strides()});
+  if (geom.numel == 0) return;
+  cuda::DeviceGuard guard(self.device().index);
+  raise_pending_index_error();
+  cudaStream_t stream = cuda::current_stream(self.device().index).handle;
+  const IndexCheck check = make_check(op, dim, self.size(dim));
+  const auto* index_ptr = static_cast<const int64_t*>(index.raw_data_ptr());
+  if (op == kScatterId) {
+    visit_element_size(self.element_size(), name, [&]<typename T>() {
+      with_index_type(geom, [&]<typename Index>() {
+        scatter_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
+            geom.numel, geom.template get<Index>(), static_cast<T*>(self.raw_data_ptr()), index_ptr,
+            static_cast<const T*>(src.raw_data_ptr()), self.stride(dim), check);
+      });
+    });
+  } else {
+    visit_dtype(self.dtype(), name, [&]<typename T>() {
+      const opmath_t<T> a = alpha.to<opmath_t<T>>();
+      with_index_type(geom, [&]<typename Index>() {
+        scatter_add_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
+            geom.numel, geom.template get<Index>(), static_cast<T*>(self.raw_data_ptr()), index_ptr,
+            static_cast<const T*>(src.raw_data_ptr()), self.stride(dim), a, check);
+      });
+    });
+  }
+  check_launch(op);
+}
+
+// index: no larger than src, nor than self outside dim; src is read over index's shape.
+void scatter_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar&) {
+  scatter_launch(kScatterId, self, dim, index, index.strides(), src, index.sizes(), 1);
+}
+
+void scatter_add_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar&) {
+  scatter_launch(kScatterAddId, self, dim, index, index.strides(), src, index.sizes(), 1);
+}
+
+// self: (..., n, ...), index: (k), src: self's shape with dim -> k
+void index_add_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
+  scatter_launch(kIndexAddId, self, dim, index, expanded_index_strides(index, src.dim(), dim), src, src.sizes(),
+                 alpha);
+}
+
+}  // namespace
+
+namespace detail {
+// For a synchronization point that wants to report index errors at once (not yet called from one).
+void raise_cuda_index_errors() { raise_pending_index_error(); }
+
+void register_cuda_indexing_kernels() {
+  register_kernel<Op::index_select>(DeviceType::CUDA, index_select_cuda);
+  register_kernel<Op::gather>(DeviceType::CUDA, gather_cuda);
+  register_kernel<Op::scatter>(DeviceType::CUDA, scatter_cuda);
+  register_kernel<Op::scatter_add>(DeviceType::CUDA, scatter_add_cuda);
+  register_kernel<Op::index_add>(DeviceType::CUDA, index_add_cuda);
+}
+}  // namespace detail
+}  // namespace kiln

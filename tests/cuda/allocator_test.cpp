@@ -1,0 +1,249 @@
+// The caching CUDA allocator with real tensors: reuse, statistics against cudaMemGetInfo, empty_cache, streams
+// (a stream held at a host function makes "not yet reusable" deterministic), poison on reuse, pinned host
+// memory and out-of-memory recovery. The bookkeeping itself is tested on the CPU (caching_allocator_test.cpp).
+//
+// Most tests allocate on a fresh stream of their own: its pool starts empty, so which block comes back is
+// known exactly, whatever other tests left cached on the default stream.
+#include "cuda/cuda_test_util.h"
+
+// Streams and cudaMemGetInfo need the CUDA runtime; without CUDA every test here would skip anyway.
+#ifdef KILN_WITH_CUDA
+
+#include <atomic>
+#include <thread>
+
+#include "kiln/tensor/caching_allocator.h"
+#include "kiln/tensor/cuda/stream.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t MiB = 1024 * 1024;
+
+const TensorOptions kF32Cuda = TensorOptions(kFloat32).device(Device::cuda(0));
+
+void* ptr(const Tensor& t) { return t.storage()->data(); }
+
+size_t device_free_bytes() {
+  size_t free_b = 0, total_b = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  return free_b;
+}
+
+// Holds a stream at a host function until opened (or destroyed), so that the work queued behind it has
+// certainly not run yet.
+class Gate {
+ public:
+  explicit Gate(cuda::Stream s) : stream_(s) {
+    EXPECT_EQ(cudaLaunchHostFunc(s.handle, &Gate::wait, this), cudaSuccess);
+  }
+  ~Gate() {
+    open();
+    cudaStreamSynchronize(stream_.handle);  // the host function reads this object
+  }
+  void open() { open_.store(true); }
+
+ private:
+  static void CUDART_CB wait(void* self) {
+    while (!static_cast<Gate*>(self)->open_.load()) std::this_thread::yield();
+  }
+  cuda::Stream stream_;
+  std::atomic<bool> open_{false};
+};
+
+using CudaAllocator = test::CudaTest;
+
+TEST_F(CudaAllocator, ReusesAFreedBlockOnItsStream) {
+  cuda::Stream s = cuda::Stream::create(0);
+  cuda::StreamGuard guard(s);
+  cuda::MemoryStats before = cuda::memory_stats(0);
+  Tensor a = empty({1000, 1000}, kF32Cuda);
+  void* pa = ptr(a);
+  a = Tensor();
+  Tensor b = empty({999, 1001}, kF32Cuda);  // a little smaller: the same 4 MiB block
+  EXPECT_EQ(ptr(b), pa);
+  cuda::MemoryStats after = cuda::memory_stats(0);
+  EXPECT_EQ(after.allocations - before.allocations, 2u);
+  EXPECT_EQ(after.cache_hits - before.cache_hits, 1u);
+  EXPECT_EQ(after.device_mallocs - before.device_mallocs, 1u);
+  s.synchronize();
+}
+
+TEST_F(CudaAllocator, StatsFollowTensorsAndTheDevice) {
+  cuda::empty_cache();
+  cuda::Stream s = cuda::Stream::create(0);
+  cuda::StreamGuard guard(s);
+  cuda::MemoryStats before = cuda::memory_stats(0);
+  EXPECT_EQ(cuda::memory_stats(-1).allocations, before.allocations);  // device 0 is current
+  size_t free_before = device_free_bytes();
+
+  const size_t big = 256 * MiB + 12;  // a large block: rounds up to 258 MiB
+  const size_t big_block = (big + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+  Tensor x = empty({static_cast<int64_t>(big)}, TensorOptions(kUInt8).device(Device::cuda(0)));
+  Tensor y = empty({1000}, kF32Cuda);  // a small block: 4000 bytes round up to 4096, in a 2 MiB segment
+  cuda::MemoryStats during = cuda::memory_stats(0);
+  EXPECT_EQ(during.allocated_bytes - before.allocated_bytes, big_block + 4096);
+  EXPECT_EQ(during.reserved_bytes - before.reserved_bytes, big_block + 2 * MiB);
+  EXPECT_EQ(cuda::memory_allocated(0), during.allocated_bytes);
+  EXPECT_EQ(cuda::memory_reserved(0), during.reserved_bytes);
+  EXPECT_EQ(during.active_blocks - before.active_blocks, 2u);
+  EXPECT_EQ(during.device_mallocs - before.device_mallocs, 2u);
+  EXPECT_GE(during.peak_allocated_bytes, during.allocated_bytes);
+  EXPECT_GE(free_before - device_free_bytes(), big_block);  // the device agrees the memory is taken
+
+  x = Tensor();
+  y = Tensor();
+  cuda::MemoryStats freed = cuda::memory_stats(0);
+  EXPECT_EQ(freed.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(freed.reserved_bytes, during.reserved_bytes);  // cached, not given back
+  EXPECT_EQ(freed.peak_allocated_bytes, during.peak_allocated_bytes);
+  cuda::reset_peak_memory_stats(0);
+  EXPECT_EQ(cuda::memory_stats(0).peak_allocated_bytes, freed.allocated_bytes);
+  EXPECT_EQ(cuda::memory_stats(0).peak_reserved_bytes, freed.reserved_bytes);
+
+  size_t free_cached = device_free_bytes();
+  s.synchronize();
+  cuda::empty_cache();
+  cuda::MemoryStats emptied = cuda::memory_stats(0);
+  EXPECT_EQ(emptied.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(emptied.device_frees - before.device_frees, 2u);
+  EXPECT_GE(device_free_bytes() - free_cached, big_block);  // and the device has it back
+}
+
+TEST_F(CudaAllocator, StreamsDoNotShareCachedBlocks) {
+  cuda::Stream s1 = cuda::Stream::create(0), s2 = cuda::Stream::create(0);
+  void* p1 = nullptr;
+  {
+    cuda::StreamGuard g(s1);
+    Tensor a = full({1 << 20}, 1.0, kF32Cuda);
+    p1 = ptr(a);
+  }
+  {
+    cuda::StreamGuard g(s2);
+    Tensor b = full({1 << 20}, 2.0, kF32Cuda);  // s1's cached block would race with s1's queued work
+    EXPECT_NE(ptr(b), p1);
+    s2.synchronize();
+    EXPECT_EQ(test::values(b.cpu()), std::vector<double>(1 << 20, 2.0));
+  }
+  {
+    cuda::StreamGuard g(s1);
+    Tensor c = full({1 << 20}, 3.0, kF32Cuda);
+    EXPECT_EQ(ptr(c), p1);
+    s1.synchronize();
+    EXPECT_EQ(test::values(c.cpu()), std::vector<double>(1 << 20, 3.0));
+  }
+}
+
+TEST_F(CudaAllocator, ABlockUsedOnAnotherStreamWaitsForIt) {
+  cuda::Stream s1 = cuda::Stream::create(0), s2 = cuda::Stream::create(0);
+  cuda::StreamGuard g(s1);
+  const size_t n = 1 << 20;
+  // record_stream: x is used on s2, whose work cannot have run (the gate holds it).
+  {
+    Tensor x = full({static_cast<int64_t>(n)}, 1.0, kF32Cuda);
+    void* px = ptr(x);
+    Gate gate(s2);
+    cuda::record_stream(x, s2);
+    x = Tensor();
+    Tensor y = empty({static_cast<int64_t>(n)}, kF32Cuda);
+    EXPECT_NE(ptr(y), px);  // s2 may still read x
+    gate.open();
+    s2.synchronize();
+    Tensor z = empty({static_cast<int64_t>(n)}, kF32Cuda);
+    EXPECT_EQ(ptr(z), px);  // now it may be reused
+  }
+  // Freeing under another stream counts as a use there: the block's last reader was likely on it.
+  {
+    Tensor x = full({static_cast<int64_t>(n)}, 1.0, kF32Cuda);
+    void* px = ptr(x);
+    {
+      Gate gate(s2);
+      cuda::StreamGuard on_s2(s2);
+      x = Tensor();
+      cuda::StreamGuard back(s1);
+      Tensor y = empty({static_cast<int64_t>(n)}, kF32Cuda);
+      EXPECT_NE(ptr(y), px);
+    }
+    s2.synchronize();
+    Tensor z = empty({static_cast<int64_t>(n)}, kF32Cuda);
+    EXPECT_EQ(ptr(z), px);
+  }
+  s1.synchronize();
+  EXPECT_THROW(cuda::record_stream(full({3}, 1.0), s2), Error);  // a CPU tensor
+}
+
+TEST_F(CudaAllocator, PoisonsEveryBlockItHandsOutAlsoReusedOnes) {
+  cuda::Stream s = cuda::Stream::create(0);
+  cuda::StreamGuard g(s);
+  const int64_t n = 1 << 20;
+  Tensor a = full({n}, 1.5, kF32Cuda);
+  void* pa = ptr(a);
+  a = Tensor();
+  Tensor b = empty({n}, kF32Cuda);
+  ASSERT_EQ(ptr(b), pa);
+  s.synchronize();
+  for (double v : test::values(b.cpu())) ASSERT_TRUE(std::isnan(v)) << "a reused block kept its old values";
+  b = Tensor();
+  Tensor c = empty({n}, TensorOptions(kInt32).device(Device::cuda(0)));
+  ASSERT_EQ(ptr(c), pa);
+  s.synchronize();
+  EXPECT_EQ(test::values(c.cpu()), std::vector<double>(n, -1.0));
+  c = Tensor();
+  // Without poison the old contents stay: the NaNs above came from the poison, not from fresh memory.
+  cuda::set_poison_allocations(false);
+  Tensor d = full({n}, 2.5, kF32Cuda);
+  d = Tensor();
+  Tensor e = empty({n}, kF32Cuda);
+  ASSERT_EQ(ptr(e), pa);
+  s.synchronize();
+  EXPECT_EQ(test::values(e.cpu()), std::vector<double>(n, 2.5));
+  cuda::set_poison_allocations(true);
+}
+
+TEST_F(CudaAllocator, PinnedMemoryRoundTrip) {
+  EXPECT_EQ(cuda::alloc_pinned(0), nullptr);
+  void* raw = cuda::alloc_pinned(3 * MiB);
+  EXPECT_TRUE(cuda::is_pinned(raw));
+  cuda::free_pinned(raw);
+
+  Tensor h = cuda::empty_pinned({1000, 3}, kFloat32);
+  EXPECT_TRUE(h.device().is_cpu());
+  EXPECT_EQ(h.sizes(), (Shape{1000, 3}));
+  EXPECT_TRUE(cuda::is_pinned(h.raw_data_ptr()));
+  EXPECT_FALSE(cuda::is_pinned(zeros({1000}).raw_data_ptr()));
+  float* p = h.data_ptr<float>();
+  std::vector<double> want(3000);
+  for (int i = 0; i < 3000; ++i) want[i] = p[i] = 0.25f * static_cast<float>(i) - 100.0f;
+  Tensor g = h.to(Device::cuda(0));
+  EXPECT_EQ(test::values(g.cpu()), want);
+  Tensor back = cuda::empty_pinned({1000, 3}, kFloat32);
+  back.copy_(g);
+  EXPECT_EQ(test::values(back), want);
+}
+
+TEST_F(CudaAllocator, TooLargeAnAllocationFailsClearlyAndTheAllocatorRecovers) {
+  cuda::MemoryStats before = cuda::memory_stats(0);
+  try {
+    Tensor huge = empty({int64_t{1} << 40}, TensorOptions(kUInt8).device(Device::cuda(0)));  // 1 TiB
+    FAIL() << "a 1 TiB allocation succeeded";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("out of memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("tried to allocate 1.00 TiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("cuda:0"), std::string::npos) << m;
+    EXPECT_NE(m.find("free of"), std::string::npos) << m;
+  }
+  cuda::MemoryStats after = cuda::memory_stats(0);
+  EXPECT_EQ(after.ooms - before.ooms, 1u);
+  EXPECT_EQ(after.oom_retries - before.oom_retries, 1u);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the failed cudaMalloc left no error behind
+
+  Tensor x = full({5000}, 3.0, kF32Cuda);
+  EXPECT_EQ(test::values(x.cpu()), std::vector<double>(5000, 3.0));
+}
+
+}  // namespace
+}  // namespace kiln
+
+#endif  // KILN_WITH_CUDA

@@ -1,0 +1,70 @@
+// Gradients computed on the GPU against central differences, in float64: the backward rules running on CUDA
+// kernels (element-wise, reductions, softmax, cuBLAS, cuDNN, pooling, indexing). gradcheck perturbs the inputs on
+// the CPU; each function moves them to the GPU, so every forward and backward op runs there.
+#include <random>
+
+#include "cuda/cuda_test_util.h"
+#include "kiln/autograd/gradcheck.h"
+#include "kiln/nn/functional.h"
+
+namespace kiln {
+namespace {
+
+using test::CudaTest;
+
+Tensor gpu(const Tensor& x) { return x.to(Device::cuda()); }
+
+Tensor input(IntArrayRef shape, Generator& gen) { return randn(shape, kFloat64, &gen).requires_grad_(); }
+
+TEST_F(CudaTest, GradcheckElementwiseAndReductionsOnTheGpu) {
+  Generator gen(std::random_device{}());
+  Tensor a = input({3, 4}, gen), b = input({4}, gen);
+  autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor x = gpu(in[0]), y = gpu(in[1]);
+        Tensor z = tanh(x * y) + sigmoid(x - y).exp() / (1 + y * y);
+        return std::vector<Tensor>{z.sum(1), z.mean(), var(z, {0}), norm(z), amax(z, {1})};
+      },
+      {a, b});
+}
+
+TEST_F(CudaTest, GradcheckMatmulSoftmaxAndCrossEntropyOnTheGpu) {
+  Generator gen(std::random_device{}());
+  Tensor x = input({5, 6}, gen), w = input({6, 4}, gen), bias = input({4}, gen);
+  Tensor target = randint(0, 4, {5}, kInt64, &gen);
+  autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        Tensor logits = matmul(gpu(in[0]), gpu(in[1])) + gpu(in[2]);
+        return std::vector<Tensor>{nn::F::cross_entropy(logits, gpu(target)), softmax(logits, 0),
+                                   log_softmax(logits, 1)};
+      },
+      {x, w, bias});
+}
+
+TEST_F(CudaTest, GradcheckConvolutionAndPoolingOnTheGpu) {
+  Generator gen(std::random_device{}());
+  Tensor x = input({2, 4, 7, 6}, gen), w = input({6, 2, 3, 3}, gen), bias = input({6}, gen);
+  autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        Tensor y = nn::F::conv2d(gpu(in[0]), gpu(in[1]), gpu(in[2]), /*stride=*/{2, 1}, /*padding=*/1,
+                                 /*dilation=*/1, /*groups=*/2);
+        return nn::F::max_pool2d(y, 2, 1);
+      },
+      {x, w, bias});
+}
+
+TEST_F(CudaTest, GradcheckIndexingAndNormalizationOnTheGpu) {
+  Generator gen(std::random_device{}());
+  Tensor x = input({4, 5}, gen), table = input({7, 3}, gen), gamma = input({5}, gen);
+  Tensor idx = tensor(std::vector<int64_t>{2, 0, 6, 2});
+  autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        Tensor e = nn::F::embedding(gpu(idx), gpu(in[1]));  // repeated index 2: its rows' gradients add up
+        Tensor n = nn::F::layer_norm(gpu(in[0]), {5}, gpu(in[2]));
+        return std::vector<Tensor>{e * 2, n, index_select(gpu(in[0]), 1, gpu(idx.narrow(0, 0, 2)))};
+      },
+      {x, table, gamma});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,101 @@
+// Whole training steps on the GPU against the same steps on the CPU: modules moved with to(), autograd through
+// every op of the forward and backward passes, losses and optimizers updating on the device. Each model starts
+// from the same weights on both devices and takes a few steps on the same batches; the losses and the final
+// weights must agree within float32 tolerances (summation orders differ between the devices).
+#include <random>
+
+#include "cuda/cuda_test_util.h"
+#include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
+
+namespace kiln {
+namespace {
+
+using test::CudaTest;
+
+// A copy of `model` (built by make) with the same weights, on `device`.
+template <typename Make>
+auto twin(const Make& make, const nn::StateDict& weights, Device device) {
+  auto m = make();
+  m->load_state_dict(weights);
+  m->to(device);
+  return m;
+}
+
+void expect_same_weights(nn::Module& gpu, nn::Module& cpu, double rtol, const std::string& context) {
+  auto g = gpu.named_parameters(), c = cpu.named_parameters();
+  ASSERT_EQ(g.size(), c.size());
+  for (size_t i = 0; i < g.size(); ++i)
+    test::expect_matches_cpu(g[i].second.detach(), c[i].second.detach(), context + " " + c[i].first, rtol, rtol);
+}
+
+template <typename Make, typename MakeOpt>
+void train_both(const Make& make, const MakeOpt& make_opt, const Tensor& x, const Tensor& y, int steps, double rtol,
+                const std::string& context) {
+  auto reference = make();
+  nn::StateDict weights = reference->state_dict();
+  auto cpu = twin(make, weights, kCPU);
+  auto gpu = twin(make, weights, Device::cuda());
+  auto cpu_opt = make_opt(cpu->parameters());
+  auto gpu_opt = make_opt(gpu->parameters());
+  Tensor xg = x.to(Device::cuda()), yg = y.to(Device::cuda());
+  for (int step = 0; step < steps; ++step) {
+    Tensor lc = nn::F::cross_entropy(cpu(x), y);
+    Tensor lg = nn::F::cross_entropy(gpu(xg), yg);
+    EXPECT_TRUE(lg.is_cuda());
+    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), rtol * std::max(1.0, std::abs(lc.item<double>())))
+        << context << " loss at step " << step;
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    lc.backward();
+    lg.backward();
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+  expect_same_weights(*gpu, *cpu, rtol, context);
+}
+
+TEST_F(CudaTest, MlpTrainingStepsMatchTheCpu) {
+  uint32_t seed = std::random_device{}();
+  manual_seed(seed);
+  auto make = [] {
+    return nn::Sequential(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 256), nn::ReLU(), nn::Linear(256, 10));
+  };
+  Tensor x = randn({64, 784});
+  Tensor y = randint(0, 10, {64});
+  train_both(make, [](std::vector<Tensor> p) { return optim::SGD(std::move(p), {.lr = 0.05, .momentum = 0.9}); }, x, y,
+             4, 2e-4, "MLP + SGD seed " + std::to_string(seed));
+}
+
+TEST_F(CudaTest, CnnTrainingStepsMatchTheCpu) {
+  uint32_t seed = std::random_device{}();
+  manual_seed(seed);
+  auto make = [] {
+    return nn::Sequential(nn::Conv2d(1, 8, 3, nn::Conv2dOptions{.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Conv2d(8, 16, 3, nn::Conv2dOptions{.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Flatten(), nn::Linear(16 * 7 * 7, 32), nn::ReLU(), nn::Linear(32, 10));
+  };
+  Tensor x = randn({16, 1, 28, 28});
+  Tensor y = randint(0, 10, {16});
+  train_both(make, [](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-3}); }, x, y, 3, 2e-4,
+             "CNN + Adam seed " + std::to_string(seed));
+}
+
+// NOTE: no layer with a bias right before the BatchNorm: BatchNorm removes a per-feature shift, so that bias's
+// gradient is zero up to rounding noise, and Adam's normalized step turns the noise into full-size updates that
+// differ between any two devices.
+TEST_F(CudaTest, NormalizationLayersTrainOnTheGpu) {
+  uint32_t seed = std::random_device{}();
+  manual_seed(seed);
+  auto make = [] {
+    return nn::Sequential(nn::BatchNorm1d(20), nn::Linear(20, 32), nn::LayerNorm(Shape{32}), nn::GELU(),
+                          nn::Linear(32, 32), nn::SiLU(), nn::Linear(32, 10));
+  };
+  Tensor x = randn({24, 20});
+  Tensor y = randint(0, 10, {24});
+  train_both(make, [](std::vector<Tensor> p) { return optim::AdamW(std::move(p), {.lr = 1e-2}); }, x, y, 3, 2e-4,
+             "BatchNorm/LayerNorm + AdamW seed " + std::to_string(seed));
+}
+
+}  // namespace
+}  // namespace kiln
