@@ -17,11 +17,6 @@ namespace kiln {
 namespace cuda {
 Allocator* cuda_allocator();  // cuda/cuda_runtime.cu
 }
-#else
-namespace cuda {
-int device_count() { return 0; }
-void synchronize(int) {}
-}  // namespace cuda
 #endif
 
 // ---- dtype ----

@@ -1,5 +1,5 @@
 // The kiln::cuda functions of a build without CUDA: no devices, so no memory to report, and no host memory
-// can be pinned. (device_count and synchronize are in core.cpp.) A CUDA build defines them all in
+// can be pinned. A CUDA build defines them all in
 // cuda/cuda_runtime.cu instead.
 #ifndef KILN_WITH_CUDA
 
@@ -9,6 +9,8 @@
 
 namespace kiln::cuda {
 
+int device_count() { return 0; }
+void synchronize(int) {}
 void set_poison_allocations(bool) {}
 bool poison_allocations() { return false; }
 

@@ -21,6 +21,15 @@ TEST(DType, SizesAndNames) {
   EXPECT_FALSE(is_floating(kInt64));
 }
 
+// A float stored into uint8 wraps modulo 256 through int64 (a plain cast is undefined for negatives, and x86 and
+// CUDA disagree on it); every kernel converts through kiln::convert, so both devices give these values.
+TEST(DType, FloatToUint8WrapsModulo256) {
+  EXPECT_EQ(convert<uint8_t>(-2.0f), 254);
+  EXPECT_EQ(convert<uint8_t>(300.0), 44);
+  EXPECT_EQ(convert<uint8_t>(-0.5), 0);
+  EXPECT_EQ(test::values(tensor({-2.0, 255.9, 256.0, -1.0}).to(kUInt8)), (std::vector<double>{254, 255, 0, 255}));
+}
+
 TEST(DType, PromoteTypesMatchesPyTorch) {
   struct Case {
     DType a, b, want;
