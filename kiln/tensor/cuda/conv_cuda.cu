@@ -535,6 +535,21 @@ int64_t images_per_call(const char* op, const ConvProblem& s) {
   return std::clamp<int64_t>(INT_MAX / per, 1, std::max<int64_t>(s.n, 1));
 }
 
+// Calls body(s, d, x_offset, y_offset) for each slice of the batch that one cuDNN call takes: s is the slice's
+// problem, d its descriptors, and the offsets (in bytes, for elements of es bytes) are where the slice starts in
+// x-shaped (N, C, H, W) and y-shaped (N, O, OH, OW) tensors.
+template <typename Body>
+void for_each_batch_slice(const char* op, const ConvProblem& whole, int64_t es, Body&& body) {
+  const int64_t step = images_per_call(op, whole);
+  const int64_t x_image = whole.C * whole.H * whole.W * es, y_image = whole.O * whole.OH * whole.OW * es;
+  for (int64_t n0 = 0; n0 < whole.n; n0 += step) {
+    ConvProblem s = whole;
+    s.n = std::min(step, whole.n - n0);
+    const ConvDescriptors d(s);
+    body(s, d, n0 * x_image, n0 * y_image);
+  }
+}
+
 // ---- the three passes ----
 
 // out (N, O, OH, OW) = x (N, C, H, W) conv weight (O, C / G, KH, KW) + bias (O; undefined: none).
@@ -560,14 +575,10 @@ void conv2d_cuda(const Tensor& out, const Tensor& x, const Tensor& weight, const
   }
   cudnnHandle_t h = handle_for(op, dev, stream);
   const Scale one(out.dtype(), 1.0), beta(out.dtype(), bias.defined() ? 1.0 : 0.0);
-  const int64_t step = images_per_call(op, whole), es = static_cast<int64_t>(out.element_size());
-  const int64_t x_image = whole.C * whole.H * whole.W * es, y_image = whole.O * whole.OH * whole.OW * es;
-  for (int64_t n0 = 0; n0 < whole.n; n0 += step) {
-    ConvProblem s = whole;
-    s.n = std::min(step, whole.n - n0);
-    const ConvDescriptors d(s);
-    const char* xp = static_cast<const char*>(x.raw_data_ptr()) + n0 * x_image;
-    char* yp = static_cast<char*>(out.raw_data_ptr()) + n0 * y_image;
+  for_each_batch_slice(op, whole, out.element_size(), [&](const ConvProblem& s, const ConvDescriptors& d,
+                                                         int64_t x_off, int64_t y_off) {
+    const char* xp = static_cast<const char*>(x.raw_data_ptr()) + x_off;
+    char* yp = static_cast<char*>(out.raw_data_ptr()) + y_off;
     run_conv(
         op, "cudnnConvolutionForward", algo_key(kForward, dev, s), d, s, out.device(),
         [&] { return rank_forward(h, d, s); },
@@ -580,7 +591,7 @@ void conv2d_cuda(const Tensor& out, const Tensor& x, const Tensor& weight, const
                                          static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes, beta.ptr(),
                                          d.y.get(), yp);
         });
-  }
+  });
 }
 
 // grad_x (N, C, H, W) from grad_out (N, O, OH, OW) and weight (O, C / G, KH, KW).
@@ -598,14 +609,10 @@ void conv2d_backward_input_cuda(const Tensor& grad_x, const Tensor& grad_out, co
   if (grad_out.numel() == 0 || weight.numel() == 0) return fill_zeros(grad_x, stream, op);
   cudnnHandle_t h = handle_for(op, dev, stream);
   const Scale one(grad_x.dtype(), 1.0), zero(grad_x.dtype(), 0.0);
-  const int64_t step = images_per_call(op, whole), es = static_cast<int64_t>(grad_x.element_size());
-  const int64_t x_image = whole.C * whole.H * whole.W * es, y_image = whole.O * whole.OH * whole.OW * es;
-  for (int64_t n0 = 0; n0 < whole.n; n0 += step) {
-    ConvProblem s = whole;
-    s.n = std::min(step, whole.n - n0);
-    const ConvDescriptors d(s);
-    char* dxp = static_cast<char*>(grad_x.raw_data_ptr()) + n0 * x_image;
-    const char* dyp = static_cast<const char*>(grad_out.raw_data_ptr()) + n0 * y_image;
+  for_each_batch_slice(op, whole, grad_x.element_size(), [&](const ConvProblem& s, const ConvDescriptors& d,
+                                                            int64_t x_off, int64_t y_off) {
+    char* dxp = static_cast<char*>(grad_x.raw_data_ptr()) + x_off;
+    const char* dyp = static_cast<const char*>(grad_out.raw_data_ptr()) + y_off;
     run_conv(
         op, "cudnnConvolutionBackwardData", algo_key(kBackwardData, dev, s), d, s, grad_x.device(),
         [&] { return rank_backward_data(h, d, s); },
@@ -618,7 +625,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_x, const Tensor& grad_out, co
                                               d.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
                                               bytes, zero.ptr(), d.x.get(), dxp);
         });
-  }
+  });
 }
 
 // grad_weight (O, C / G, KH, KW) from grad_out (N, O, OH, OW) and x (N, C, H, W), overwritten. Slices of a huge
@@ -637,15 +644,11 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
   if (grad_out.numel() == 0 || x.numel() == 0) return fill_zeros(grad_weight, stream, op);
   cudnnHandle_t h = handle_for(op, dev, stream);
   const Scale one(grad_weight.dtype(), 1.0), zero(grad_weight.dtype(), 0.0);
-  const int64_t step = images_per_call(op, whole), es = static_cast<int64_t>(grad_weight.element_size());
-  const int64_t x_image = whole.C * whole.H * whole.W * es, y_image = whole.O * whole.OH * whole.OW * es;
-  for (int64_t n0 = 0; n0 < whole.n; n0 += step) {
-    ConvProblem s = whole;
-    s.n = std::min(step, whole.n - n0);
-    const ConvDescriptors d(s);
-    const char* xp = static_cast<const char*>(x.raw_data_ptr()) + n0 * x_image;
-    const char* dyp = static_cast<const char*>(grad_out.raw_data_ptr()) + n0 * y_image;
-    const Scale& beta = n0 == 0 ? zero : one;
+  for_each_batch_slice(op, whole, grad_weight.element_size(), [&](const ConvProblem& s, const ConvDescriptors& d,
+                                                                 int64_t x_off, int64_t y_off) {
+    const char* xp = static_cast<const char*>(x.raw_data_ptr()) + x_off;
+    const char* dyp = static_cast<const char*>(grad_out.raw_data_ptr()) + y_off;
+    const Scale& beta = x_off == 0 ? zero : one;  // later slices add to the first's sum
     run_conv(
         op, "cudnnConvolutionBackwardFilter", algo_key(kBackwardFilter, dev, s), d, s, grad_weight.device(),
         [&] { return rank_backward_filter(h, d, s); },
@@ -659,7 +662,7 @@ void conv2d_backward_weight_cuda(const Tensor& grad_weight, const Tensor& grad_o
                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes,
                                                 beta.ptr(), d.w.get(), grad_weight.raw_data_ptr());
         });
-  }
+  });
 }
 #endif  // KILN_WITH_CUDNN
 

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/loops_cuda.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/tensor.h"
@@ -26,79 +27,9 @@
 namespace kiln {
 namespace {
 
-// ---- geometry: N operands over one shape, innermost dim first, strides in elements ----
+// ---- geometry: the operands' offsets come from cuda::Layout / cuda::OffsetCalc (loops_cuda.cuh) ----
 
-constexpr int kIndexMaxDims = 16;  // after coalescing
 constexpr int kIndexBlock = 256;
-
-template <int N, typename Index>
-struct IndexGeom {
-  int ndim = 0;
-  Index sizes[kIndexMaxDims];
-  Index strides[kIndexMaxDims][N];
-
-  __device__ __forceinline__ void offsets(Index linear, Index (&off)[N]) const {
-#pragma unroll
-    for (int k = 0; k < N; ++k) off[k] = 0;
-    for (int d = 0; d < ndim; ++d) {
-      const Index i = linear % sizes[d];
-      linear /= sizes[d];
-#pragma unroll
-      for (int k = 0; k < N; ++k) off[k] += i * strides[d][k];
-    }
-  }
-};
-
-// Built on the host: size-1 dims dropped, and a dim merged into the next inner one wherever every operand
-// steps through both as one run.
-template <int N>
-struct HostGeom {
-  int ndim = 0;
-  int64_t numel = 1;
-  int64_t sizes[kIndexMaxDims];
-  int64_t strides[kIndexMaxDims][N];
-
-  HostGeom(const char* op, const Shape& shape, const std::array<Shape, N>& operand_strides) {
-    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-      numel *= shape[d];
-      if (shape[d] == 1) continue;
-      bool merge = ndim > 0;
-      for (int k = 0; k < N && merge; ++k) merge = operand_strides[k][d] == strides[ndim - 1][k] * sizes[ndim - 1];
-      if (merge) {
-        sizes[ndim - 1] *= shape[d];
-        continue;
-      }
-      KILN_CHECK(ndim < kIndexMaxDims, op, ": shape ", shape_str(shape), " has more than ", kIndexMaxDims,
-                 " dims that do not merge on the GPU; make the operands contiguous first");
-      sizes[ndim] = shape[d];
-      for (int k = 0; k < N; ++k) strides[ndim][k] = operand_strides[k][d];
-      ++ndim;
-    }
-  }
-
-  // 32-bit offset math when the element count and every operand's reach fit (the index * stride(dim) part is
-  // always 64-bit).
-  bool fits_int32() const {
-    if (numel > INT32_MAX) return false;
-    for (int k = 0; k < N; ++k) {
-      int64_t reach = 0;
-      for (int d = 0; d < ndim; ++d) reach += (sizes[d] - 1) * (strides[d][k] < 0 ? -strides[d][k] : strides[d][k]);
-      if (reach > INT32_MAX) return false;
-    }
-    return true;
-  }
-
-  template <typename Index>
-  IndexGeom<N, Index> get() const {
-    IndexGeom<N, Index> g;
-    g.ndim = ndim;
-    for (int d = 0; d < ndim; ++d) {
-      g.sizes[d] = static_cast<Index>(sizes[d]);
-      for (int k = 0; k < N; ++k) g.strides[d][k] = static_cast<Index>(strides[d][k]);
-    }
-    return g;
-  }
-};
 
 // t's strides with 0 along dim: t seen over the iteration's shape.
 Shape strides_without(const Tensor& t, int64_t dim) {
@@ -222,12 +153,11 @@ __device__ __forceinline__ void atomic_add(BFloat16* p, float v) { atomic_add_na
 // out[o] = x[xo + index[io] * x_step]; operands: 0 out, 1 x (stride 0 along dim), 2 index.
 // T: an unsigned integer of the element's size.
 template <typename T, typename Index>
-__global__ void gather_kernel(int64_t n, IndexGeom<3, Index> g, T* out, const T* x, const int64_t* index,
+__global__ void gather_kernel(int64_t n, cuda::OffsetCalc<3, Index> g, T* out, const T* x, const int64_t* index,
                               int64_t x_step, IndexCheck check) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    Index off[3];
-    g.offsets(static_cast<Index>(i), off);
+    const auto off = g.get(static_cast<Index>(i));
     const int64_t idx = index[off[2]];
     if (!check.ok(idx)) {
       check.report(idx);
@@ -240,12 +170,11 @@ __global__ void gather_kernel(int64_t n, IndexGeom<3, Index> g, T* out, const T*
 
 // self[so + index[io] * self_step] = src[vo]; operands: 0 self (stride 0 along dim), 1 index, 2 src.
 template <typename T, typename Index>
-__global__ void scatter_kernel(int64_t n, IndexGeom<3, Index> g, T* self, const int64_t* index, const T* src,
+__global__ void scatter_kernel(int64_t n, cuda::OffsetCalc<3, Index> g, T* self, const int64_t* index, const T* src,
                                int64_t self_step, IndexCheck check) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    Index off[3];
-    g.offsets(static_cast<Index>(i), off);
+    const auto off = g.get(static_cast<Index>(i));
     const int64_t idx = index[off[1]];
     if (!check.ok(idx)) {
       check.report(idx);
@@ -258,13 +187,12 @@ __global__ void scatter_kernel(int64_t n, IndexGeom<3, Index> g, T* self, const 
 // self[so + index[io] * self_step] += alpha * src[vo], atomically; scatter_add is alpha = 1 (exact in every
 // dtype, so the same as the CPU's plain +).
 template <typename T, typename Index>
-__global__ void scatter_add_kernel(int64_t n, IndexGeom<3, Index> g, T* self, const int64_t* index, const T* src,
+__global__ void scatter_add_kernel(int64_t n, cuda::OffsetCalc<3, Index> g, T* self, const int64_t* index, const T* src,
                                    int64_t self_step, opmath_t<T> alpha, IndexCheck check) {
   using M = opmath_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    Index off[3];
-    g.offsets(static_cast<Index>(i), off);
+    const auto off = g.get(static_cast<Index>(i));
     const int64_t idx = index[off[1]];
     if (!check.ok(idx)) {
       check.report(idx);
@@ -289,7 +217,7 @@ void visit_element_size(size_t bytes, const char* op, F&& f) {
 
 // Calls launch.template operator()<Index>() with the narrowest offset type that fits.
 template <int N, typename F>
-void with_index_type(const HostGeom<N>& geom, F&& launch) {
+void with_index_type(const cuda::Layout<N>& geom, F&& launch) {
   if (geom.fits_int32()) launch.template operator()<int32_t>();
   else launch.template operator()<int64_t>();
 }
@@ -310,7 +238,8 @@ void check_launch(IndexOpId op) {
 void gather_launch(IndexOpId op, const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index,
                    const Shape& index_strides) {
   const char* name = kIndexOpNames[op];
-  HostGeom<3> geom(name, out.sizes(), {out.strides(), strides_without(x, dim), index_strides});
+  const Shape x_strides = strides_without(x, dim);
+  const cuda::Layout<3> geom(out.sizes(), {out.strides(), x_strides, index_strides});
   if (geom.numel == 0) return;
   cuda::DeviceGuard guard(out.device().index);
   raise_pending_index_error();
@@ -319,7 +248,7 @@ void gather_launch(IndexOpId op, const Tensor& out, const Tensor& x, int64_t dim
   visit_element_size(out.element_size(), name, [&]<typename T>() {
     with_index_type(geom, [&]<typename Index>() {
       gather_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
-          geom.numel, geom.template get<Index>(), static_cast<T*>(out.raw_data_ptr()),
+          geom.numel, geom.template calc<Index>(name), static_cast<T*>(out.raw_data_ptr()),
           static_cast<const T*>(x.raw_data_ptr()), static_cast<const int64_t*>(index.raw_data_ptr()), x.stride(dim),
           check);
     });
@@ -342,7 +271,8 @@ void gather_cuda(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& 
 void scatter_launch(IndexOpId op, const Tensor& self, int64_t dim, const Tensor& index, const Shape& index_strides,
                     const Tensor& src, const Shape& shape, const Scalar& alpha) {
   const char* name = kIndexOpNames[op];
-  HostGeom<3> geom(name, shape, {strides_without(self, dim), index_strides, src.strides()});
+  const Shape self_strides = strides_without(self, dim);
+  const cuda::Layout<3> geom(shape, {self_strides, index_strides, src.strides()});
   if (geom.numel == 0) return;
   cuda::DeviceGuard guard(self.device().index);
   raise_pending_index_error();
@@ -353,7 +283,7 @@ void scatter_launch(IndexOpId op, const Tensor& self, int64_t dim, const Tensor&
     visit_element_size(self.element_size(), name, [&]<typename T>() {
       with_index_type(geom, [&]<typename Index>() {
         scatter_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
-            geom.numel, geom.template get<Index>(), static_cast<T*>(self.raw_data_ptr()), index_ptr,
+            geom.numel, geom.template calc<Index>(name), static_cast<T*>(self.raw_data_ptr()), index_ptr,
             static_cast<const T*>(src.raw_data_ptr()), self.stride(dim), check);
       });
     });
@@ -362,7 +292,7 @@ void scatter_launch(IndexOpId op, const Tensor& self, int64_t dim, const Tensor&
       const opmath_t<T> a = alpha.to<opmath_t<T>>();
       with_index_type(geom, [&]<typename Index>() {
         scatter_add_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
-            geom.numel, geom.template get<Index>(), static_cast<T*>(self.raw_data_ptr()), index_ptr,
+            geom.numel, geom.template calc<Index>(name), static_cast<T*>(self.raw_data_ptr()), index_ptr,
             static_cast<const T*>(src.raw_data_ptr()), self.stride(dim), a, check);
       });
     });

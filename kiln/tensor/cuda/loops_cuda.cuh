@@ -52,8 +52,9 @@ struct OffsetCalc {
   }
 };
 
-// Builds the coalesced layout of operands (all of one shape) on the host: size-1 dims dropped, then a dim
-// merged into the next inner one wherever every operand steps through both as one run.
+// Builds the coalesced layout of N operands over one shape on the host: size-1 dims dropped, then a dim merged
+// into the next inner one wherever every operand steps through both as one run. The operands are tensors of
+// that shape, or (for the indexing kernels) any strides over it, e.g. stride 0 along an indexed dim.
 template <int N>
 struct Layout {
   int ndim = 0;
@@ -62,22 +63,31 @@ struct Layout {
   int64_t numel = 1;
 
   explicit Layout(const std::array<const Tensor*, N>& ops) {
-    const Shape& shape = ops[0]->sizes();
+    std::array<IntArrayRef, N> op_strides;
+    for (int k = 0; k < N; ++k) op_strides[k] = ops[k]->strides();
+    build(ops[0]->sizes(), op_strides);
+  }
+  Layout(IntArrayRef shape, const std::array<IntArrayRef, N>& op_strides) { build(shape, op_strides); }
+
+ private:
+  void build(IntArrayRef shape, const std::array<IntArrayRef, N>& op_strides) {
     for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
       numel *= shape[d];
       if (shape[d] == 1) continue;
       bool merge = ndim > 0;
-      for (int k = 0; k < N && merge; ++k) merge = ops[k]->stride(d) == strides[ndim - 1][k] * sizes[ndim - 1];
+      for (int k = 0; k < N && merge; ++k) merge = op_strides[k][d] == strides[ndim - 1][k] * sizes[ndim - 1];
       if (merge) {
         sizes[ndim - 1] *= shape[d];
       } else {
         KILN_CHECK(ndim < 64, "CUDA element-wise: more than 64 dims");
         sizes[ndim] = shape[d];
-        for (int k = 0; k < N; ++k) strides[ndim][k] = ops[k]->stride(d);
+        for (int k = 0; k < N; ++k) strides[ndim][k] = op_strides[k][d];
         ++ndim;
       }
     }
   }
+
+ public:
 
   // Every operand is one contiguous run (or, for inputs, a single broadcast value).
   bool contiguous(std::array<bool, N>* broadcast) const {
