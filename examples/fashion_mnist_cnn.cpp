@@ -2,8 +2,9 @@
 // conv(1->32, 3x3, pad 1) + ReLU + max-pool 2, conv(32->64, 3x3, pad 1) + ReLU + max-pool 2,
 // linear(3136->128) + ReLU, linear(128->10); cross-entropy, Adam (lr 1e-3), batches of 64.
 //
-//   fashion_mnist_cnn [data_dir] [epochs]
-// data_dir defaults to /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist package).
+//   fashion_mnist_cnn [data_dir] [epochs] [device]
+// data_dir defaults to /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist package); device is
+// "cpu" (the default) or "cuda" / "cuda:N": the data and the model move there once, and every step runs there.
 #include <kiln/kiln.h>
 #include <kiln/optim/optim.h>
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   int epochs = argc > 2 ? std::atoi(argv[2]) : 3;
   try {
+    const Device device = argc > 3 ? Device(argv[3]) : kCPU;
     auto [x_train, y_train, x_test, y_test] = fashion_mnist::load(dir);
     x_train = x_train.view({-1, 1, 28, 28});
     x_test = x_test.view({-1, 1, 28, 28});
@@ -29,13 +31,16 @@ int main(int argc, char** argv) {
         nn::Conv2d(32, 64, 3, nn::Conv2dOptions{.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),  // (B, 64, 7, 7)
         nn::Flatten(), nn::Linear(3136, 128), nn::ReLU(), nn::Linear(128, 10));
     std::printf("%s\n%lld parameters\n", model->str().c_str(), static_cast<long long>(model->num_parameters()));
+    model->to(device);
+    x_train = x_train.to(device), y_train = y_train.to(device);
+    x_test = x_test.to(device), y_test = y_test.to(device);
     optim::Adam opt(model->parameters(), {.lr = 1e-3});
     Generator gen(0);
 
     for (int epoch = 1; epoch <= epochs; ++epoch) {
       auto t0 = std::chrono::steady_clock::now();
       model->train();
-      Tensor order = randperm(n, kInt64, &gen);
+      Tensor order = randperm(n, kInt64, &gen).to(device);
       double loss_sum = 0;
       int64_t batches = 0;
       for (int64_t start = 0; start < n; start += batch) {

@@ -1,8 +1,9 @@
 // Trains a multilayer perceptron on Fashion-MNIST with kiln's nn and optim in a plain loop, the "lightweight
 // loop" a user writes by hand: 784-512-256-10 with ReLU, cross-entropy, SGD with momentum 0.9, batches of 128.
 //
-//   fashion_mnist_mlp [data_dir] [epochs]
-// data_dir defaults to /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist package).
+//   fashion_mnist_mlp [data_dir] [epochs] [device]
+// data_dir defaults to /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist package); device is
+// "cpu" (the default) or "cuda" / "cuda:N": the data and the model move there once, and every step runs there.
 #include <kiln/kiln.h>
 #include <kiln/optim/optim.h>
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   int epochs = argc > 2 ? std::atoi(argv[2]) : 3;
   try {
+    const Device device = argc > 3 ? Device(argv[3]) : kCPU;
     auto [x_train, y_train, x_test, y_test] = fashion_mnist::load(dir);
     std::printf("Fashion-MNIST: %lld training and %lld test images of %lld pixels\n",
                 static_cast<long long>(x_train.size(0)), static_cast<long long>(x_test.size(0)),
@@ -25,12 +27,15 @@ int main(int argc, char** argv) {
     const int64_t batch = 128, n = x_train.size(0);
     auto model = nn::Sequential(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 256), nn::ReLU(),
                                 nn::Linear(256, 10));
+    model->to(device);
+    x_train = x_train.to(device), y_train = y_train.to(device);
+    x_test = x_test.to(device), y_test = y_test.to(device);
     optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
     Generator gen(0);
 
     for (int epoch = 1; epoch <= epochs; ++epoch) {
       auto t0 = std::chrono::steady_clock::now();
-      Tensor order = randperm(n, kInt64, &gen);
+      Tensor order = randperm(n, kInt64, &gen).to(device);
       double loss_sum = 0;
       int64_t batches = 0;
       for (int64_t start = 0; start < n; start += batch) {
