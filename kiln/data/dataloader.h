@@ -49,7 +49,7 @@ struct DataLoaderOptions {
   // The shuffle seed (used only with shuffle = true).
   uint64_t seed = 0;
   // Merges a batch's examples; empty means default_collate.
-  CollateFn collate;
+  CollateFn collate = {};
 };
 
 // Where a loader stands, for exact resume: the epoch, how many of its batches were handed out, and the seed of

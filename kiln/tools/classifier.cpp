@@ -1,0 +1,133 @@
+#include "kiln/tools/classifier.h"
+
+#include "kiln/nn/functional.h"
+#include "kiln/optim/optim.h"
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::tools {
+
+Classifier::Classifier(std::shared_ptr<nn::Module> net, RunConfig config)
+    : TrainModule("Classifier"), net_(std::move(net)), config_(std::move(config)) {
+  register_module("net", net_);
+  save_hyperparameters({{"config", dump(config_)},
+                        {"model", config_.model.name},
+                        {"data", config_.data.name},
+                        {"optimizer", config_.optimizer.name},
+                        {"lr", std::to_string(config_.optimizer.lr)},
+                        {"batch_size", std::to_string(config_.data.batch_size)}});
+}
+
+Tensor Classifier::evaluate(const data::Batch& batch, const std::string& split) {
+  KILN_CHECK(batch.size() == 2, "Classifier: a batch must be (examples, labels); got ", batch.size(), " fields");
+  const Tensor& x = batch[0];
+  const Tensor& y = batch[1];
+  Tensor scores = (*net_)(x);  // (N, K)
+  Tensor loss = nn::F::cross_entropy(scores, y);
+  Tensor acc;
+  {
+    NoGradGuard no_grad;
+    acc = (scores.argmax(1) == y).to(kFloat32).mean();
+  }
+  const bool train = split == "train";
+  log(split + "/loss", loss, {.prog_bar = train});
+  log(split + "/acc", acc, {.on_step = false, .on_epoch = true, .prog_bar = !train});
+  return loss;
+}
+
+Tensor Classifier::training_step(const data::Batch& batch, int64_t) { return evaluate(batch, "train"); }
+
+Tensor Classifier::validation_step(const data::Batch& batch, int64_t) {
+  evaluate(batch, "val");
+  return {};
+}
+
+Tensor Classifier::test_step(const data::Batch& batch, int64_t) {
+  evaluate(batch, "test");
+  return {};
+}
+
+Tensor Classifier::predict_step(const data::Batch& batch, int64_t) { return softmax((*net_)(batch.at(0)), 1); }
+
+std::shared_ptr<optim::Optimizer> make_optimizer(const RunConfig::Optimizer& c, std::vector<Tensor> params) {
+  const std::pair<double, double> betas{c.betas.at(0), c.betas.at(1)};
+  if (c.name == "sgd") {
+    return std::make_shared<optim::SGD>(std::move(params), optim::SGDOptions{.lr = c.lr,
+                                                                             .momentum = c.momentum,
+                                                                             .weight_decay = c.weight_decay,
+                                                                             .nesterov = c.nesterov});
+  }
+  if (c.name == "adam") {
+    return std::make_shared<optim::Adam>(
+        std::move(params),
+        optim::AdamOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay, .amsgrad = c.amsgrad});
+  }
+  if (c.name == "adamw") {
+    return std::make_shared<optim::AdamW>(
+        std::move(params),
+        optim::AdamWOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay, .amsgrad = c.amsgrad});
+  }
+  if (c.name == "rmsprop") {
+    return std::make_shared<optim::RMSprop>(
+        std::move(params),
+        optim::RMSpropOptions{.lr = c.lr, .eps = c.eps, .weight_decay = c.weight_decay, .momentum = c.momentum});
+  }
+  if (c.name == "adagrad") {
+    return std::make_shared<optim::Adagrad>(std::move(params),
+                                            optim::AdagradOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+  }
+  KILN_CHECK(false, "optimizer.name '", c.name, "': expected sgd, adam, adamw, rmsprop or adagrad");
+  return nullptr;
+}
+
+std::optional<trainer::SchedulerConfig> make_scheduler(const RunConfig::Scheduler& c, optim::Optimizer& opt,
+                                                       int64_t epochs, int64_t steps_per_epoch) {
+  if (c.name == "none") return std::nullopt;
+  trainer::SchedulerConfig s;
+  s.interval = c.interval;
+  // The run's length in the scheduler's unit.
+  const int64_t length = c.interval == "step" ? epochs * steps_per_epoch : epochs;
+  const int64_t t_max = c.t_max.value_or(std::max<int64_t>(1, length));
+  if (c.name == "step") {
+    s.scheduler = std::make_shared<optim::StepLR>(opt, c.step_size, c.gamma);
+  } else if (c.name == "multistep") {
+    s.scheduler = std::make_shared<optim::MultiStepLR>(opt, c.milestones, c.gamma);
+  } else if (c.name == "exponential") {
+    s.scheduler = std::make_shared<optim::ExponentialLR>(opt, c.gamma);
+  } else if (c.name == "cosine") {
+    s.scheduler = std::make_shared<optim::CosineAnnealingLR>(opt, t_max, c.eta_min);
+  } else if (c.name == "linear") {
+    s.scheduler = std::make_shared<optim::LinearLR>(opt, c.start_factor, 1.0, t_max);
+  } else if (c.name == "onecycle") {
+    s.interval = "step";  // one cycle over every optimizer step of the run
+    s.scheduler = std::make_shared<optim::OneCycleLR>(
+        opt, optim::OneCycleOptions{.max_lr = c.max_lr.value_or(opt.param_groups().at(0).lr() * 10),
+                                    .total_steps = std::max<int64_t>(1, epochs * steps_per_epoch)});
+  } else if (c.name == "warmup_cosine") {
+    KILN_CHECK(c.warmup >= 1 && c.warmup < t_max, "scheduler.warmup = ", c.warmup,
+               ": warmup_cosine needs 1 <= warmup < the run's length (", t_max, ")");
+    auto warm = std::make_shared<optim::LinearLR>(opt, c.start_factor, 1.0, c.warmup);
+    auto cos = std::make_shared<optim::CosineAnnealingLR>(opt, t_max - c.warmup, c.eta_min);
+    s.scheduler = std::make_shared<optim::SequentialLR>(
+        opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warm, cos}, std::vector<int64_t>{c.warmup});
+  } else if (c.name == "plateau") {
+    s.plateau = std::make_shared<optim::ReduceLROnPlateau>(
+        opt, optim::ReduceLROnPlateauOptions{.mode = c.mode, .factor = c.factor, .patience = c.patience});
+    s.monitor = c.monitor;
+  } else {
+    KILN_CHECK(false, "scheduler.name '", c.name, "': not a scheduler kiln knows");
+  }
+  return s;
+}
+
+trainer::OptimizerSetup Classifier::configure_optimizers() {
+  auto opt = make_optimizer(config_.optimizer, parameters());
+  trainer::OptimizerSetup setup(opt);
+  const trainer::Trainer& t = trainer();
+  const int64_t acc = t.options().accumulate_grad_batches;
+  const int64_t steps_per_epoch = (t.num_training_batches() + acc - 1) / acc;
+  const int64_t epochs = t.options().max_epochs > 0 ? t.options().max_epochs : 1;
+  if (auto s = make_scheduler(config_.scheduler, *opt, epochs, steps_per_epoch)) setup.schedulers.push_back(*s);
+  return setup;
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,368 @@
+// The `kiln` command line. Each command turns its arguments into a RunConfig (from --config and --set, or from
+// the config a checkpoint carries), builds the data, model and Trainer from it, and runs. Building is shared:
+// build_run() is the one place that maps config keys onto kiln objects.
+#include "kiln/tools/cli.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "kiln/tensor/cuda/cuda.h"
+#include "kiln/tensor/parallel.h"
+#include "kiln/tools/classifier.h"
+#include "kiln/tools/datasets.h"
+#include "kiln/tools/models.h"
+#include "kiln/trainer/callbacks.h"
+#include "kiln/trainer/csv_logger.h"
+#include "kiln/trainer/tensorboard_logger.h"
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::tools {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: kiln <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train    train a model:     kiln train --config run.yaml [--set key=value ...] [--ckpt FILE|last]\n"
+    "  eval     test a checkpoint: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
+    "  predict  class predictions: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val]\n"
+    "  info     version and build features\n"
+    "\n"
+    "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
+
+constexpr const char* kTrainHelp =
+    "usage: kiln train [--config run.yaml] [--set key=value ...] [--ckpt FILE|last]\n"
+    "\n"
+    "Trains the configured model, validating each epoch, then tests it (the best checkpoint when\n"
+    "callbacks.checkpoint.monitor is set, else the final weights). Logs, checkpoints and the resolved config\n"
+    "go to <trainer.default_root_dir>/<logger.name>/version_<N>/.\n"
+    "\n"
+    "  --config FILE    a YAML file of the keys below (any key left out keeps its default)\n"
+    "  --set key=value  override one key (repeatable), e.g. --set trainer.max_epochs=5 --set model.hidden=[256,128]\n"
+    "  --ckpt FILE|last resume from a checkpoint (same as --set trainer.ckpt_path=...)\n"
+    "\n"
+    "config keys:\n";
+
+constexpr const char* kEvalHelp =
+    "usage: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
+    "\n"
+    "Tests a checkpoint written by kiln train on the split of its own data (the run's config travels in the\n"
+    "checkpoint); --set changes keys of that config (e.g. data.path, trainer.accelerator).\n";
+
+constexpr const char* kPredictHelp =
+    "usage: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val] [--set key=value ...]\n"
+    "\n"
+    "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
+    "probability. Prints the accuracy.\n";
+
+// The command line after the command name: flags with values, and --help.
+struct Args {
+  std::string config, ckpt, split = "test", output = "predictions.csv";
+  std::vector<std::string> sets;
+  bool help = false;
+};
+
+[[noreturn]] void usage_error(const std::string& message) { throw std::invalid_argument(message); }
+
+Args parse_args(const std::vector<std::string>& args, size_t first, const std::vector<std::string>& allowed) {
+  Args a;
+  for (size_t i = first; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--help" || flag == "-h") {
+      a.help = true;
+      continue;
+    }
+    if (std::find(allowed.begin(), allowed.end(), flag) == allowed.end()) {
+      std::string list;
+      for (const auto& f : allowed) list += " " + f;
+      usage_error("unknown option '" + flag + "' (options:" + list + " --help)");
+    }
+    if (i + 1 >= args.size()) usage_error(flag + " needs a value");
+    const std::string& value = args[++i];
+    if (flag == "--config") a.config = value;
+    if (flag == "--ckpt") a.ckpt = value;
+    if (flag == "--set") a.sets.push_back(value);
+    if (flag == "--split") a.split = value;
+    if (flag == "--output") a.output = value;
+  }
+  if (a.split != "test" && a.split != "val") usage_error("--split '" + a.split + "': expected test or val");
+  return a;
+}
+
+// What a run is made of, built from a config.
+struct Run {
+  DataSplits data;
+  std::shared_ptr<Classifier> module;
+  std::unique_ptr<data::DataLoader> train, val, test;
+};
+
+Run build_run(const RunConfig& cfg) {
+  if (cfg.trainer.seed) manual_seed(static_cast<uint64_t>(*cfg.trainer.seed));
+  Run run;
+  run.data = make_data(cfg.data);
+  DataInfo info = run.data.info;
+  if (cfg.model.num_classes) {
+    KILN_CHECK(*cfg.model.num_classes >= info.num_classes, "model.num_classes = ", *cfg.model.num_classes,
+               ", but the data has labels up to ", info.num_classes - 1);
+    info.num_classes = *cfg.model.num_classes;
+  }
+  run.module = std::make_shared<Classifier>(make_model(cfg.model, info), cfg);
+  const int64_t eval_batch = cfg.data.val_batch_size.value_or(1000);
+  const int workers = static_cast<int>(cfg.data.num_workers);
+  run.train = std::make_unique<data::DataLoader>(
+      run.data.train, data::DataLoaderOptions{.batch_size = cfg.data.batch_size, .shuffle = cfg.data.shuffle,
+                                              .num_workers = workers, .seed = static_cast<uint64_t>(cfg.data.seed)});
+  if (run.data.val) {
+    run.val = std::make_unique<data::DataLoader>(
+        run.data.val, data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers});
+  }
+  run.test = std::make_unique<data::DataLoader>(run.data.test,
+                                                data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers});
+  return run;
+}
+
+trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
+  const auto& t = cfg.trainer;
+  trainer::TrainerOptions o;
+  o.max_epochs = t.max_epochs;
+  o.min_epochs = t.min_epochs;
+  o.max_steps = t.max_steps;
+  o.max_time = t.max_time.value_or(0);
+  o.accelerator = t.accelerator;
+  o.devices = t.devices;
+  o.strategy = t.strategy;
+  o.precision = t.precision;
+  o.accumulate_grad_batches = t.accumulate_grad_batches;
+  o.gradient_clip_val = t.gradient_clip_val;
+  o.gradient_clip_algorithm = t.gradient_clip_algorithm;
+  o.val_check_interval = t.val_check_interval;
+  o.check_val_every_n_epoch = t.check_val_every_n_epoch;
+  o.limit_train_batches = t.limit_train_batches;
+  o.limit_val_batches = t.limit_val_batches;
+  o.limit_test_batches = t.limit_test_batches;
+  o.limit_predict_batches = t.limit_predict_batches;
+  o.num_sanity_val_steps = t.num_sanity_val_steps;
+  o.log_every_n_steps = t.log_every_n_steps;
+  o.deterministic = t.deterministic;
+  if (t.seed) o.seed = static_cast<uint64_t>(*t.seed);
+  o.default_root_dir = t.default_root_dir;
+  o.fast_dev_run = t.fast_dev_run;
+  o.enable_progress_bar = t.enable_progress_bar;
+  o.enable_checkpointing = t.enable_checkpointing;
+  o.enable_model_summary = t.enable_model_summary;
+  return o;
+}
+
+// The run folder's version: the one a resumed checkpoint was written in (so its logs continue there), the
+// configured one, or the next free one.
+int64_t logger_version(const RunConfig& cfg, const std::string& ckpt_path) {
+  if (cfg.logger.version) return *cfg.logger.version;
+  const std::string& root = cfg.trainer.default_root_dir;
+  std::string path = ckpt_path == "last" ? trainer::find_last_checkpoint(root) : ckpt_path;
+  if (!path.empty() && std::filesystem::exists(path)) {
+    const trainer::Checkpoint c = trainer::load_checkpoint(path);
+    if (c.has("trainer.log_dir")) {
+      const std::filesystem::path dir(c.get("trainer.log_dir"));
+      const std::string leaf = dir.filename().string();
+      const std::filesystem::path expected_parent = std::filesystem::path(root) / cfg.logger.name;
+      if (leaf.rfind("version_", 0) == 0 && dir.parent_path() == expected_parent) {
+        try {
+          return std::stoll(leaf.substr(8));
+        } catch (...) {
+        }
+      }
+    }
+  }
+  return trainer::next_version(root, cfg.logger.name);
+}
+
+void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
+  const auto& c = cfg.callbacks;
+  if (o.enable_checkpointing) {
+    trainer::ModelCheckpointOptions mc;
+    mc.dirpath = c.checkpoint.dirpath.value_or("");
+    mc.filename = c.checkpoint.filename;
+    mc.monitor = c.checkpoint.monitor.value_or("");
+    mc.mode = c.checkpoint.mode;
+    mc.save_top_k = c.checkpoint.save_top_k;
+    mc.save_last = c.checkpoint.save_last;
+    mc.every_n_epochs = c.checkpoint.every_n_epochs;
+    mc.every_n_train_steps = c.checkpoint.every_n_train_steps;
+    o.callbacks.push_back(std::make_shared<trainer::ModelCheckpoint>(mc));
+  }
+  if (c.early_stopping.enabled) {
+    trainer::EarlyStoppingOptions es;
+    es.monitor = c.early_stopping.monitor;
+    es.mode = c.early_stopping.mode;
+    es.patience = c.early_stopping.patience;
+    es.min_delta = c.early_stopping.min_delta;
+    es.stopping_threshold = c.early_stopping.stopping_threshold;
+    es.divergence_threshold = c.early_stopping.divergence_threshold;
+    es.check_finite = c.early_stopping.check_finite;
+    es.verbose = true;
+    o.callbacks.push_back(std::make_shared<trainer::EarlyStopping>(es));
+  }
+  if (c.lr_monitor) o.callbacks.push_back(std::make_shared<trainer::LearningRateMonitor>());
+  if (c.timer.duration) {
+    o.callbacks.push_back(std::make_shared<trainer::Timer>(trainer::TimerOptions{.duration = *c.timer.duration}));
+  }
+}
+
+std::string format_metrics(const std::map<std::string, double>& metrics) {
+  std::string out;
+  char buf[64];
+  for (const auto& [k, v] : metrics) {
+    std::snprintf(buf, sizeof buf, "%.4f", v);
+    out += (out.empty() ? "" : "  ") + k + " " + buf;
+  }
+  return out;
+}
+
+int cmd_train(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--config", "--set", "--ckpt"});
+  if (a.help) {
+    std::printf("%s%s", kTrainHelp, run_config_help().c_str());
+    return 0;
+  }
+  RunConfig cfg = a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
+  if (!a.ckpt.empty()) cfg.trainer.ckpt_path = a.ckpt;
+  const std::string ckpt = cfg.trainer.ckpt_path.value_or("");
+
+  Run run = build_run(cfg);
+  trainer::TrainerOptions o = trainer_options(cfg);
+  if (o.fast_dev_run == 0) {
+    const int64_t version = logger_version(cfg, ckpt);
+    const std::string& root = cfg.trainer.default_root_dir;
+    if (cfg.logger.csv) o.loggers.push_back(std::make_shared<trainer::CSVLogger>(root, cfg.logger.name, version));
+    if (cfg.logger.tensorboard) {
+      o.loggers.push_back(std::make_shared<trainer::TensorBoardLogger>(root, cfg.logger.name, version));
+    }
+  }
+  o.logger = false;  // exactly the loggers the config asks for
+  add_callbacks(cfg, o);
+  trainer::Trainer t(o);
+  if (!t.loggers().empty()) {
+    const std::filesystem::path dir(t.log_dir());
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "config.yaml") << dump(cfg);
+    std::printf("run folder: %s\n", dir.string().c_str());
+  }
+  std::fflush(stdout);
+  t.fit(*run.module, *run.train, run.val.get(), ckpt);
+
+  std::string best;
+  for (const auto& cb : t.callbacks()) {
+    if (auto* mc = dynamic_cast<trainer::ModelCheckpoint*>(cb.get())) {
+      if (!mc->options().monitor.empty() && !mc->best_model_path().empty()) best = mc->best_model_path();
+    }
+  }
+  const auto metrics = t.test(*run.module, *run.test, best);
+  std::printf("test (%s): %s\n", best.empty() ? "final weights" : best.c_str(), format_metrics(metrics).c_str());
+  if (auto it = metrics.find("test/acc"); it != metrics.end()) {
+    std::printf("final test accuracy: %.2f%%\n", 100.0 * it->second);
+  }
+  return 0;
+}
+
+// The config a checkpoint written by kiln train carries, with the command line's --set applied.
+RunConfig config_of_checkpoint(const trainer::Checkpoint& c, const std::vector<std::string>& sets) {
+  KILN_CHECK(c.has("hparams.config"), "checkpoint ", c.path,
+             " carries no run config (hparams.config): was it written by kiln train?");
+  return load_run_config_text(c.get("hparams.config"), c.path + " (its hparams.config)", sets);
+}
+
+int cmd_eval(const std::vector<std::string>& args, bool predict) {
+  const Args a = parse_args(args, 1, predict ? std::vector<std::string>{"--ckpt", "--set", "--split", "--output"}
+                                             : std::vector<std::string>{"--ckpt", "--set", "--split"});
+  if (a.help) {
+    std::printf("%s", predict ? kPredictHelp : kEvalHelp);
+    return 0;
+  }
+  if (a.ckpt.empty()) usage_error("--ckpt FILE is required");
+  const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
+  RunConfig cfg = config_of_checkpoint(ckpt, a.sets);
+  Run run = build_run(cfg);
+  run.module->load_state_dict(ckpt.tensor_section("model"));
+  trainer::TrainerOptions o = trainer_options(cfg);
+  o.logger = false;
+  o.enable_checkpointing = false;
+  o.enable_model_summary = false;
+  o.fast_dev_run = 0;
+  trainer::Trainer t(o);
+  data::DataLoader* loader = a.split == "val" ? run.val.get() : run.test.get();
+  KILN_CHECK(loader != nullptr, "--split val: the run's data has no validation split (data.val_size 0)");
+  if (!predict) {
+    const auto metrics = t.test(*run.module, *loader);
+    std::printf("%s (%s): %s\n", a.split.c_str(), a.ckpt.c_str(), format_metrics(metrics).c_str());
+    return 0;
+  }
+  const std::vector<Tensor> probs = t.predict(*run.module, *loader);
+  std::ofstream out(a.output);
+  KILN_CHECK(out.good(), "predict: cannot write ", a.output);
+  out << "index,prediction,label,probability\n";
+  const data::Dataset& ds = *loader->dataset();
+  int64_t index = 0, correct = 0;
+  for (const Tensor& p : probs) {  // p: (B, K)
+    const Tensor cls = p.argmax(1);
+    for (int64_t i = 0; i < p.size(0); ++i, ++index) {
+      const int64_t c = cls[i].item<int64_t>(), label = ds.get(index)[1].item<int64_t>();
+      correct += c == label;
+      out << index << "," << c << "," << label << "," << p[i][c].item<double>() << "\n";
+    }
+  }
+  KILN_CHECK(out.good(), "predict: writing ", a.output, " failed");
+  std::printf("wrote %lld predictions to %s; accuracy %.2f%%\n", static_cast<long long>(index), a.output.c_str(),
+              index > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(index) : 0.0);
+  return 0;
+}
+
+int cmd_info() {
+  std::printf("kiln %s\n", KILN_INFO_VERSION);
+  std::printf("build:    C++20, %s, GEMM through %s\n", KILN_INFO_COMPILER, KILN_INFO_BLAS);
+  std::printf("threads:  %d (set OMP_NUM_THREADS to change)\n", get_num_threads());
+#ifdef KILN_WITH_CUDA
+  std::printf("CUDA:     built in\n");
+#else
+  std::printf("CUDA:     not built in\n");
+#endif
+  std::printf("cuDNN:    %s\n", cuda::cudnn_version() > 0 ? std::to_string(cuda::cudnn_version()).c_str() : "no");
+  std::printf("NCCL:     no (kiln's distributed layer is not built yet)\n");
+  std::printf("MPI:      no (kiln's distributed layer is not built yet)\n");
+  std::printf("devices:\n%s\n", cuda::runtime_info().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::printf("%s", kUsage);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string& command = args[0];
+  try {
+    if (command == "--version") {
+      std::printf("kiln %s\n", KILN_INFO_VERSION);
+      return 0;
+    }
+    if (command == "train") return cmd_train(args);
+    if (command == "eval") return cmd_eval(args, false);
+    if (command == "predict") return cmd_eval(args, true);
+    if (command == "info") return cmd_info();
+    std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "kiln %s: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "kiln %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,19 @@
+// The `kiln` command line: train, eval, predict and info, on the built-in models and datasets, configured by
+// a YAML file (kiln/tools/run_config.h) with --set overrides.
+//
+//   kiln train --config configs/fashion_mnist_cnn.yaml [--set trainer.max_epochs=5] [--ckpt last]
+//   kiln eval --ckpt runs/.../checkpoints/last.ckpt [--split val]
+//   kiln predict --ckpt best.ckpt --output predictions.csv
+//   kiln info
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+// Runs one command (args excludes the program name); returns the process exit status. Errors are printed to
+// stderr as "kiln <command>: error: ..." and give status 1; a bad command line gives 2.
+int run_cli(const std::vector<std::string>& args);
+
+}  // namespace kiln::tools

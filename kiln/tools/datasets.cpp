@@ -1,0 +1,151 @@
+#include "kiln/tools/datasets.h"
+
+#include <cmath>
+
+namespace kiln::tools {
+
+namespace {
+
+// The rows `rows` of x: (N, ...) -> (rows.size(), ...), a contiguous copy.
+Tensor take(const Tensor& x, const std::vector<int64_t>& rows) {
+  return index_select(x, 0, tensor(rows, {static_cast<int64_t>(rows.size())}, kInt64)).contiguous();
+}
+
+std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t end) {
+  return {v.begin() + begin, v.begin() + end};
+}
+
+// Standardizes x (N, ...) with the mean and std of `ref` (N', ...): over everything for images
+// (per_column = false), column by column for features (N, F). A constant column is left centred, not divided.
+struct Standardizer {
+  Tensor mean, std;
+  Standardizer(const Tensor& ref, bool per_column) {
+    Tensor r = ref.to(kFloat64);
+    if (per_column) {
+      mean = r.mean({0}, true);
+      std = (r - mean).pow(2).mean({0}, true).sqrt();
+      std = where(std > 0, std, ones_like(std));
+    } else {
+      mean = r.mean();
+      std = (r - mean).pow(2).mean().sqrt();
+      KILN_CHECK(std.item<double>() > 0, "data: the training images are all one value; nothing to learn");
+    }
+  }
+  Tensor operator()(const Tensor& x) const { return ((x.to(kFloat64) - mean) / std).to(kFloat32); }
+};
+
+int64_t count_classes(const std::vector<Tensor>& labels, const std::string& what) {
+  int64_t most = -1;
+  for (const Tensor& y : labels) {
+    if (y.numel() == 0) continue;
+    KILN_CHECK(y.min().item<int64_t>() >= 0, what, ": a class label is negative; labels must be 0 .. K-1");
+    most = std::max(most, y.max().item<int64_t>());
+  }
+  return most + 1;
+}
+
+// Labels read as floating-point numbers (CSV) -> int64, refusing fractions.
+Tensor integral_labels(const Tensor& y, const std::string& what) {
+  Tensor as_int = y.to(kInt64);
+  const int64_t whole = (as_int.to(kFloat64) == y.to(kFloat64)).to(kInt64).sum().item<int64_t>();
+  KILN_CHECK(whole == y.numel(), what,
+             ": the label column holds a value that is not a whole number");
+  return as_int;
+}
+
+std::shared_ptr<data::Dataset> dataset_of(const Tensor& x, const Tensor& y) {
+  return std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y});
+}
+
+// Splits (x, y) of a training set into train and validation parts (val_size examples, chosen by seed), and
+// standardizes everything by the training part.
+DataSplits finish(const RunConfig::Data& c, Tensor x, Tensor y, Tensor x_test, Tensor y_test, bool per_column,
+                  const std::string& what) {
+  const int64_t n = x.size(0);
+  KILN_CHECK(c.val_size >= 0 && c.val_size < n, "data.val_size = ", c.val_size, ": ", what, " has ", n,
+             " training examples; hold out between 0 and ", n - 1);
+  const std::vector<int64_t> perm = data::random_permutation(n, c.seed);
+  const std::vector<int64_t> val_rows = slice(perm, 0, c.val_size), train_rows = slice(perm, c.val_size, n);
+  Tensor x_train = take(x, train_rows), y_train = take(y, train_rows);
+  Tensor x_val = take(x, val_rows), y_val = take(y, val_rows);
+  if (c.normalize) {
+    const Standardizer s(x_train, per_column);
+    x_train = s(x_train), x_val = s(x_val), x_test = s(x_test);
+  }
+  DataSplits out;
+  out.info.input_shape = Shape(x.shape().begin() + 1, x.shape().end());
+  out.info.num_classes = count_classes({y_train, y_val, y_test}, what);
+  out.train = dataset_of(x_train, y_train);
+  if (c.val_size > 0) out.val = dataset_of(x_val, y_val);
+  out.test = dataset_of(x_test, y_test);
+  // Augmentation, training images only.
+  std::vector<std::shared_ptr<data::Transform>> augment;
+  if (c.random_crop_padding > 0 || c.horizontal_flip) {
+    KILN_CHECK(out.info.input_shape.size() == 3, "data.random_crop_padding / data.horizontal_flip: ", what,
+               " has no images (examples of shape ", shape_str(out.info.input_shape), ")");
+  }
+  if (c.random_crop_padding > 0) {
+    augment.push_back(std::make_shared<data::RandomCrop>(out.info.input_shape[1], out.info.input_shape[2],
+                                                          c.random_crop_padding));
+  }
+  if (c.horizontal_flip) augment.push_back(std::make_shared<data::RandomHorizontalFlip>());
+  if (!augment.empty()) {
+    out.train = std::make_shared<data::TransformDataset>(
+        out.train, std::make_shared<data::Compose>(std::move(augment)), 0, static_cast<uint64_t>(c.seed));
+  }
+  return out;
+}
+
+DataSplits mnist_style(const RunConfig::Data& c) {
+  const std::string dir = data_path(c);
+  auto train = data::load_mnist(dir, data::MnistSplit::Train);
+  auto test = data::load_mnist(dir, data::MnistSplit::Test);
+  return finish(c, train->tensors()[0], train->tensors()[1], test->tensors()[0], test->tensors()[1],
+                /*per_column=*/false, c.name + " (" + dir + ")");
+}
+
+// Data without a test split (csv, synthetic): the first val_size examples of a seeded permutation are the
+// test set, the rest is split as a training set.
+DataSplits hold_out_test(const RunConfig::Data& c, const Tensor& x, const Tensor& y, const std::string& what) {
+  const int64_t n = x.size(0);
+  KILN_CHECK(2 * c.val_size < n, "data.val_size = ", c.val_size, ": ", what, " has ", n,
+             " examples, too few to hold out a test set and a validation set of that size each");
+  const std::vector<int64_t> perm = data::random_permutation(n, c.seed ^ 0x7e57);
+  const std::vector<int64_t> test_rows = slice(perm, 0, c.val_size), rest = slice(perm, c.val_size, n);
+  return finish(c, take(x, rest), take(y, rest), take(x, test_rows), take(y, test_rows), true, what);
+}
+
+DataSplits csv(const RunConfig::Data& c) {
+  const std::string path = data_path(c);
+  data::CsvOptions options;
+  options.target_column = c.label_column;
+  data::CsvData d = data::read_csv(path, options);
+  const std::string what = "CSV file " + path;
+  return hold_out_test(c, d.features, integral_labels(d.target, what), what);
+}
+
+// data.num_classes clusters: centres drawn N(0, 2^2) per feature, examples N(centre, 1); classes in turn.
+DataSplits synthetic(const RunConfig::Data& c) {
+  KILN_CHECK(c.num_samples >= 3 && c.num_features >= 1 && c.num_classes >= 2, "data: synthetic needs ",
+             "num_samples >= 3, num_features >= 1 and num_classes >= 2; got ", c.num_samples, ", ", c.num_features,
+             ", ", c.num_classes);
+  Generator gen(static_cast<uint64_t>(c.seed));
+  Tensor centres = randn({c.num_classes, c.num_features}, {}, &gen) * 2.0;
+  std::vector<int64_t> labels(static_cast<size_t>(c.num_samples));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i) % c.num_classes;
+  Tensor y = tensor(labels, {c.num_samples}, kInt64);
+  Tensor x = index_select(centres, 0, y) + randn({c.num_samples, c.num_features}, {}, &gen);
+  return hold_out_test(c, x, y, "synthetic data");
+}
+
+}  // namespace
+
+DataSplits make_data(const RunConfig::Data& c) {
+  if (c.name == "fashion-mnist" || c.name == "mnist" || c.name == "idx") return mnist_style(c);
+  if (c.name == "csv") return csv(c);
+  if (c.name == "synthetic") return synthetic(c);
+  KILN_CHECK(false, "data.name '", c.name, "': expected fashion-mnist, mnist, idx, csv or synthetic");
+  return {};
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,27 @@
+// The built-in datasets of `kiln train` (data.name in a run.yaml), split into training, validation and test
+// sets the same way on every run (data.seed):
+//   fashion-mnist, mnist  the IDX files of either (data.path, or Debian's /usr/share/datasets/fashion-mnist)
+//   idx                   a folder of MNIST-style IDX files under the same four names
+//   csv                   a numeric CSV with a header; data.label_column holds the class (0 .. K-1)
+//   synthetic             data.num_samples Gaussian clusters in data.num_features dims, data.num_classes
+// Images are scaled to [0, 1] and, with data.normalize, standardized by the training set's mean and std (CSV
+// and synthetic features per column). data.val_size examples of the training set are held out for validation
+// (for csv and synthetic, which have no test split, the test set is another held-out part of the same size).
+#pragma once
+
+#include <memory>
+
+#include "kiln/data/data.h"
+#include "kiln/tools/models.h"
+#include "kiln/tools/run_config.h"
+
+namespace kiln::tools {
+
+struct DataSplits {
+  std::shared_ptr<data::Dataset> train, val, test;  // val may be null (val_size 0)
+  DataInfo info;
+};
+
+DataSplits make_data(const RunConfig::Data& config);
+
+}  // namespace kiln::tools

@@ -1,0 +1,106 @@
+#include "kiln/tools/models.h"
+
+namespace kiln::tools {
+
+namespace {
+
+int64_t product(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::shared_ptr<nn::Module> make_mlp(const RunConfig::Model& c, const DataInfo& info) {
+  nn::Sequential net;
+  net->push_back(nn::Flatten());
+  int64_t width = product(info.input_shape);
+  for (int64_t h : c.hidden) {
+    net->push_back(nn::Linear(width, h));
+    net->push_back(nn::ReLU());
+    if (c.dropout > 0) net->push_back(nn::Dropout(c.dropout));
+    width = h;
+  }
+  net->push_back(nn::Linear(width, info.num_classes));
+  return net.ptr();
+}
+
+std::shared_ptr<nn::Module> make_cnn(const RunConfig::Model& c, const DataInfo& info) {
+  KILN_CHECK(info.input_shape.size() == 3, "model 'cnn' needs images (C, H, W); the data gives examples of shape ",
+             shape_str(info.input_shape), " (use model.name: mlp)");
+  int64_t ch = info.input_shape[0], h = info.input_shape[1], w = info.input_shape[2];
+  nn::Sequential net;
+  for (int64_t out : c.channels) {
+    KILN_CHECK(h >= 2 && w >= 2, "model 'cnn': ", c.channels.size(), " pooling stages shrink ",
+               shape_str(info.input_shape), " below 1 pixel; use fewer model.channels");
+    net->push_back(nn::Conv2d(ch, out, 3, nn::Conv2dOptions{.padding = 1}));
+    net->push_back(nn::ReLU());
+    net->push_back(nn::MaxPool2d(2));
+    ch = out, h /= 2, w /= 2;
+  }
+  net->push_back(nn::Flatten());
+  net->push_back(nn::Linear(ch * h * w, c.fc));
+  net->push_back(nn::ReLU());
+  if (c.dropout > 0) net->push_back(nn::Dropout(c.dropout));
+  net->push_back(nn::Linear(c.fc, info.num_classes));
+  return net.ptr();
+}
+
+// conv3x3 -> bn -> relu -> conv3x3 -> bn, plus the input (through a 1x1 conv and bn when the shape changes),
+// then relu.
+struct BasicBlock : nn::Module {
+  nn::Conv2d conv1, conv2;
+  nn::BatchNorm2d bn1, bn2;
+  nn::Sequential shortcut;  // empty: identity
+
+  BasicBlock(int64_t in, int64_t out, int64_t stride)
+      : nn::Module("BasicBlock"),
+        conv1(in, out, 3, nn::Conv2dOptions{.stride = stride, .padding = 1, .bias = false}),
+        conv2(out, out, 3, nn::Conv2dOptions{.padding = 1, .bias = false}),
+        bn1(out),
+        bn2(out) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    if (stride != 1 || in != out) {
+      shortcut->push_back(nn::Conv2d(in, out, 1, nn::Conv2dOptions{.stride = stride, .bias = false}));
+      shortcut->push_back(nn::BatchNorm2d(out));
+    }
+    register_module("shortcut", shortcut);
+  }
+  // x: (N, in, H, W) -> (N, out, H / stride, W / stride)
+  Tensor forward(const Tensor& x) override {
+    Tensor y = bn2(conv2(bn1(conv1(x)).relu()));
+    return (y + (shortcut->size() == 0 ? x : shortcut(x))).relu();
+  }
+};
+
+std::shared_ptr<nn::Module> make_resnet_small(const RunConfig::Model& c, const DataInfo& info) {
+  KILN_CHECK(info.input_shape.size() == 3, "model 'resnet-small' needs images (C, H, W); the data gives ",
+             shape_str(info.input_shape));
+  nn::Sequential net;
+  net->push_back(nn::Conv2d(info.input_shape[0], 16, 3, nn::Conv2dOptions{.padding = 1, .bias = false}));
+  net->push_back(nn::BatchNorm2d(16));
+  net->push_back(nn::ReLU());
+  net->push_back(std::make_shared<BasicBlock>(16, 16, 1));
+  net->push_back(std::make_shared<BasicBlock>(16, 32, 2));
+  net->push_back(std::make_shared<BasicBlock>(32, 64, 2));
+  net->push_back(nn::AdaptiveAvgPool2d(1));
+  net->push_back(nn::Flatten());
+  if (c.dropout > 0) net->push_back(nn::Dropout(c.dropout));
+  net->push_back(nn::Linear(64, info.num_classes));
+  return net.ptr();
+}
+
+}  // namespace
+
+std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info) {
+  KILN_CHECK(info.num_classes >= 2, "make_model: ", info.num_classes, " classes; a classifier needs at least 2");
+  if (config.name == "mlp") return make_mlp(config, info);
+  if (config.name == "cnn") return make_cnn(config, info);
+  if (config.name == "resnet-small") return make_resnet_small(config, info);
+  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn or resnet-small");
+  return nullptr;
+}
+
+}  // namespace kiln::tools

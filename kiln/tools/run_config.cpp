@@ -1,0 +1,248 @@
+// The schema of `kiln train`: each RunConfig member bound to its key with a one-line doc, then the checks
+// that span keys. Checks on one key alone (at_least) live on the key, so their errors name the file and line;
+// the checks across keys run after the overrides and name every key involved.
+#include "kiln/tools/run_config.h"
+
+#include <cmath>
+
+#include "kiln/tensor/error.h"
+
+namespace kiln::tools {
+
+namespace {
+
+using trainer::Schema;
+using R = RunConfig;
+
+void declare_trainer(Schema<R>& s) {
+  auto t = s.section("trainer", &R::trainer, "the training loop (names as in Lightning's Trainer)");
+  using T = R::Trainer;
+  t.add("max_epochs", &T::max_epochs, "stop after this many epochs (-1: no epoch limit)").at_least(-1);
+  t.add("min_epochs", &T::min_epochs, "run at least this many epochs, even if early stopping asks to stop").at_least(0);
+  t.add("max_steps", &T::max_steps, "stop after this many optimizer steps (-1: no step limit)").at_least(-1);
+  t.add_enum("accelerator", &T::accelerator, {"auto", "cpu", "cuda"}, "where to train (auto: cuda when a GPU is present)");
+  t.add("devices", &T::devices, "how many devices of the accelerator to use").at_least(1);
+  t.add_enum("strategy", &T::strategy, {"auto", "single", "ddp", "parameter_server"}, "how several devices share the work");
+  t.add_enum("precision", &T::precision, {"32", "16-mixed", "bf16-mixed"}, "float32, or mixed precision with float16/bfloat16");
+  t.add("accumulate_grad_batches", &T::accumulate_grad_batches, "batches whose gradients add up before each optimizer step")
+      .at_least(1);
+  t.add("gradient_clip_val", &T::gradient_clip_val, "clip gradients at this value (0: no clipping)").at_least(0);
+  t.add_enum("gradient_clip_algorithm", &T::gradient_clip_algorithm, {"norm", "value"},
+             "clip the total 2-norm, or each element");
+  t.add("val_check_interval", &T::val_check_interval,
+        "validate every this many training batches, or this fraction of an epoch");
+  t.add("check_val_every_n_epoch", &T::check_val_every_n_epoch, "validate every this many epochs").at_least(1);
+  t.add("limit_train_batches", &T::limit_train_batches, "training batches per epoch: a count, or a fraction of the loader");
+  t.add("limit_val_batches", &T::limit_val_batches, "validation batches per run: a count or a fraction");
+  t.add("limit_test_batches", &T::limit_test_batches, "test batches: a count or a fraction");
+  t.add("limit_predict_batches", &T::limit_predict_batches, "prediction batches: a count or a fraction");
+  t.add("num_sanity_val_steps", &T::num_sanity_val_steps, "validation batches run before training (-1: all)").at_least(-1);
+  t.add("log_every_n_steps", &T::log_every_n_steps, "send training metrics to the loggers every this many steps").at_least(1);
+  t.add("deterministic", &T::deterministic, "refuse kernels whose results vary from run to run");
+  t.add("seed", &T::seed, "seed of every random generator (null: not seeded)").at_least(0);
+  t.add("default_root_dir", &T::default_root_dir, "folder for logs and checkpoints");
+  t.add_duration("max_time", &T::max_time, "stop after this much wall-clock time (null: no limit)");
+  t.add("enable_progress_bar", &T::enable_progress_bar, "show a progress bar");
+  t.add("enable_checkpointing", &T::enable_checkpointing, "save checkpoints (as callbacks.checkpoint says)");
+  t.add("enable_model_summary", &T::enable_model_summary, "print the model's layers and parameter counts");
+  t.add("fast_dev_run", &T::fast_dev_run, "run this many batches of each loop, no logs or checkpoints (true: 1)")
+      .accept_bool()
+      .at_least(0);
+  t.add("ckpt_path", &T::ckpt_path, "resume from this checkpoint file, or \"last\" (null: start afresh)");
+}
+
+void declare_model(Schema<R>& s) {
+  auto m = s.section("model", &R::model, "the network");
+  using M = R::Model;
+  m.add_enum("name", &M::name, {"mlp", "cnn", "resnet-small"}, "the architecture");
+  m.add("hidden", &M::hidden, "the MLP's hidden layer widths").at_least(1);
+  m.add("channels", &M::channels, "the CNN's convolution widths, one 3x3 conv and 2x2 max-pool each").at_least(1);
+  m.add("fc", &M::fc, "the CNN's hidden linear width").at_least(1);
+  m.add("dropout", &M::dropout, "dropout probability before each hidden linear layer").at_least(0);
+  m.add("num_classes", &M::num_classes, "output classes (null: from the data)").at_least(1);
+}
+
+void declare_data(Schema<R>& s) {
+  auto d = s.section("data", &R::data, "the dataset and its loaders");
+  using D = R::Data;
+  d.add_enum("name", &D::name, {"fashion-mnist", "mnist", "idx", "csv", "synthetic"}, "the dataset");
+  d.add("path", &D::path, "a folder (fashion-mnist, mnist, idx) or file (csv) (null: the dataset's standard place)");
+  d.add("batch_size", &D::batch_size, "training batch size").at_least(1);
+  d.add("val_batch_size", &D::val_batch_size, "validation and test batch size (null: 1000)").at_least(1);
+  d.add("num_workers", &D::num_workers, "loader threads (0: load in the training thread)").at_least(0);
+  d.add("shuffle", &D::shuffle, "shuffle the training set every epoch");
+  d.add("val_size", &D::val_size, "examples held out of the training set for validation").at_least(0);
+  d.add("normalize", &D::normalize, "scale inputs to zero mean and unit variance");
+  d.add("random_crop_padding", &D::random_crop_padding, "augment with random crops after this much zero padding (0: off)")
+      .at_least(0);
+  d.add("horizontal_flip", &D::horizontal_flip, "augment with random horizontal flips");
+  d.add("label_column", &D::label_column, "the CSV column holding the label (csv only)");
+  d.add("num_samples", &D::num_samples, "examples to generate (synthetic only)").at_least(1);
+  d.add("num_features", &D::num_features, "features per example (synthetic only)").at_least(1);
+  d.add("num_classes", &D::num_classes, "classes (synthetic only)").at_least(2);
+  d.add("seed", &D::seed, "seed of the validation split and the shuffling").at_least(0);
+}
+
+void declare_optimizer(Schema<R>& s) {
+  auto o = s.section("optimizer", &R::optimizer, "the optimizer");
+  using O = R::Optimizer;
+  o.add_enum("name", &O::name, {"sgd", "adam", "adamw", "rmsprop", "adagrad"}, "the algorithm");
+  o.add("lr", &O::lr, "learning rate");
+  o.add("momentum", &O::momentum, "momentum (sgd, rmsprop)").at_least(0);
+  o.add("weight_decay", &O::weight_decay, "L2 penalty (adamw: decoupled weight decay)").at_least(0);
+  o.add("betas", &O::betas, "Adam's two moment decay rates, each in [0, 1)");
+  o.add("eps", &O::eps, "added to denominators for numerical stability");
+  o.add("nesterov", &O::nesterov, "Nesterov momentum (sgd)");
+  o.add("amsgrad", &O::amsgrad, "the AMSGrad variant (adam, adamw)");
+}
+
+void declare_scheduler(Schema<R>& s) {
+  auto c = s.section("scheduler", &R::scheduler, "the learning-rate schedule");
+  using S = R::Scheduler;
+  c.add_enum("name", &S::name,
+             {"none", "step", "multistep", "exponential", "cosine", "linear", "onecycle", "plateau", "warmup_cosine"},
+             "the schedule");
+  c.add_enum("interval", &S::interval, {"epoch", "step"}, "step the schedule after every epoch or every optimizer step");
+  c.add("step_size", &S::step_size, "step: multiply by gamma every this many intervals").at_least(1);
+  c.add("gamma", &S::gamma, "step, multistep, exponential: the factor");
+  c.add("milestones", &S::milestones, "multistep: the intervals at which to multiply by gamma").at_least(0);
+  c.add("t_max", &S::t_max, "cosine, warmup_cosine: the schedule's length in intervals (null: the run's length)").at_least(1);
+  c.add("eta_min", &S::eta_min, "cosine, warmup_cosine: the lowest learning rate").at_least(0);
+  c.add("warmup", &S::warmup, "warmup_cosine: intervals of linear warmup").at_least(0);
+  c.add("start_factor", &S::start_factor, "linear, warmup_cosine: the first interval's fraction of lr");
+  c.add("max_lr", &S::max_lr, "onecycle: the peak learning rate (null: optimizer.lr)");
+  c.add("monitor", &S::monitor, "plateau: the metric to watch");
+  c.add_enum("mode", &S::mode, {"min", "max"}, "plateau: whether the metric should fall or rise");
+  c.add("factor", &S::factor, "plateau: multiply lr by this when the metric stalls");
+  c.add("patience", &S::patience, "plateau: intervals without improvement before lowering lr").at_least(0);
+}
+
+void declare_callbacks(Schema<R>& s) {
+  auto cb = s.section("callbacks", &R::callbacks, "the built-in callbacks");
+  using C = R::Callbacks;
+  auto ck = cb.section("checkpoint", &C::checkpoint, "ModelCheckpoint");
+  using K = C::Checkpoint;
+  ck.add("monitor", &K::monitor, "the metric that ranks checkpoints (null: keep the latest)");
+  ck.add_enum("mode", &K::mode, {"min", "max"}, "whether lower or higher values of the metric are better");
+  ck.add("save_top_k", &K::save_top_k, "keep this many best checkpoints (-1: all, 0: none)").at_least(-1);
+  ck.add("save_last", &K::save_last, "also keep last.ckpt, the latest state, for resuming");
+  ck.add("every_n_epochs", &K::every_n_epochs, "save every this many epochs (0: not by epoch)").at_least(0);
+  ck.add("every_n_train_steps", &K::every_n_train_steps, "save every this many steps (0: not by step)").at_least(0);
+  ck.add("filename", &K::filename, "file name pattern: {epoch}, {step} and metric names are filled in");
+  ck.add("dirpath", &K::dirpath, "folder of the checkpoints (null: checkpoints/ in the run folder)");
+  auto es = cb.section("early_stopping", &C::early_stopping, "EarlyStopping");
+  using E = C::EarlyStopping;
+  es.add("enabled", &E::enabled, "stop when the metric stops improving");
+  es.add("monitor", &E::monitor, "the metric to watch");
+  es.add_enum("mode", &E::mode, {"min", "max"}, "whether the metric should fall or rise");
+  es.add("patience", &E::patience, "validation runs without improvement before stopping").at_least(0);
+  es.add("min_delta", &E::min_delta, "the least change that counts as an improvement").at_least(0);
+  es.add("stopping_threshold", &E::stopping_threshold, "stop as soon as the metric reaches this");
+  es.add("divergence_threshold", &E::divergence_threshold, "stop as soon as the metric is worse than this");
+  es.add("check_finite", &E::check_finite, "stop when the metric becomes NaN or infinite");
+  cb.add("lr_monitor", &C::lr_monitor, "log each optimizer's learning rate");
+  auto tm = cb.section("timer", &C::timer, "Timer");
+  tm.add_duration("duration", &C::Timer::duration, "stop training after this much time (null: no limit)");
+}
+
+void declare_logger(Schema<R>& s) {
+  auto l = s.section("logger", &R::logger, "where metrics go: <default_root_dir>/<name>/version_<N>");
+  using L = R::Logger;
+  l.add("csv", &L::csv, "write metrics.csv");
+  l.add("tensorboard", &L::tensorboard, "write TensorBoard event files");
+  l.add("name", &L::name, "the experiment's folder name");
+  l.add("version", &L::version, "the run's version number (null: one more than the highest there)").at_least(0);
+}
+
+}  // namespace
+
+void check_run_config(const RunConfig& c) {
+  const auto& t = c.trainer;
+  KILN_CHECK(t.max_epochs == -1 || t.min_epochs <= t.max_epochs, "trainer.min_epochs (", t.min_epochs,
+             ") must not exceed trainer.max_epochs (", t.max_epochs, ")");
+  KILN_CHECK(t.devices == 1 || t.strategy == "ddp" || t.strategy == "parameter_server", "trainer.devices: ",
+             t.devices, " devices need trainer.strategy ddp or parameter_server, found '", t.strategy, "'");
+  if (!t.val_check_interval.is_count) {
+    KILN_CHECK(t.val_check_interval.fraction > 0, "trainer.val_check_interval: a fraction must be > 0, found ",
+               t.val_check_interval.fraction);
+  } else {
+    KILN_CHECK(t.val_check_interval.count > 0, "trainer.val_check_interval: a number of batches must be >= 1, found 0");
+  }
+
+  const auto& o = c.optimizer;
+  KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), "optimizer.lr must be > 0, found ", o.lr);
+  KILN_CHECK(o.eps > 0, "optimizer.eps must be > 0, found ", o.eps);
+  KILN_CHECK(o.betas.size() == 2, "optimizer.betas: expected two numbers, found ", o.betas.size());
+  for (size_t i = 0; i < o.betas.size(); ++i) {
+    KILN_CHECK(o.betas[i] >= 0 && o.betas[i] < 1, "optimizer.betas[", i, "] must be in [0, 1), found ", o.betas[i]);
+  }
+  KILN_CHECK(!o.nesterov || (o.name == "sgd" && o.momentum > 0),
+             "optimizer.nesterov needs optimizer.name sgd with momentum > 0, found ", o.name, " with momentum ", o.momentum);
+  KILN_CHECK(!o.amsgrad || o.name == "adam" || o.name == "adamw",
+             "optimizer.amsgrad needs optimizer.name adam or adamw, found ", o.name);
+
+  const auto& s = c.scheduler;
+  KILN_CHECK(s.gamma > 0, "scheduler.gamma must be > 0, found ", s.gamma);
+  KILN_CHECK(s.factor > 0 && s.factor < 1, "scheduler.factor must be in (0, 1), found ", s.factor);
+  KILN_CHECK(s.start_factor > 0 && s.start_factor <= 1, "scheduler.start_factor must be in (0, 1], found ", s.start_factor);
+  KILN_CHECK(s.name != "multistep" || !s.milestones.empty(), "scheduler.name multistep needs scheduler.milestones, found []");
+  for (size_t i = 1; i < s.milestones.size(); ++i) {
+    KILN_CHECK(s.milestones[i - 1] < s.milestones[i], "scheduler.milestones must increase, found ", s.milestones[i - 1],
+               " then ", s.milestones[i]);
+  }
+  KILN_CHECK(!s.max_lr || *s.max_lr > 0, "scheduler.max_lr must be > 0, found ", s.max_lr.value_or(0));
+
+  const auto& m = c.model;
+  KILN_CHECK(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), found ", m.dropout);
+  KILN_CHECK(m.name != "cnn" || !m.channels.empty(), "model.name cnn needs at least one entry in model.channels");
+
+  const auto& d = c.data;
+  KILN_CHECK(!(d.name == "idx" || d.name == "csv") || d.path, "data.name ", d.name, " needs data.path (a ",
+             d.name == "csv" ? "file" : "folder", ")");
+  KILN_CHECK(d.name != "synthetic" || d.val_size < d.num_samples, "data.val_size (", d.val_size,
+             ") must be less than data.num_samples (", d.num_samples, ") for synthetic data");
+
+  const auto& k = c.callbacks.checkpoint;
+  KILN_CHECK(k.monitor || k.save_top_k == -1 || k.save_top_k <= 1, "callbacks.checkpoint.save_top_k ", k.save_top_k,
+             " needs callbacks.checkpoint.monitor: without a metric only the latest checkpoint can be kept");
+  KILN_CHECK(!k.filename.empty(), "callbacks.checkpoint.filename must not be empty");
+  KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.lr_monitor,
+             "callbacks.lr_monitor needs a logger (logger.csv or logger.tensorboard)");
+}
+
+const trainer::Schema<RunConfig>& run_config_schema() {
+  static const Schema<R> schema = [] {
+    Schema<R> s;
+    declare_trainer(s);
+    declare_model(s);
+    declare_data(s);
+    declare_optimizer(s);
+    declare_scheduler(s);
+    declare_callbacks(s);
+    declare_logger(s);
+    s.add_check(check_run_config);
+    return s;
+  }();
+  return schema;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return run_config_schema().load_file(path, overrides);
+}
+
+RunConfig load_run_config_text(const std::string& text, const std::string& source, const std::vector<std::string>& overrides) {
+  return run_config_schema().load_text(text, source, overrides);
+}
+
+std::string dump(const RunConfig& config) { return run_config_schema().dump(config); }
+
+std::string run_config_help() { return run_config_schema().help(); }
+
+std::string data_path(const RunConfig::Data& data) {
+  if (data.path) return *data.path;
+  if (data.name == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
+  KILN_CHECK(data.name == "synthetic", "data.path: data.name ", data.name, " has no standard place; set data.path");
+  return "";
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,188 @@
+// The configuration of `kiln train`: every key a run.yaml may hold, as plain structs with their defaults.
+//
+//   kiln train --config configs/fashion_mnist_cnn.yaml --set trainer.max_epochs=5 --set model.hidden=[256,128]
+//
+// Each section is a struct whose members carry the defaults; run_config.cpp binds each member to its dotted
+// key once (kiln/trainer/config.h), which gives loading, `--set` overrides, errors naming key, file and line,
+// the dump the Trainer saves beside its logs, and `kiln train --help-config`. Key names follow PyTorch
+// Lightning's where Lightning has one (trainer.*, callbacks.checkpoint.*, callbacks.early_stopping.*), so a
+// Lightning user's config reads the same. Enumerations stay strings ("cuda", "adamw"): the code that builds
+// the run compares them, and the schema has already refused any other spelling.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/trainer/config.h"
+
+namespace kiln::tools {
+
+using trainer::BatchLimit;
+
+struct RunConfig {
+  struct Trainer {
+    int64_t max_epochs = 3;  // -1: no epoch limit
+    int64_t min_epochs = 0;
+    int64_t max_steps = -1;  // -1: no step limit
+    std::string accelerator = "auto";  // auto | cpu | cuda
+    int devices = 1;
+    std::string strategy = "auto";  // auto | single | ddp | parameter_server
+    std::string precision = "32";  // 32 | 16-mixed | bf16-mixed
+    int64_t accumulate_grad_batches = 1;
+    double gradient_clip_val = 0.0;  // 0: no clipping
+    std::string gradient_clip_algorithm = "norm";  // norm | value
+    BatchLimit val_check_interval = BatchLimit::of_fraction(1.0);
+    int64_t check_val_every_n_epoch = 1;
+    BatchLimit limit_train_batches = BatchLimit::of_fraction(1.0);
+    BatchLimit limit_val_batches = BatchLimit::of_fraction(1.0);
+    BatchLimit limit_test_batches = BatchLimit::of_fraction(1.0);
+    BatchLimit limit_predict_batches = BatchLimit::of_fraction(1.0);
+    int64_t num_sanity_val_steps = 2;
+    int64_t log_every_n_steps = 50;
+    bool deterministic = false;
+    std::optional<int64_t> seed;
+    std::string default_root_dir = "runs";
+    std::optional<double> max_time;  // seconds; written as seconds or "DD:HH:MM:SS"
+    bool enable_progress_bar = true;
+    bool enable_checkpointing = true;
+    bool enable_model_summary = true;
+    int64_t fast_dev_run = 0;  // true means 1, false 0
+    std::optional<std::string> ckpt_path;  // a checkpoint file, or "last"
+    bool operator==(const Trainer&) const = default;
+  };
+
+  struct Model {
+    std::string name = "cnn";  // mlp | cnn | resnet-small
+    std::vector<int64_t> hidden{512, 256};
+    std::vector<int64_t> channels{32, 64};
+    int64_t fc = 128;
+    double dropout = 0.0;
+    std::optional<int64_t> num_classes;  // null: from the data
+    bool operator==(const Model&) const = default;
+  };
+
+  struct Data {
+    std::string name = "fashion-mnist";  // fashion-mnist | mnist | idx | csv | synthetic
+    std::optional<std::string> path;  // null: the dataset's standard place (see data_path)
+    int64_t batch_size = 64;
+    std::optional<int64_t> val_batch_size;  // null: 1000
+    int64_t num_workers = 0;
+    bool shuffle = true;
+    int64_t val_size = 5000;
+    bool normalize = true;
+    int64_t random_crop_padding = 0;
+    bool horizontal_flip = false;
+    std::string label_column = "label";
+    int64_t num_samples = 1024;
+    int64_t num_features = 32;
+    int64_t num_classes = 10;
+    int64_t seed = 0;
+    bool operator==(const Data&) const = default;
+  };
+
+  struct Optimizer {
+    std::string name = "adam";  // sgd | adam | adamw | rmsprop | adagrad
+    double lr = 1e-3;
+    double momentum = 0.0;
+    double weight_decay = 0.0;
+    std::vector<double> betas{0.9, 0.999};
+    double eps = 1e-8;
+    bool nesterov = false;
+    bool amsgrad = false;
+    bool operator==(const Optimizer&) const = default;
+  };
+
+  struct Scheduler {
+    std::string name = "none";  // none | step | multistep | exponential | cosine | linear | onecycle | plateau | warmup_cosine
+    std::string interval = "epoch";  // epoch | step
+    int64_t step_size = 1;
+    double gamma = 0.1;
+    std::vector<int64_t> milestones;
+    std::optional<int64_t> t_max;  // null: the run's length
+    double eta_min = 0.0;
+    int64_t warmup = 0;
+    double start_factor = 1.0 / 3.0;
+    std::optional<double> max_lr;
+    std::string monitor = "val/loss";
+    std::string mode = "min";  // min | max
+    double factor = 0.1;
+    int64_t patience = 10;
+    bool operator==(const Scheduler&) const = default;
+  };
+
+  struct Callbacks {
+    struct Checkpoint {
+      std::optional<std::string> monitor;  // null: keep the latest
+      std::string mode = "min";
+      int64_t save_top_k = 1;
+      bool save_last = true;
+      int64_t every_n_epochs = 1;
+      int64_t every_n_train_steps = 0;
+      std::string filename = "epoch={epoch}-step={step}";
+      std::optional<std::string> dirpath;  // null: <run folder>/checkpoints
+      bool operator==(const Checkpoint&) const = default;
+    };
+    struct EarlyStopping {
+      bool enabled = false;
+      std::string monitor = "val/loss";
+      std::string mode = "min";
+      int64_t patience = 3;
+      double min_delta = 0.0;
+      std::optional<double> stopping_threshold;
+      std::optional<double> divergence_threshold;
+      bool check_finite = true;
+      bool operator==(const EarlyStopping&) const = default;
+    };
+    struct Timer {
+      std::optional<double> duration;  // seconds
+      bool operator==(const Timer&) const = default;
+    };
+    Checkpoint checkpoint;
+    EarlyStopping early_stopping;
+    bool lr_monitor = false;
+    Timer timer;
+    bool operator==(const Callbacks&) const = default;
+  };
+
+  struct Logger {
+    bool csv = true;
+    bool tensorboard = true;
+    std::string name = "kiln";
+    std::optional<int64_t> version;
+    bool operator==(const Logger&) const = default;
+  };
+
+  Trainer trainer;
+  Model model;
+  Data data;
+  Optimizer optimizer;
+  Scheduler scheduler;
+  Callbacks callbacks;
+  Logger logger;
+  bool operator==(const RunConfig&) const = default;
+};
+
+// The schema every function below uses (built once).
+const trainer::Schema<RunConfig>& run_config_schema();
+
+// Defaults, then the file at `path`, then each "key=value" of `overrides` in order, then the checks across
+// keys; any mistake is a kiln::Error naming the key, the value and where it was written.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from text; `source` names it in errors.
+RunConfig load_run_config_text(const std::string& text, const std::string& source,
+                               const std::vector<std::string>& overrides = {});
+// The checks across keys (batch_size >= 1, ddp for several GPUs, ...), which the loaders already ran.
+void check_run_config(const RunConfig& config);
+
+// Every key, resolved, as YAML that load_run_config reads back to an equal config.
+std::string dump(const RunConfig& config);
+// Every key with its type, default and doc, grouped by section.
+std::string run_config_help();
+
+// Where the data lies: data.path, or the standard place of a dataset that has one (fashion-mnist:
+// /usr/share/datasets/fashion-mnist, where Debian's dataset-fashion-mnist puts it). Throws when neither.
+std::string data_path(const RunConfig::Data& data);
+
+}  // namespace kiln::tools

@@ -1,0 +1,157 @@
+// add_default_callbacks, LearningRateMonitor and Timer: the built-in callbacks small enough to share a file.
+#include "kiln/trainer/callbacks.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::trainer {
+
+void add_default_callbacks(const TrainerOptions& options, std::vector<std::shared_ptr<Callback>>& callbacks) {
+  auto has = [&](auto* type_tag) {
+    using T = std::remove_pointer_t<decltype(type_tag)>;
+    for (const auto& cb : callbacks) {
+      if (dynamic_cast<T*>(cb.get()) != nullptr) return true;
+    }
+    return false;
+  };
+  const bool has_checkpoint = has(static_cast<ModelCheckpoint*>(nullptr));
+  const bool has_bar = has(static_cast<ProgressBar*>(nullptr));
+  // fast_dev_run turns checkpointing off by itself; a ModelCheckpoint given then is not a contradiction (it
+  // does not save during fast_dev_run).
+  KILN_CHECK(has_checkpoint == false || options.enable_checkpointing || options.fast_dev_run > 0,
+             "Trainer: enable_checkpointing = false, but a ModelCheckpoint is among the callbacks; remove it or set "
+             "enable_checkpointing = true");
+  KILN_CHECK(has_bar == false || options.enable_progress_bar,
+             "Trainer: enable_progress_bar = false, but a ProgressBar is among the callbacks; remove it or set "
+             "enable_progress_bar = true");
+  if (options.enable_checkpointing && !has_checkpoint) callbacks.push_back(std::make_shared<ModelCheckpoint>());
+  if (options.enable_progress_bar && !has_bar) callbacks.push_back(std::make_shared<ProgressBar>());
+  if (options.enable_model_summary && !has(static_cast<ModelSummary*>(nullptr))) {
+    callbacks.push_back(std::make_shared<ModelSummary>());
+  }
+}
+
+// ---- LearningRateMonitor ----
+
+LearningRateMonitor::LearningRateMonitor(LearningRateMonitorOptions options) : options_(std::move(options)) {
+  const std::string& i = options_.logging_interval;
+  KILN_CHECK(i.empty() || i == "epoch" || i == "step", "LearningRateMonitor: logging_interval '", i,
+             "': expected 'epoch', 'step' or '' (each optimizer as its scheduler steps)");
+}
+
+void LearningRateMonitor::setup(Trainer&, TrainModule&, Stage stage) {
+  if (stage == Stage::Fit) last_step_logged_ = -1;
+}
+
+void LearningRateMonitor::on_train_epoch_start(Trainer& trainer, TrainModule&) { log(trainer, "epoch"); }
+
+void LearningRateMonitor::on_train_batch_start(Trainer& trainer, TrainModule&, const data::Batch&, int64_t) {
+  const int64_t step = trainer.global_step();
+  if (step % trainer.options().log_every_n_steps != 0 || step == last_step_logged_) return;
+  last_step_logged_ = step;
+  log(trainer, "step");
+}
+
+void LearningRateMonitor::log(Trainer& trainer, const std::string& interval) {
+  const auto& optimizers = trainer.optimizers();
+  std::map<std::string, double> values;
+  std::map<std::string, int> seen;  // optimizer name -> how many of that kind so far
+  for (const auto& opt : optimizers) {
+    const int index = seen[opt->name()]++;
+    std::string own = options_.logging_interval;
+    if (own.empty()) {
+      // NOTE: a ReduceLROnPlateau does not say which optimizer it drives; those optimizers log per epoch.
+      own = "epoch";
+      for (const SchedulerConfig& s : trainer.schedulers()) {
+        if (s.scheduler && &s.scheduler->optimizer() == opt.get()) own = s.interval;
+      }
+    }
+    if (own != interval) continue;
+    const std::string suffix = index == 0 ? "" : "-" + std::to_string(index);
+    const auto& groups = opt->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::string pg = groups.size() > 1 ? "/pg" + std::to_string(g + 1) : "";
+      const auto& o = groups[g].options;
+      values["lr-" + std::string(opt->name()) + suffix + pg] = groups[g].lr();
+      if (options_.log_momentum) {
+        if (auto it = o.count("momentum") ? o.find("momentum") : o.find("beta1"); it != o.end()) {
+          values["momentum-" + std::string(opt->name()) + suffix + pg] = it->second;
+        }
+      }
+      if (options_.log_weight_decay) {
+        if (auto it = o.find("weight_decay"); it != o.end()) {
+          values["weight_decay-" + std::string(opt->name()) + suffix + pg] = it->second;
+        }
+      }
+    }
+  }
+  if (values.empty()) return;
+  for (const auto& [k, v] : values) last_values_[k] = v;
+  for (const auto& logger : trainer.loggers()) logger->log_metrics(values, trainer.global_step());
+}
+
+// ---- Timer ----
+
+Timer::Timer(TimerOptions options) : options_(std::move(options)) {
+  KILN_CHECK(options_.duration > 0, "Timer: duration = ", options_.duration, " s: expected > 0");
+  KILN_CHECK(options_.interval == "step" || options_.interval == "epoch", "Timer: interval '", options_.interval,
+             "': expected 'step' or 'epoch'");
+}
+
+double Timer::time_elapsed() const {
+  const double running = running_ ? std::chrono::duration<double>(Clock::now() - start_).count() : 0;
+  return offset_ + running;
+}
+
+void Timer::setup(Trainer&, TrainModule&, Stage stage) {
+  // A new fit starts a new budget; a resumed one gets its earlier time back from the checkpoint, which is
+  // read after setup.
+  if (stage == Stage::Fit) offset_ = 0, running_ = false;
+}
+
+void Timer::on_train_start(Trainer& trainer, TrainModule&) {
+  start_ = Clock::now();
+  running_ = true;
+  check(trainer);  // a resumed run may have no time left
+}
+
+void Timer::on_train_end(Trainer&, TrainModule&) {
+  offset_ = time_elapsed();
+  running_ = false;
+}
+
+void Timer::on_train_batch_end(Trainer& trainer, TrainModule&, const Tensor&, const data::Batch&, int64_t) {
+  if (options_.interval == "step") check(trainer);
+}
+
+void Timer::on_train_epoch_end(Trainer& trainer, TrainModule&) {
+  if (options_.interval == "epoch") check(trainer);
+}
+
+void Timer::check(Trainer& trainer) {
+  if (trainer.should_stop() || time_elapsed() < options_.duration) return;
+  trainer.set_should_stop(true);
+  if (options_.verbose) {
+    std::fprintf(stderr, "kiln: Timer: time limit of %.1f s reached (%.1f s elapsed); stopping\n",
+                 options_.duration, time_elapsed());
+  }
+}
+
+CallbackState Timer::checkpoint_state() const {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", time_elapsed());
+  return {{"time_elapsed", buf}};
+}
+
+void Timer::load_checkpoint_state(const CallbackState& state) {
+  auto it = state.find("time_elapsed");
+  if (it == state.end()) return;
+  char* end = nullptr;
+  offset_ = std::strtod(it->second.c_str(), &end);
+  KILN_CHECK(end != it->second.c_str(), "Timer: checkpoint state time_elapsed = '", it->second, "' is not a number");
+}
+
+}  // namespace kiln::trainer

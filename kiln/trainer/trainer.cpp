@@ -1,0 +1,778 @@
+// The Trainer's loops. One fit: setup -> (resume) -> sanity validation -> epochs of batches, with optimizer steps
+// every accumulate_grad_batches backward passes, validation at the cadence asked, and the epoch's end
+// (schedulers, epoch metrics, hooks) -> teardown. Checkpoints are taken only between batches, after an
+// optimizer step, so that nothing in flight (accumulated grads) is lost; what they hold is listed in
+// checkpoint.h and written by build_checkpoint / read back by restore, next to each other at the end.
+#include "kiln/trainer/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/optim/clip_grad.h"
+#include "kiln/tensor/cuda/cuda.h"
+#include "kiln/tensor/rng.h"
+#include "kiln/trainer/callbacks.h"
+#include "kiln/trainer/csv_logger.h"
+
+namespace kiln::trainer {
+
+const char* stage_name(Stage stage) {
+  switch (stage) {
+    case Stage::Fit: return "fit";
+    case Stage::Validate: return "validate";
+    case Stage::Test: return "test";
+    case Stage::Predict: return "predict";
+  }
+  return "?";
+}
+
+int64_t BatchLimit::resolve(int64_t available) const {
+  if (is_count) return std::min(count, available);
+  const auto n = static_cast<int64_t>(std::floor(fraction * static_cast<double>(available)));
+  return (fraction > 0 && n == 0 && available > 0) ? 1 : n;  // a positive fraction runs at least one batch
+}
+
+namespace {
+
+void check_limit(const BatchLimit& limit, const char* name) {
+  if (limit.is_count) {
+    KILN_CHECK(limit.count >= 0, "Trainer: ", name, " = ", limit.count, ": a number of batches must be >= 0");
+  } else {
+    KILN_CHECK(limit.fraction >= 0 && limit.fraction <= 1, "Trainer: ", name, " = ", limit.fraction,
+               ": a fraction must be in [0, 1] (an integer means a number of batches)");
+  }
+}
+
+int64_t batch_size_of(const data::Batch& batch) {
+  if (batch.empty() || !batch[0].defined() || batch[0].dim() == 0) return 1;
+  return batch[0].size(0);
+}
+
+std::string join_keys(const std::map<std::string, double>& m) {
+  std::string out;
+  for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k;
+  return out.empty() ? "(none)" : out;
+}
+
+}  // namespace
+
+// Sets the log context for a stretch of code and puts the previous one back.
+class Trainer::HookScope {
+ public:
+  HookScope(Trainer& t, LogContext ctx) : t_(t), saved_(t.log_context_) { t.log_context_ = ctx; }
+  ~HookScope() { t_.log_context_ = saved_; }
+
+ private:
+  Trainer& t_;
+  LogContext saved_;
+};
+
+Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
+  auto& o = options_;
+  KILN_CHECK(o.max_epochs >= -1, "Trainer: max_epochs = ", o.max_epochs, ": expected -1 (no limit) or >= 0");
+  KILN_CHECK(o.max_steps >= -1, "Trainer: max_steps = ", o.max_steps, ": expected -1 (no limit) or >= 0");
+  KILN_CHECK(o.min_epochs >= 0, "Trainer: min_epochs = ", o.min_epochs, ": expected >= 0");
+  KILN_CHECK(o.max_time >= 0, "Trainer: max_time = ", o.max_time, " s: expected >= 0 (0: no limit)");
+  KILN_CHECK(o.accelerator == "auto" || o.accelerator == "cpu" || o.accelerator == "cuda",
+             "Trainer: accelerator '", o.accelerator, "': expected 'cpu', 'cuda' or 'auto'");
+  KILN_CHECK(o.strategy == "auto" || o.strategy == "single" || o.strategy == "ddp" ||
+                 o.strategy == "parameter_server",
+             "Trainer: strategy '", o.strategy, "': expected 'auto', 'single', 'ddp' or 'parameter_server'");
+  KILN_CHECK(o.strategy != "ddp" && o.strategy != "parameter_server", "Trainer: strategy '", o.strategy,
+             "' needs kiln's distributed layer, which this build does not have yet; use 'single'");
+  KILN_CHECK(o.devices == 1, "Trainer: devices = ", o.devices,
+             ": the single-device strategy runs on exactly 1 device (more need strategy 'ddp')");
+  KILN_CHECK(o.precision == "32" || o.precision == "32-true" || o.precision == "16-mixed" ||
+                 o.precision == "bf16-mixed",
+             "Trainer: precision '", o.precision, "': expected '32', '16-mixed' or 'bf16-mixed'");
+  KILN_CHECK(o.precision == "32" || o.precision == "32-true", "Trainer: precision '", o.precision,
+             "' needs autocast, which kiln does not have yet; use '32'");
+  KILN_CHECK(o.accumulate_grad_batches >= 1, "Trainer: accumulate_grad_batches = ", o.accumulate_grad_batches,
+             ": expected >= 1");
+  KILN_CHECK(o.gradient_clip_val >= 0, "Trainer: gradient_clip_val = ", o.gradient_clip_val,
+             ": expected >= 0 (0: no clipping)");
+  KILN_CHECK(o.gradient_clip_algorithm == "norm" || o.gradient_clip_algorithm == "value",
+             "Trainer: gradient_clip_algorithm '", o.gradient_clip_algorithm, "': expected 'norm' or 'value'");
+  KILN_CHECK(o.check_val_every_n_epoch >= 1, "Trainer: check_val_every_n_epoch = ", o.check_val_every_n_epoch,
+             ": expected >= 1");
+  KILN_CHECK(o.num_sanity_val_steps >= -1, "Trainer: num_sanity_val_steps = ", o.num_sanity_val_steps,
+             ": expected -1 (all) or >= 0");
+  KILN_CHECK(o.log_every_n_steps >= 1, "Trainer: log_every_n_steps = ", o.log_every_n_steps, ": expected >= 1");
+  KILN_CHECK(o.fast_dev_run >= 0, "Trainer: fast_dev_run = ", o.fast_dev_run, ": expected >= 0");
+  check_limit(o.limit_train_batches, "limit_train_batches");
+  check_limit(o.limit_val_batches, "limit_val_batches");
+  check_limit(o.limit_test_batches, "limit_test_batches");
+  check_limit(o.limit_predict_batches, "limit_predict_batches");
+  check_limit(o.val_check_interval, "val_check_interval");
+  KILN_CHECK(o.val_check_interval.is_count ? o.val_check_interval.count > 0 : o.val_check_interval.fraction > 0,
+             "Trainer: val_check_interval must be positive");
+
+  if (o.fast_dev_run > 0) {
+    // A smoke test of every loop: n batches each, one epoch, nothing written.
+    const int64_t n = o.fast_dev_run;
+    o.limit_train_batches = o.limit_val_batches = o.limit_test_batches = o.limit_predict_batches = BatchLimit(n);
+    o.max_epochs = 1;
+    o.max_steps = n;
+    o.val_check_interval = 1.0;
+    o.num_sanity_val_steps = 0;
+    o.enable_checkpointing = false;
+    o.logger = false;
+    o.loggers.clear();
+  }
+  if (o.max_epochs == -1 && o.max_steps == -1) o.max_epochs = 1000;
+
+  loggers_ = o.loggers;
+  if (loggers_.empty() && o.logger) loggers_.push_back(std::make_shared<CSVLogger>(o.default_root_dir));
+  callbacks_ = o.callbacks;
+  add_default_callbacks(o, callbacks_);
+}
+
+Trainer::~Trainer() = default;
+
+std::string Trainer::log_dir() const {
+  return loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir();
+}
+
+double Trainer::elapsed_seconds() const {
+  return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
+}
+
+int64_t Trainer::estimated_stepping_batches() const {
+  const int64_t acc = options_.accumulate_grad_batches;
+  const int64_t per_epoch = (num_training_batches_ + acc - 1) / acc;
+  int64_t total = -1;
+  if (options_.max_epochs >= 0) total = per_epoch * options_.max_epochs;
+  if (options_.max_steps >= 0) total = total < 0 ? options_.max_steps : std::min(total, options_.max_steps);
+  return total;
+}
+
+template <class F>
+void Trainer::call_hooks(F&& f) {
+  f(static_cast<Callback&>(*module_));
+  for (auto& cb : callbacks_) f(*cb);
+}
+
+void Trainer::attach(TrainModule& module, Stage stage) {
+  KILN_CHECK(module_ == nullptr, "Trainer: ", stage_name(stage), "() called while ", stage_name(stage_),
+             "() is running (from a hook?)");
+  KILN_CHECK(module.trainer_ == nullptr || module.trainer_ == this, "Trainer: ", stage_name(stage),
+             "(): the module is already being run by another Trainer");
+  module_ = &module;
+  module.trainer_ = this;
+  stage_ = stage;
+  resolve_device();
+  module.to(device_);
+}
+
+void Trainer::detach() {
+  if (module_ != nullptr) module_->trainer_ = nullptr;
+  module_ = nullptr;
+  log_context_ = LogContext::None;
+}
+
+void Trainer::resolve_device() {
+  const std::string& a = options_.accelerator;
+  if (a == "cpu" || (a == "auto" && !cuda::is_available())) {
+    device_ = kCPU;
+    return;
+  }
+  KILN_CHECK(cuda::is_available(), "Trainer: accelerator 'cuda', but no CUDA device is present (or this kiln ",
+             "was built without CUDA); use 'cpu' or 'auto'");
+  device_ = Device::cuda(0);
+}
+
+data::Batch Trainer::to_device(const data::Batch& batch) const {
+  data::Batch out;
+  out.reserve(batch.size());
+  for (const Tensor& t : batch) out.push_back(t.defined() ? t.to(device_) : t);
+  return out;
+}
+
+// ---- logging ----
+
+void Trainer::log_metric(const std::string& name, double value, const LogOptions& opts) {
+  KILN_CHECK(log_context_ != LogContext::None, "TrainModule::log(\"", name,
+             "\"): called outside the steps and hooks of a running Trainer");
+  const bool in_step = log_context_ == LogContext::TrainStep;
+  const bool on_step = opts.on_step.value_or(in_step);
+  const bool on_epoch = opts.on_epoch.value_or(!in_step);
+  KILN_CHECK(on_step || on_epoch, "TrainModule::log(\"", name, "\"): on_step and on_epoch are both false");
+  KILN_CHECK(!(on_step && log_context_ == LogContext::Eval), "TrainModule::log(\"", name,
+             "\"): validation and test metrics are reported per epoch; on_step is not supported there");
+  const bool both = on_step && on_epoch;
+  if (on_step) {
+    const std::string key = both ? name + "_step" : name;
+    callback_metrics_[key] = value;
+    if (opts.prog_bar) progress_bar_metrics_[key] = value;
+    if (opts.logger) pending_step_logs_[key] = value;
+  }
+  if (on_epoch) {
+    const std::string key = both ? name + "_epoch" : name;
+    if (log_context_ == LogContext::TrainHook && epoch_finished_) {
+      // Logged from on_train_epoch_end: the epoch's means are already out; this value is final as it is.
+      callback_metrics_[key] = value;
+      if (opts.prog_bar) progress_bar_metrics_[key] = value;
+      if (opts.logger) pending_step_logs_[key] = value;
+      return;
+    }
+    auto& means = log_context_ == LogContext::Eval ? eval_means_ : train_epoch_means_;
+    const double w = log_context_ == LogContext::TrainHook ? 1.0 : static_cast<double>(current_batch_size_);
+    Mean& m = means[key];
+    m.sum += value * w;
+    m.weight += w;
+    m.prog_bar = m.prog_bar || opts.prog_bar;
+    m.logger = m.logger || opts.logger;
+  }
+}
+
+std::map<std::string, double> Trainer::finish_means(std::map<std::string, Mean>& means) {
+  std::map<std::string, double> to_log;
+  for (const auto& [name, m] : means) {
+    const double v = m.weight > 0 ? m.sum / m.weight : std::nan("");
+    callback_metrics_[name] = v;
+    if (m.prog_bar) progress_bar_metrics_[name] = v;
+    if (m.logger) to_log[name] = v;
+  }
+  means.clear();
+  return to_log;
+}
+
+void Trainer::send_to_loggers(const std::map<std::string, double>& metrics) {
+  if (metrics.empty() || sanity_checking_) return;
+  for (const auto& [k, v] : metrics) logged_metrics_[k] = v;
+  for (auto& logger : loggers_) logger->log_metrics(metrics, global_step_);
+}
+
+// ---- fit ----
+
+void Trainer::fit(TrainModule& module, data::DataLoader& train, data::DataLoader* val, const std::string& ckpt_path) {
+  attach(module, Stage::Fit);
+  start_time_ = std::chrono::steady_clock::now();
+  elapsed_before_ = 0;
+  epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
+  should_stop_ = epoch_finished_ = false;
+  callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
+  train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
+  train_loader_ = &train;
+  num_training_batches_ = options_.limit_train_batches.resolve(train.size());
+  num_val_batches_ = val != nullptr ? options_.limit_val_batches.resolve(val->size()) : 0;
+  val_every_ = 0;
+  if (num_training_batches_ > 0) {
+    const BatchLimit& vci = options_.val_check_interval;
+    if (vci.is_count) {
+      KILN_CHECK(vci.count <= num_training_batches_, "Trainer: val_check_interval = ", vci.count,
+                 " batches, but an epoch has only ", num_training_batches_, " training batches");
+      val_every_ = vci.count;
+    } else if (vci.fraction < 1.0) {
+      val_every_ = std::max<int64_t>(1, static_cast<int64_t>(vci.fraction * num_training_batches_));
+    }
+  }
+  try {
+    if (options_.seed) manual_seed(*options_.seed);
+    call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Fit); });
+
+    OptimizerSetup setup = module.configure_optimizers();
+    KILN_CHECK(!setup.optimizers.empty(), "Trainer: configure_optimizers() returned no optimizer");
+    for (size_t i = 0; i < setup.schedulers.size(); ++i) {
+      const SchedulerConfig& s = setup.schedulers[i];
+      KILN_CHECK((s.scheduler != nullptr) != (s.plateau != nullptr), "Trainer: scheduler ", i,
+                 " from configure_optimizers() must set exactly one of scheduler and plateau");
+      KILN_CHECK(s.interval == "epoch" || s.interval == "step", "Trainer: scheduler ", i, " has interval '",
+                 s.interval, "': expected 'epoch' or 'step'");
+      KILN_CHECK(s.frequency >= 1, "Trainer: scheduler ", i, " has frequency ", s.frequency, ": expected >= 1");
+    }
+    optimizers_ = std::move(setup.optimizers);
+    schedulers_ = std::move(setup.schedulers);
+
+    bool resumed = false;
+    if (!ckpt_path.empty()) {
+      const std::string path = resolve_ckpt_path(ckpt_path);
+      if (!path.empty()) {
+        Checkpoint ckpt = load_checkpoint(path);
+        restore(ckpt, train);
+        resumed = true;
+        for (auto& logger : loggers_) {
+          if (ckpt.has("trainer.log_dir") && logger->log_dir() == ckpt.get("trainer.log_dir")) {
+            logger->on_resume(global_step_);
+          }
+        }
+      }
+    }
+    if (!module.hparams().empty()) {
+      for (auto& logger : loggers_) logger->log_hyperparams(module.hparams());
+    }
+    {
+      HookScope scope(*this, LogContext::TrainHook);
+      call_hooks([&](Callback& c) { c.on_fit_start(*this, module); });
+    }
+
+    const int64_t sanity = options_.num_sanity_val_steps < 0
+                               ? num_val_batches_
+                               : std::min(options_.num_sanity_val_steps, num_val_batches_);
+    if (val != nullptr && sanity > 0 && !resumed) {
+      sanity_checking_ = true;
+      call_hooks([&](Callback& c) { c.on_sanity_check_start(*this, module); });
+      eval_loop(*val, Stage::Validate, sanity);
+      call_hooks([&](Callback& c) { c.on_sanity_check_end(*this, module); });
+      sanity_checking_ = false;
+      callback_metrics_.clear();
+      progress_bar_metrics_.clear();
+    }
+
+    {
+      HookScope scope(*this, LogContext::TrainHook);
+      call_hooks([&](Callback& c) { c.on_train_start(*this, module); });
+    }
+    train_loop(train, val);
+    {
+      HookScope scope(*this, LogContext::TrainHook);
+      call_hooks([&](Callback& c) { c.on_train_end(*this, module); });
+      call_hooks([&](Callback& c) { c.on_fit_end(*this, module); });
+    }
+    for (auto& logger : loggers_) logger->finalize("success");
+    call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
+  } catch (const std::exception& e) {
+    sanity_checking_ = false;
+    for (auto* c : std::initializer_list<Callback*>{&module}) {
+      try { c->on_exception(*this, module, e); } catch (...) {}
+    }
+    for (auto& cb : callbacks_) {
+      try { cb->on_exception(*this, module, e); } catch (...) {}
+    }
+    for (auto& logger : loggers_) {
+      try { logger->finalize("failed"); } catch (...) {}
+    }
+    train_loader_ = nullptr;
+    detach();
+    throw;
+  }
+  train_loader_ = nullptr;
+  detach();
+}
+
+bool Trainer::stop_requested() const {
+  if (options_.max_steps >= 0 && global_step_ >= options_.max_steps) return true;
+  if (options_.max_time > 0 && elapsed_seconds() >= options_.max_time) return true;
+  return should_stop_ && epoch_ + 1 >= options_.min_epochs;
+}
+
+bool Trainer::validation_due(int64_t batches_done) const {
+  if (num_val_batches_ == 0 || (epoch_ + 1) % options_.check_val_every_n_epoch != 0) return false;
+  if (batches_done == num_training_batches_) return true;
+  return val_every_ > 0 && batches_done % val_every_ == 0;
+}
+
+void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
+  bool resuming_mid_epoch = batch_in_epoch_ > 0;
+  for (;;) {
+    if (options_.max_epochs >= 0 && epoch_ >= options_.max_epochs) break;
+    if (options_.max_steps >= 0 && global_step_ >= options_.max_steps) break;
+    if (options_.max_time > 0 && elapsed_seconds() >= options_.max_time) break;
+    if (should_stop_ && epoch_ >= options_.min_epochs) break;
+
+    epoch_finished_ = false;
+    if (!resuming_mid_epoch) {
+      train.set_epoch(static_cast<uint64_t>(epoch_));
+      batch_in_epoch_ = 0;
+      train_epoch_means_.clear();
+    }
+    const bool resumed_here = resuming_mid_epoch;
+    resuming_mid_epoch = false;
+    module_->train();
+    {
+      HookScope scope(*this, LogContext::TrainHook);
+      call_hooks([&](Callback& c) { c.on_train_epoch_start(*this, *module_); });
+    }
+    if (resumed_here && val != nullptr && validation_due(batch_in_epoch_)) {
+      // The checkpoint was taken after a batch that validation follows: the interrupted run may not have
+      // finished that validation, and the epoch's end (schedulers on a monitored metric, early stopping)
+      // depends on it. Validation changes no weights, so running it again is safe.
+      eval_loop(*val, Stage::Validate, num_val_batches_);
+    }
+    if (batch_in_epoch_ < num_training_batches_) {
+      for (const data::Batch& raw : train) {
+        const int64_t idx = batch_in_epoch_;
+        train_batch(to_device(raw), idx, idx + 1 == num_training_batches_);
+        if (validation_due(batch_in_epoch_)) eval_loop(*val, Stage::Validate, num_val_batches_);
+        if (batch_in_epoch_ >= num_training_batches_ || stop_requested()) break;
+      }
+    }
+
+    // Stopped in the middle of an accumulation window (should_stop, max_time): the batch that ran last is the
+    // epoch's last, and an epoch's last batch always steps, so no gradient is left behind.
+    if (accumulated_ > 0) optimizer_step();
+
+    // The epoch's end: schedulers, then its metrics, then the hooks (checkpoints taken there resume at the
+    // next epoch, with the schedulers already stepped), then the loggers.
+    epoch_finished_ = true;
+    step_schedulers("epoch");
+    std::map<std::string, double> to_log = finish_means(train_epoch_means_);
+    pending_step_logs_.clear();
+    {
+      HookScope scope(*this, LogContext::TrainHook);
+      call_hooks([&](Callback& c) { c.on_train_epoch_end(*this, *module_); });
+    }
+    for (const auto& [k, v] : pending_step_logs_) to_log[k] = v;
+    pending_step_logs_.clear();
+    if (!to_log.empty()) {
+      to_log["epoch"] = static_cast<double>(epoch_);
+      send_to_loggers(to_log);
+    }
+    ++epoch_;
+    batch_in_epoch_ = 0;
+    epoch_finished_ = false;
+  }
+}
+
+void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch) {
+  current_batch_size_ = batch_size_of(batch);
+  pending_step_logs_.clear();
+  {
+    HookScope scope(*this, LogContext::TrainStep);
+    call_hooks([&](Callback& c) { c.on_train_batch_start(*this, *module_, batch, batch_idx); });
+  }
+  Tensor loss;
+  {
+    HookScope scope(*this, LogContext::TrainStep);
+    loss = module_->training_step(batch, batch_idx);
+  }
+  if (loss.defined()) {
+    KILN_CHECK(loss.numel() == 1, "Trainer: training_step returned a tensor of shape ", shape_str(loss.shape()),
+               " at batch ", batch_idx, "; it must return the loss, a single value");
+    KILN_CHECK(loss.requires_grad(), "Trainer: the loss training_step returned at batch ", batch_idx,
+               " does not require grad (computed under NoGradGuard, or only from detached tensors?)");
+    const int64_t acc = options_.accumulate_grad_batches;
+    // NOTE: dividing by the window keeps an accumulated step equal to one on a batch acc times larger (for
+    // losses that are means over the batch).
+    Tensor scaled = acc > 1 ? loss / static_cast<double>(acc) : loss;
+    call_hooks([&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
+    scaled.backward();
+    call_hooks([&](Callback& c) { c.on_after_backward(*this, *module_); });
+    ++accumulated_;
+  }
+  const bool stepped = accumulated_ > 0 && (accumulated_ >= options_.accumulate_grad_batches || last_in_epoch);
+  if (stepped) optimizer_step();
+  batch_in_epoch_ = batch_idx + 1;
+  {
+    HookScope scope(*this, LogContext::TrainStep);
+    const Tensor out = loss.defined() ? loss.detach() : loss;
+    call_hooks([&](Callback& c) { c.on_train_batch_end(*this, *module_, out, batch, batch_idx); });
+  }
+  if (stepped && (global_step_ % options_.log_every_n_steps == 0) && !pending_step_logs_.empty()) {
+    pending_step_logs_["epoch"] = static_cast<double>(epoch_);
+    send_to_loggers(pending_step_logs_);
+  }
+  pending_step_logs_.clear();
+}
+
+void Trainer::optimizer_step() {
+  for (auto& opt : optimizers_) {
+    call_hooks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
+    if (options_.gradient_clip_val > 0) {
+      std::vector<Tensor> params;
+      for (const auto& group : opt->param_groups()) {
+        for (const Tensor& p : group.params) params.push_back(p);
+      }
+      if (options_.gradient_clip_algorithm == "norm") {
+        optim::clip_grad_norm_(params, options_.gradient_clip_val);
+      } else {
+        optim::clip_grad_value_(params, options_.gradient_clip_val);
+      }
+    }
+    opt->step();
+    call_hooks([&](Callback& c) { c.on_before_zero_grad(*this, *module_, *opt); });
+    opt->zero_grad();
+  }
+  accumulated_ = 0;
+  ++global_step_;
+  step_schedulers("step");
+}
+
+void Trainer::step_schedulers(const std::string& interval) {
+  const int64_t count = interval == "step" ? global_step_ : epoch_ + 1;
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    SchedulerConfig& s = schedulers_[i];
+    if (s.interval != interval || count % s.frequency != 0) continue;
+    if (s.scheduler) {
+      s.scheduler->step();
+      continue;
+    }
+    auto it = callback_metrics_.find(s.monitor);
+    KILN_CHECK(it != callback_metrics_.end(), "Trainer: ReduceLROnPlateau (scheduler ", i, ") monitors '",
+               s.monitor, "', which has not been logged; logged metrics: ", join_keys(callback_metrics_));
+    s.plateau->step(it->second);
+  }
+}
+
+// ---- validation, test, predict ----
+
+std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage stage, int64_t limit) {
+  const bool was_training = module_->is_training();
+  const int64_t saved_batch_size = current_batch_size_;
+  module_->eval();
+  NoGradGuard no_grad;
+  HookScope scope(*this, LogContext::Eval);
+  eval_means_.clear();
+  num_eval_batches_ = limit;
+  const bool validating = stage == Stage::Validate;
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_start(*this, *module_) : c.on_test_start(*this, *module_);
+  });
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_epoch_start(*this, *module_) : c.on_test_epoch_start(*this, *module_);
+  });
+  if (limit > 0) {
+    loader.set_epoch(0);
+    int64_t idx = 0;
+    for (const data::Batch& raw : loader) {
+      const data::Batch batch = to_device(raw);
+      current_batch_size_ = batch_size_of(batch);
+      call_hooks([&](Callback& c) {
+        validating ? c.on_validation_batch_start(*this, *module_, batch, idx)
+                   : c.on_test_batch_start(*this, *module_, batch, idx);
+      });
+      const Tensor out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
+      call_hooks([&](Callback& c) {
+        validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
+                   : c.on_test_batch_end(*this, *module_, out, batch, idx);
+      });
+      if (++idx >= limit) break;
+    }
+  }
+  current_batch_size_ = 1;
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_epoch_end(*this, *module_) : c.on_test_epoch_end(*this, *module_);
+  });
+  std::map<std::string, double> metrics = finish_means(eval_means_);
+  last_eval_metrics_ = metrics;
+  send_to_loggers(metrics);
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_end(*this, *module_) : c.on_test_end(*this, *module_);
+  });
+  current_batch_size_ = saved_batch_size;
+  module_->train(was_training);
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
+                                                const std::string& ckpt_path) {
+  attach(module, stage);
+  std::map<std::string, double> metrics;
+  try {
+    if (!ckpt_path.empty()) {
+      const std::string path = resolve_ckpt_path(ckpt_path);
+      KILN_CHECK(!path.empty(), "Trainer: ", stage_name(stage), "(ckpt_path = \"", ckpt_path,
+                 "\"): no checkpoint found");
+      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
+    }
+    call_hooks([&](Callback& c) { c.setup(*this, module, stage); });
+    const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
+    metrics = eval_loop(loader, stage, limit.resolve(loader.size()));
+    for (auto& logger : loggers_) logger->flush();
+    call_hooks([&](Callback& c) { c.teardown(*this, module, stage); });
+  } catch (const std::exception& e) {
+    call_hooks([&](Callback& c) {
+      try { c.on_exception(*this, module, e); } catch (...) {}
+    });
+    detach();
+    throw;
+  }
+  detach();
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::validate(TrainModule& module, data::DataLoader& loader,
+                                                const std::string& ckpt_path) {
+  return run_eval(module, loader, Stage::Validate, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::test(TrainModule& module, data::DataLoader& loader,
+                                            const std::string& ckpt_path) {
+  return run_eval(module, loader, Stage::Test, ckpt_path);
+}
+
+std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  attach(module, Stage::Predict);
+  std::vector<Tensor> outputs;
+  try {
+    if (!ckpt_path.empty()) {
+      const std::string path = resolve_ckpt_path(ckpt_path);
+      KILN_CHECK(!path.empty(), "Trainer: predict(ckpt_path = \"", ckpt_path, "\"): no checkpoint found");
+      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
+    }
+    call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Predict); });
+    const bool was_training = module.is_training();
+    module.eval();
+    NoGradGuard no_grad;
+    HookScope scope(*this, LogContext::Eval);
+    num_eval_batches_ = options_.limit_predict_batches.resolve(loader.size());
+    call_hooks([&](Callback& c) { c.on_predict_start(*this, module); });
+    call_hooks([&](Callback& c) { c.on_predict_epoch_start(*this, module); });
+    if (num_eval_batches_ > 0) {
+      loader.set_epoch(0);
+      int64_t idx = 0;
+      for (const data::Batch& raw : loader) {
+        const data::Batch batch = to_device(raw);
+        call_hooks([&](Callback& c) { c.on_predict_batch_start(*this, module, batch, idx); });
+        Tensor out = module.predict_step(batch, idx);
+        call_hooks([&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
+        outputs.push_back(out.defined() ? out.cpu() : out);
+        if (++idx >= num_eval_batches_) break;
+      }
+    }
+    call_hooks([&](Callback& c) { c.on_predict_epoch_end(*this, module); });
+    call_hooks([&](Callback& c) { c.on_predict_end(*this, module); });
+    module.train(was_training);
+    call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Predict); });
+  } catch (const std::exception& e) {
+    call_hooks([&](Callback& c) {
+      try { c.on_exception(*this, module, e); } catch (...) {}
+    });
+    detach();
+    throw;
+  }
+  detach();
+  return outputs;
+}
+
+// ---- checkpoints ----
+
+std::string Trainer::resolve_ckpt_path(const std::string& path) const {
+  if (path != "last") {
+    KILN_CHECK(std::filesystem::exists(path), "Trainer: ckpt_path '", path, "' does not exist");
+    return path;
+  }
+  const std::string best = find_last_checkpoint(options_.default_root_dir);
+  if (best.empty()) {
+    std::fprintf(stderr, "kiln: ckpt_path \"last\": no last.ckpt under %s; starting from scratch\n",
+                 options_.default_root_dir.c_str());
+  }
+  return best;
+}
+
+namespace {
+// Every hook owner's checkpoint key, checked to be unique (two ModelCheckpoints watching one metric would
+// otherwise overwrite each other's state).
+std::vector<std::pair<std::string, Callback*>> keyed_callbacks(TrainModule& module,
+                                                               const std::vector<std::shared_ptr<Callback>>& cbs) {
+  std::vector<std::pair<std::string, Callback*>> out{{module.state_key(), &module}};
+  for (const auto& cb : cbs) out.emplace_back(cb->state_key(), cb.get());
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      KILN_CHECK(out[i].first != out[j].first, "Trainer: two callbacks have the checkpoint key '", out[i].first,
+                 "'; give them different state_key()s (for ModelCheckpoint: a different monitor or dirpath)");
+    }
+  }
+  return out;
+}
+}  // namespace
+
+Checkpoint Trainer::build_checkpoint() {
+  KILN_CHECK(module_ != nullptr && stage_ == Stage::Fit, "Trainer::save_checkpoint: only during fit()");
+  KILN_CHECK(accumulated_ == 0, "Trainer::save_checkpoint: called with ", accumulated_,
+             " backward passes accumulated and not yet stepped; their gradients would be lost. Save after an "
+             "optimizer step (ModelCheckpoint does)");
+  Checkpoint c;
+  for (const auto& [name, t] : module_->state_dict()) c.tensors["model." + name] = t;
+
+  c.set_int("trainer.num_optimizers", static_cast<int64_t>(optimizers_.size()));
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    const std::string prefix = "optimizer." + std::to_string(i) + ".";
+    optim::OptimizerState st = optimizers_[i]->state_dict();
+    for (auto& [k, t] : st.tensors) c.tensors[prefix + k] = t;
+    for (auto& [k, v] : st.scalars) c.set_double(prefix + k, v);
+  }
+  c.set_int("trainer.num_schedulers", static_cast<int64_t>(schedulers_.size()));
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const auto& s = schedulers_[i];
+    const optim::SchedulerState st = s.scheduler ? s.scheduler->state_dict() : s.plateau->state_dict();
+    for (const auto& [k, v] : st) c.set_double("scheduler." + std::to_string(i) + "." + k, v);
+  }
+
+  // Progress: a checkpoint from an epoch's end resumes at the next epoch's start.
+  c.set_int("trainer.epoch", epoch_finished_ ? epoch_ + 1 : epoch_);
+  c.set_int("trainer.batch_in_epoch", epoch_finished_ ? 0 : batch_in_epoch_);
+  c.set_int("trainer.global_step", global_step_);
+  c.set_double("trainer.elapsed_seconds", elapsed_seconds());
+  c.set("trainer.log_dir", log_dir());
+  if (!epoch_finished_) {
+    for (const auto& [name, m] : train_epoch_means_) {
+      c.set_double("trainer.epoch_mean.sum." + name, m.sum);
+      c.set_double("trainer.epoch_mean.weight." + name, m.weight);
+      c.set_int("trainer.epoch_mean.flags." + name, (m.prog_bar ? 1 : 0) | (m.logger ? 2 : 0));
+    }
+  }
+  const Generator& gen = default_generator();
+  c.set_uint("rng.default.seed", gen.seed());
+  c.set_uint("rng.default.offset", gen.offset());
+  if (train_loader_ != nullptr) c.set_uint("rng.train_loader.seed", train_loader_->state().seed);
+
+  for (const auto& [k, v] : module_->hparams()) c.set("hparams." + k, v);
+  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
+    for (const auto& [k, v] : cb->checkpoint_state()) c.set("callbacks." + key + "." + k, v);
+  }
+  call_hooks([&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
+  return c;
+}
+
+void Trainer::save_checkpoint(const std::string& path) { trainer::save_checkpoint(build_checkpoint(), path); }
+
+void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
+  const std::string where = "resuming from " + c.path + ": ";
+  try {
+    module_->load_state_dict(c.tensor_section("model"));
+  } catch (const Error& e) {
+    throw Error(where + "the module does not match the checkpoint's weights: " + e.what());
+  }
+  const int64_t num_opt = c.get_int("trainer.num_optimizers");
+  KILN_CHECK(num_opt == static_cast<int64_t>(optimizers_.size()), where, "the checkpoint has ", num_opt,
+             " optimizers, configure_optimizers() made ", optimizers_.size());
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    const std::string prefix = "optimizer." + std::to_string(i);
+    optim::OptimizerState st;
+    st.tensors = c.tensor_section(prefix);
+    for (const auto& [k, v] : c.section(prefix)) st.scalars[k] = c.get_double(prefix + "." + k);
+    optimizers_[i]->load_state_dict(st);
+  }
+  const int64_t num_sched = c.get_int("trainer.num_schedulers");
+  KILN_CHECK(num_sched == static_cast<int64_t>(schedulers_.size()), where, "the checkpoint has ", num_sched,
+             " schedulers, configure_optimizers() made ", schedulers_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const std::string prefix = "scheduler." + std::to_string(i);
+    optim::SchedulerState st;
+    for (const auto& [k, v] : c.section(prefix)) st[k] = c.get_double(prefix + "." + k);
+    if (schedulers_[i].scheduler) {
+      schedulers_[i].scheduler->load_state_dict(st);
+    } else {
+      schedulers_[i].plateau->load_state_dict(st);
+    }
+  }
+
+  epoch_ = c.get_int("trainer.epoch");
+  batch_in_epoch_ = c.get_int("trainer.batch_in_epoch");
+  global_step_ = c.get_int("trainer.global_step");
+  elapsed_before_ = c.get_double("trainer.elapsed_seconds");
+  start_time_ = std::chrono::steady_clock::now();
+  train_epoch_means_.clear();
+  for (const auto& [name, text] : c.section("trainer.epoch_mean.sum")) {
+    Mean& m = train_epoch_means_[name];
+    m.sum = c.get_double("trainer.epoch_mean.sum." + name);
+    m.weight = c.get_double("trainer.epoch_mean.weight." + name);
+    const int64_t flags = c.get_int("trainer.epoch_mean.flags." + name);
+    m.prog_bar = (flags & 1) != 0;
+    m.logger = (flags & 2) != 0;
+  }
+  default_generator().set_state(c.get_uint("rng.default.seed"), c.get_uint("rng.default.offset"));
+  const uint64_t loader_seed = c.has("rng.train_loader.seed") ? c.get_uint("rng.train_loader.seed")
+                                                              : train.state().seed;
+  train.set_state({static_cast<uint64_t>(epoch_), batch_in_epoch_, loader_seed});
+
+  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
+    cb->load_checkpoint_state(c.section("callbacks." + key));
+  }
+  call_hooks([&](Callback& cb) { cb.on_load_checkpoint(*this, *module_, c); });
+}
+
+}  // namespace kiln::trainer

@@ -1,0 +1,200 @@
+// Trainer: runs a TrainModule's training, validation, test and prediction loops, with the engineering people
+// otherwise write by hand around them: devices, gradient accumulation and clipping, schedulers, validation
+// cadence, logging, checkpoints, exact resume and callbacks. Shaped like PyTorch Lightning's Trainer.
+//
+//   trainer::Trainer t({.max_epochs = 3, .default_root_dir = "runs"});
+//   t.fit(module, train_loader, &val_loader);   // or fit(..., "last") to resume the latest run
+//   auto results = t.test(module, test_loader);  // {"test/acc": 0.91, ...}
+//
+// Progress: global_step counts optimizer steps; current_epoch counts training epochs from 0. A checkpoint holds
+// everything the loops depend on (weights, optimizer and scheduler state, the default generator, the loader's
+// position, the epoch's running metric sums, callback state), so fit() from a checkpoint continues exactly:
+// on the CPU the final weights equal those of a run never stopped, bit for bit. docs/trainer.md walks through
+// the loop and the order of hooks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/data/dataloader.h"
+#include "kiln/trainer/batch_limit.h"
+#include "kiln/trainer/callback.h"
+#include "kiln/trainer/checkpoint.h"
+#include "kiln/trainer/logger.h"
+#include "kiln/trainer/train_module.h"
+
+namespace kiln::trainer {
+
+struct TrainerOptions {
+  // Stop after this many epochs (-1: no epoch limit; with max_steps also -1, 1000 epochs as in Lightning) or
+  // optimizer steps (-1: none). min_epochs holds off early stopping.
+  int64_t max_epochs = -1;
+  int64_t min_epochs = 0;
+  int64_t max_steps = -1;
+  // Wall-clock budget in seconds (0: none); checked after each batch.
+  double max_time = 0;
+
+  // "cpu", "cuda" or "auto" (cuda when a device is present); devices: how many (1 for the single strategy).
+  std::string accelerator = "auto";
+  int devices = 1;
+  // "auto" or "single"; "ddp" and "parameter_server" come with kiln's distributed layer.
+  std::string strategy = "auto";
+  // "32"; "16-mixed" and "bf16-mixed" come with autocast.
+  std::string precision = "32";
+
+  int64_t accumulate_grad_batches = 1;
+  double gradient_clip_val = 0;                // 0: no clipping
+  std::string gradient_clip_algorithm = "norm";  // "norm" (total 2-norm) or "value" (each element)
+
+  BatchLimit val_check_interval = 1.0;  // validate every this many training batches / fraction of an epoch
+  int64_t check_val_every_n_epoch = 1;
+  BatchLimit limit_train_batches = 1.0, limit_val_batches = 1.0, limit_test_batches = 1.0,
+             limit_predict_batches = 1.0;
+  int64_t num_sanity_val_steps = 2;  // validation batches run before training (-1: all; skipped on resume)
+  int64_t log_every_n_steps = 50;
+
+  bool deterministic = false;    // refuse nondeterministic kernels (every CPU kernel is deterministic)
+  std::optional<uint64_t> seed;  // seeds the default generator when fit() starts
+  std::string default_root_dir = ".";
+  // Run n batches of training, validation and test (1 epoch, no loggers, no checkpoints): a smoke test.
+  int64_t fast_dev_run = 0;
+
+  bool enable_progress_bar = true;
+  bool enable_checkpointing = true;  // adds a ModelCheckpoint when none is given
+  bool enable_model_summary = true;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<Logger>> loggers;
+  bool logger = true;  // with no loggers given: a CSVLogger under default_root_dir
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains `module` on `train`, validating on `val` (if given) as the options say. ckpt_path: a checkpoint
+  // file to resume from, or "last" (the newest last.ckpt under default_root_dir).
+  void fit(TrainModule& module, data::DataLoader& train, data::DataLoader* val = nullptr,
+           const std::string& ckpt_path = "");
+  // One pass of validation_step / test_step over `loader`; returns the epoch metrics logged. ckpt_path loads
+  // the weights of a checkpoint first.
+  std::map<std::string, double> validate(TrainModule& module, data::DataLoader& loader,
+                                         const std::string& ckpt_path = "");
+  std::map<std::string, double> test(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "");
+  // predict_step's output for every batch, in order (moved to the CPU).
+  std::vector<Tensor> predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "");
+
+  // ---- state, for callbacks and the module ----
+  const TrainerOptions& options() const { return options_; }
+  Stage stage() const { return stage_; }
+  bool sanity_checking() const { return sanity_checking_; }
+  int64_t current_epoch() const { return epoch_; }
+  int64_t global_step() const { return global_step_; }
+  // The training epoch's batches so far (the index of the next batch).
+  int64_t batch_in_epoch() const { return batch_in_epoch_; }
+  int64_t num_training_batches() const { return num_training_batches_; }
+  int64_t num_val_batches() const { return num_val_batches_; }
+  // The batches of the current evaluation (validation, test or predict) run.
+  int64_t num_eval_batches() const { return num_eval_batches_; }
+  // Optimizer steps the whole fit will take, as far as the limits say (-1 when unbounded).
+  int64_t estimated_stepping_batches() const;
+  Device device() const { return device_; }
+  TrainModule* module() const { return module_; }
+
+  // Set by callbacks (EarlyStopping) to end training after the current epoch (once min_epochs have run).
+  bool should_stop() const { return should_stop_; }
+  void set_should_stop(bool stop) { should_stop_ = stop; }
+
+  // The latest value of every metric (step values and epoch means): what ModelCheckpoint and EarlyStopping
+  // monitor. logged_metrics: those sent to loggers; progress_bar_metrics: those logged with prog_bar.
+  const std::map<std::string, double>& callback_metrics() const { return callback_metrics_; }
+  const std::map<std::string, double>& logged_metrics() const { return logged_metrics_; }
+  const std::map<std::string, double>& progress_bar_metrics() const { return progress_bar_metrics_; }
+  // The epoch metrics of the latest validation or test run (sanity check included).
+  const std::map<std::string, double>& last_eval_metrics() const { return last_eval_metrics_; }
+
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  const std::vector<std::shared_ptr<Logger>>& loggers() const { return loggers_; }
+  // The first logger's run folder, else default_root_dir: where checkpoints and the config go by default.
+  std::string log_dir() const;
+  const std::vector<std::shared_ptr<optim::Optimizer>>& optimizers() const { return optimizers_; }
+  const std::vector<SchedulerConfig>& schedulers() const { return schedulers_; }
+  // Seconds since fit() started (including the time before a resume).
+  double elapsed_seconds() const;
+
+  // Writes a checkpoint of the run as it stands (from a hook; ModelCheckpoint calls this).
+  void save_checkpoint(const std::string& path);
+  // Called by TrainModule::log.
+  void log_metric(const std::string& name, double value, const LogOptions& options);
+
+ private:
+  enum class LogContext { None, TrainStep, TrainHook, Eval };
+  // An epoch-level metric being averaged (weighted by batch size), and where its mean goes.
+  struct Mean {
+    double sum = 0, weight = 0;
+    bool prog_bar = false, logger = false;
+  };
+  class HookScope;
+
+  // Hooks: the module's first, then each callback's.
+  template <class F>
+  void call_hooks(F&& f);
+  void attach(TrainModule& module, Stage stage);
+  void detach();
+  void resolve_device();
+  void setup_callbacks_and_loggers();
+  void send_to_loggers(const std::map<std::string, double>& metrics);
+  void restore(const Checkpoint& ckpt, data::DataLoader& train);
+  std::string resolve_ckpt_path(const std::string& path) const;
+  Checkpoint build_checkpoint();
+
+  void train_loop(data::DataLoader& train, data::DataLoader* val);
+  void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);
+  void optimizer_step();
+  void step_schedulers(const std::string& interval);
+  bool validation_due(int64_t batches_done) const;
+  bool stop_requested() const;
+  // Runs validation or test over `loader`, limited to `limit` batches; returns the epoch metrics.
+  std::map<std::string, double> eval_loop(data::DataLoader& loader, Stage stage, int64_t limit);
+  std::map<std::string, double> run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
+                                         const std::string& ckpt_path);
+  std::map<std::string, double> finish_means(std::map<std::string, Mean>& means);
+  data::Batch to_device(const data::Batch& batch) const;
+
+  TrainerOptions options_;
+  TrainModule* module_ = nullptr;
+  Stage stage_ = Stage::Fit;
+  Device device_ = kCPU;
+  bool sanity_checking_ = false;
+  bool should_stop_ = false;
+  bool epoch_finished_ = false;  // between the last batch of an epoch and the next epoch's start
+
+  int64_t epoch_ = 0, global_step_ = 0, batch_in_epoch_ = 0;
+  int64_t accumulated_ = 0;  // backward passes since the last optimizer step
+  int64_t num_training_batches_ = 0, num_val_batches_ = 0, num_eval_batches_ = 0;
+  int64_t val_every_ = 0;  // validate after every this many training batches (0: at epoch end only)
+  data::DataLoader* train_loader_ = nullptr;
+
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<Logger>> loggers_;
+  std::vector<std::shared_ptr<optim::Optimizer>> optimizers_;
+  std::vector<SchedulerConfig> schedulers_;
+
+  LogContext log_context_ = LogContext::None;
+  int64_t current_batch_size_ = 1;
+  std::map<std::string, Mean> train_epoch_means_, eval_means_;
+  std::map<std::string, double> pending_step_logs_;  // this batch's on_step metrics, for the loggers
+  std::map<std::string, double> callback_metrics_, logged_metrics_, progress_bar_metrics_, last_eval_metrics_;
+
+  std::chrono::steady_clock::time_point start_time_;
+  double elapsed_before_ = 0;  // seconds of the run before it was resumed
+};
+
+}  // namespace kiln::trainer

@@ -1,0 +1,113 @@
+// Helpers for the Trainer tests: a temporary folder per test, a small regression problem, and a module that
+// counts its steps and can be told what to log.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "kiln/kiln.h"
+#include "kiln/optim/optim.h"
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::test {
+
+// A folder under the system's temporary directory, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("kiln_trainer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// n examples of y = x . w_true + 0.5 (x: (n, 4), y: (n, 1)), from a fixed seed.
+inline std::shared_ptr<data::TensorDataset> regression_data(int64_t n, uint64_t seed = 7) {
+  Generator gen(seed);
+  Tensor x = randn({n, 4}, {}, &gen);
+  Tensor w = tensor(std::vector<double>{1.0, -2.0, 0.5, 3.0}, {4, 1}).to(kFloat32);
+  Tensor y = matmul(x, w) + 0.5;
+  return std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y});
+}
+
+inline std::unique_ptr<data::DataLoader> loader(std::shared_ptr<data::Dataset> ds, int64_t batch, bool shuffle = false,
+                                                int workers = 0, uint64_t seed = 0) {
+  return std::make_unique<data::DataLoader>(
+      std::move(ds), data::DataLoaderOptions{.batch_size = batch, .shuffle = shuffle, .num_workers = workers,
+                                              .seed = seed});
+}
+
+// Linear regression (4 -> 1), MSE, SGD; counts its steps; `make_optim` and `on_validation` can be replaced.
+struct Regressor : trainer::TrainModule {
+  nn::Linear fc{4, 1};
+  int train_steps = 0, val_steps = 0, test_steps = 0;
+  double lr = 0.05;
+  std::function<trainer::OptimizerSetup(Regressor&)> make_optim;
+  std::function<void(Regressor&, const data::Batch&)> on_validation;
+
+  Regressor() : TrainModule("Regressor") { register_module("fc", fc); }
+  Tensor forward(const Tensor& x) override { return fc(x); }
+  Tensor training_step(const data::Batch& b, int64_t) override {
+    ++train_steps;
+    Tensor loss = nn::F::mse_loss(fc(b[0]), b[1]);
+    log("train/loss", loss);
+    return loss;
+  }
+  Tensor validation_step(const data::Batch& b, int64_t) override {
+    ++val_steps;
+    if (on_validation) on_validation(*this, b);
+    log("val/loss", nn::F::mse_loss(fc(b[0]), b[1]));
+    return {};
+  }
+  Tensor test_step(const data::Batch& b, int64_t) override {
+    ++test_steps;
+    log("test/loss", nn::F::mse_loss(fc(b[0]), b[1]));
+    return {};
+  }
+  trainer::OptimizerSetup configure_optimizers() override {
+    if (make_optim) return make_optim(*this);
+    return std::make_shared<optim::SGD>(parameters(), optim::SGDOptions{.lr = lr});
+  }
+};
+
+// Options for a quiet run: no progress bar, no summary, no logger, no checkpoints, unless asked.
+inline trainer::TrainerOptions quiet(const std::string& root) {
+  trainer::TrainerOptions o;
+  o.default_root_dir = root;
+  o.enable_progress_bar = false;
+  o.enable_model_summary = false;
+  o.enable_checkpointing = false;
+  o.logger = false;
+  o.num_sanity_val_steps = 0;
+  return o;
+}
+
+// Every parameter's values, flattened, in double (for exact comparisons of float32 weights).
+inline std::vector<std::vector<float>> weights_of(const nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const auto& [name, p] : m.named_parameters()) {
+    Tensor c = p.detach().contiguous().cpu().to(kFloat32);
+    const float* d = c.data_ptr<float>();
+    out.emplace_back(d, d + c.numel());
+  }
+  return out;
+}
+
+}  // namespace kiln::test
