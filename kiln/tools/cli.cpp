@@ -169,7 +169,11 @@ int64_t logger_version(const RunConfig& cfg, const std::string& ckpt_path) {
       const std::filesystem::path dir(c.get("trainer.log_dir"));
       const std::string leaf = dir.filename().string();
       const std::filesystem::path expected_parent = std::filesystem::path(root) / cfg.logger.name;
-      if (leaf.rfind("version_", 0) == 0 && dir.parent_path() == expected_parent) {
+      // The same folder however it is spelled ("runs", "./runs", "runs/", absolute): paths compare lexically.
+      std::error_code ec1, ec2;
+      const std::filesystem::path parent = std::filesystem::weakly_canonical(dir.parent_path(), ec1);
+      const std::filesystem::path expected = std::filesystem::weakly_canonical(expected_parent, ec2);
+      if (leaf.rfind("version_", 0) == 0 && !ec1 && !ec2 && parent == expected) {
         try {
           return std::stoll(leaf.substr(8));
         } catch (...) {
@@ -230,7 +234,13 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   RunConfig cfg = a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
   if (!a.ckpt.empty()) cfg.trainer.ckpt_path = a.ckpt;
-  const std::string ckpt = cfg.trainer.ckpt_path.value_or("");
+  std::string ckpt = cfg.trainer.ckpt_path.value_or("");
+  if (ckpt == "last") {
+    // The newest last.ckpt of this experiment (<root>/<logger.name>), not of any run under the root.
+    const std::string dir = (std::filesystem::path(cfg.trainer.default_root_dir) / cfg.logger.name).string();
+    ckpt = trainer::find_last_checkpoint(dir);
+    if (ckpt.empty()) std::printf("no last.ckpt under %s: starting from scratch\n", dir.c_str());
+  }
 
   Run run = build_run(cfg);
   trainer::TrainerOptions o = trainer_options(cfg);
@@ -296,13 +306,13 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
   data::DataLoader* loader = a.split == "val" ? run.val.get() : run.test.get();
   KILN_CHECK(loader != nullptr, "--split val: the run's data has no validation split (data.val_size 0)");
   if (!predict) {
-    const auto metrics = t.test(*run.module, *loader);
+    const auto metrics = a.split == "val" ? t.validate(*run.module, *loader) : t.test(*run.module, *loader);
     std::printf("%s (%s): %s\n", a.split.c_str(), a.ckpt.c_str(), format_metrics(metrics).c_str());
     return 0;
   }
-  const std::vector<Tensor> probs = t.predict(*run.module, *loader);
-  std::ofstream out(a.output);
+  std::ofstream out(a.output);  // opened first: a bad path fails before the predictions are computed
   KILN_CHECK(out.good(), "predict: cannot write ", a.output);
+  const std::vector<Tensor> probs = t.predict(*run.module, *loader);
   out << "index,prediction,label,probability\n";
   const data::Dataset& ds = *loader->dataset();
   int64_t index = 0, correct = 0;
@@ -339,9 +349,13 @@ int cmd_info() {
 }  // namespace
 
 int run_cli(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+  if (args.empty()) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::printf("%s", kUsage);
-    return args.empty() ? 2 : 0;
+    return 0;
   }
   const std::string& command = args[0];
   try {

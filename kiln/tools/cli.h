@@ -12,8 +12,9 @@
 
 namespace kiln::tools {
 
-// Runs one command (args excludes the program name); returns the process exit status. Errors are printed to
-// stderr as "kiln <command>: error: ..." and give status 1; a bad command line gives 2.
+// Runs one command (args excludes the program name); returns the process exit status. Errors (a bad config
+// value, a missing file, a corrupt checkpoint) are printed to stderr as "kiln <command>: error: ..." and give
+// status 1; an unknown command or option gives 2.
 int run_cli(const std::vector<std::string>& args);
 
 }  // namespace kiln::tools

@@ -108,10 +108,11 @@ DataSplits mnist_style(const RunConfig::Data& c) {
 // test set, the rest is split as a training set.
 DataSplits hold_out_test(const RunConfig::Data& c, const Tensor& x, const Tensor& y, const std::string& what) {
   const int64_t n = x.size(0);
-  KILN_CHECK(2 * c.val_size < n, "data.val_size = ", c.val_size, ": ", what, " has ", n,
+  const int64_t test_size = c.val_size > 0 ? c.val_size : std::max<int64_t>(1, n / 10);  // never an empty test
+  KILN_CHECK(test_size + c.val_size < n, "data.val_size = ", c.val_size, ": ", what, " has ", n,
              " examples, too few to hold out a test set and a validation set of that size each");
   const std::vector<int64_t> perm = data::random_permutation(n, c.seed ^ 0x7e57);
-  const std::vector<int64_t> test_rows = slice(perm, 0, c.val_size), rest = slice(perm, c.val_size, n);
+  const std::vector<int64_t> test_rows = slice(perm, 0, test_size), rest = slice(perm, test_size, n);
   return finish(c, take(x, rest), take(y, rest), take(x, test_rows), take(y, test_rows), true, what);
 }
 

@@ -6,7 +6,8 @@
 //   synthetic             data.num_samples Gaussian clusters in data.num_features dims, data.num_classes
 // Images are scaled to [0, 1] and, with data.normalize, standardized by the training set's mean and std (CSV
 // and synthetic features per column). data.val_size examples of the training set are held out for validation
-// (for csv and synthetic, which have no test split, the test set is another held-out part of the same size).
+// (for csv and synthetic, which have no test split, the test set is another held-out part of the same size,
+// or a tenth of the data with val_size 0).
 #pragma once
 
 #include <memory>

@@ -4,7 +4,7 @@
 //
 // Each section is a struct whose members carry the defaults; run_config.cpp binds each member to its dotted
 // key once (kiln/trainer/config.h), which gives loading, `--set` overrides, errors naming key, file and line,
-// the dump the Trainer saves beside its logs, and `kiln train --help-config`. Key names follow PyTorch
+// the dump the Trainer saves beside its logs, and `kiln train --help`. Key names follow PyTorch
 // Lightning's where Lightning has one (trainer.*, callbacks.checkpoint.*, callbacks.early_stopping.*), so a
 // Lightning user's config reads the same. Enumerations stay strings ("cuda", "adamw"): the code that builds
 // the run compares them, and the schema has already refused any other spelling.

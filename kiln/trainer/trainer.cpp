@@ -2,7 +2,8 @@
 // every accumulate_grad_batches backward passes, validation at the cadence asked, and the epoch's end
 // (schedulers, epoch metrics, hooks) -> teardown. Checkpoints are taken only between batches, after an
 // optimizer step, so that nothing in flight (accumulated grads) is lost; what they hold is listed in
-// checkpoint.h and written by build_checkpoint / read back by restore, next to each other at the end.
+// checkpoint.h and written and read back in trainer_checkpoint.cpp. Validation, test and predict loops are in
+// trainer_eval.cpp.
 #include "kiln/trainer/trainer.h"
 
 #include <cmath>
@@ -45,11 +46,6 @@ void check_limit(const BatchLimit& limit, const char* name) {
   }
 }
 
-int64_t batch_size_of(const data::Batch& batch) {
-  if (batch.empty() || !batch[0].defined() || batch[0].dim() == 0) return 1;
-  return batch[0].size(0);
-}
-
 std::string join_keys(const std::map<std::string, double>& m) {
   std::string out;
   for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k;
@@ -57,17 +53,6 @@ std::string join_keys(const std::map<std::string, double>& m) {
 }
 
 }  // namespace
-
-// Sets the log context for a stretch of code and puts the previous one back.
-class Trainer::HookScope {
- public:
-  HookScope(Trainer& t, LogContext ctx) : t_(t), saved_(t.log_context_) { t.log_context_ = ctx; }
-  ~HookScope() { t_.log_context_ = saved_; }
-
- private:
-  Trainer& t_;
-  LogContext saved_;
-};
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   auto& o = options_;
@@ -148,12 +133,6 @@ int64_t Trainer::estimated_stepping_batches() const {
   return total;
 }
 
-template <class F>
-void Trainer::call_hooks(F&& f) {
-  f(static_cast<Callback&>(*module_));
-  for (auto& cb : callbacks_) f(*cb);
-}
-
 void Trainer::attach(TrainModule& module, Stage stage) {
   KILN_CHECK(module_ == nullptr, "Trainer: ", stage_name(stage), "() called while ", stage_name(stage_),
              "() is running (from a hook?)");
@@ -188,6 +167,11 @@ data::Batch Trainer::to_device(const data::Batch& batch) const {
   out.reserve(batch.size());
   for (const Tensor& t : batch) out.push_back(t.defined() ? t.to(device_) : t);
   return out;
+}
+
+int64_t Trainer::batch_size_of(const data::Batch& batch) {
+  if (batch.empty() || !batch[0].defined() || batch[0].dim() == 0) return 1;
+  return batch[0].size(0);
 }
 
 // ---- logging ----
@@ -239,8 +223,9 @@ std::map<std::string, double> Trainer::finish_means(std::map<std::string, Mean>&
   return to_log;
 }
 
-void Trainer::send_to_loggers(const std::map<std::string, double>& metrics) {
+void Trainer::send_to_loggers(std::map<std::string, double> metrics) {
   if (metrics.empty() || sanity_checking_) return;
+  metrics.emplace("epoch", static_cast<double>(epoch_));  // every row says which epoch it belongs to
   for (const auto& [k, v] : metrics) logged_metrics_[k] = v;
   for (auto& logger : loggers_) logger->log_metrics(metrics, global_step_);
 }
@@ -416,10 +401,7 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
     }
     for (const auto& [k, v] : pending_step_logs_) to_log[k] = v;
     pending_step_logs_.clear();
-    if (!to_log.empty()) {
-      to_log["epoch"] = static_cast<double>(epoch_);
-      send_to_loggers(to_log);
-    }
+    send_to_loggers(to_log);
     ++epoch_;
     batch_in_epoch_ = 0;
     epoch_finished_ = false;
@@ -461,7 +443,6 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     call_hooks([&](Callback& c) { c.on_train_batch_end(*this, *module_, out, batch, batch_idx); });
   }
   if (stepped && (global_step_ % options_.log_every_n_steps == 0) && !pending_step_logs_.empty()) {
-    pending_step_logs_["epoch"] = static_cast<double>(epoch_);
     send_to_loggers(pending_step_logs_);
   }
   pending_step_logs_.clear();
@@ -504,275 +485,6 @@ void Trainer::step_schedulers(const std::string& interval) {
                s.monitor, "', which has not been logged; logged metrics: ", join_keys(callback_metrics_));
     s.plateau->step(it->second);
   }
-}
-
-// ---- validation, test, predict ----
-
-std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage stage, int64_t limit) {
-  const bool was_training = module_->is_training();
-  const int64_t saved_batch_size = current_batch_size_;
-  module_->eval();
-  NoGradGuard no_grad;
-  HookScope scope(*this, LogContext::Eval);
-  eval_means_.clear();
-  num_eval_batches_ = limit;
-  const bool validating = stage == Stage::Validate;
-  call_hooks([&](Callback& c) {
-    validating ? c.on_validation_start(*this, *module_) : c.on_test_start(*this, *module_);
-  });
-  call_hooks([&](Callback& c) {
-    validating ? c.on_validation_epoch_start(*this, *module_) : c.on_test_epoch_start(*this, *module_);
-  });
-  if (limit > 0) {
-    loader.set_epoch(0);
-    int64_t idx = 0;
-    for (const data::Batch& raw : loader) {
-      const data::Batch batch = to_device(raw);
-      current_batch_size_ = batch_size_of(batch);
-      call_hooks([&](Callback& c) {
-        validating ? c.on_validation_batch_start(*this, *module_, batch, idx)
-                   : c.on_test_batch_start(*this, *module_, batch, idx);
-      });
-      const Tensor out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
-      call_hooks([&](Callback& c) {
-        validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
-                   : c.on_test_batch_end(*this, *module_, out, batch, idx);
-      });
-      if (++idx >= limit) break;
-    }
-  }
-  current_batch_size_ = 1;
-  call_hooks([&](Callback& c) {
-    validating ? c.on_validation_epoch_end(*this, *module_) : c.on_test_epoch_end(*this, *module_);
-  });
-  std::map<std::string, double> metrics = finish_means(eval_means_);
-  last_eval_metrics_ = metrics;
-  send_to_loggers(metrics);
-  call_hooks([&](Callback& c) {
-    validating ? c.on_validation_end(*this, *module_) : c.on_test_end(*this, *module_);
-  });
-  current_batch_size_ = saved_batch_size;
-  module_->train(was_training);
-  return metrics;
-}
-
-std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
-                                                const std::string& ckpt_path) {
-  attach(module, stage);
-  std::map<std::string, double> metrics;
-  try {
-    if (!ckpt_path.empty()) {
-      const std::string path = resolve_ckpt_path(ckpt_path);
-      KILN_CHECK(!path.empty(), "Trainer: ", stage_name(stage), "(ckpt_path = \"", ckpt_path,
-                 "\"): no checkpoint found");
-      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
-    }
-    call_hooks([&](Callback& c) { c.setup(*this, module, stage); });
-    const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
-    metrics = eval_loop(loader, stage, limit.resolve(loader.size()));
-    for (auto& logger : loggers_) logger->flush();
-    call_hooks([&](Callback& c) { c.teardown(*this, module, stage); });
-  } catch (const std::exception& e) {
-    call_hooks([&](Callback& c) {
-      try { c.on_exception(*this, module, e); } catch (...) {}
-    });
-    detach();
-    throw;
-  }
-  detach();
-  return metrics;
-}
-
-std::map<std::string, double> Trainer::validate(TrainModule& module, data::DataLoader& loader,
-                                                const std::string& ckpt_path) {
-  return run_eval(module, loader, Stage::Validate, ckpt_path);
-}
-
-std::map<std::string, double> Trainer::test(TrainModule& module, data::DataLoader& loader,
-                                            const std::string& ckpt_path) {
-  return run_eval(module, loader, Stage::Test, ckpt_path);
-}
-
-std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path) {
-  attach(module, Stage::Predict);
-  std::vector<Tensor> outputs;
-  try {
-    if (!ckpt_path.empty()) {
-      const std::string path = resolve_ckpt_path(ckpt_path);
-      KILN_CHECK(!path.empty(), "Trainer: predict(ckpt_path = \"", ckpt_path, "\"): no checkpoint found");
-      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
-    }
-    call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Predict); });
-    const bool was_training = module.is_training();
-    module.eval();
-    NoGradGuard no_grad;
-    HookScope scope(*this, LogContext::Eval);
-    num_eval_batches_ = options_.limit_predict_batches.resolve(loader.size());
-    call_hooks([&](Callback& c) { c.on_predict_start(*this, module); });
-    call_hooks([&](Callback& c) { c.on_predict_epoch_start(*this, module); });
-    if (num_eval_batches_ > 0) {
-      loader.set_epoch(0);
-      int64_t idx = 0;
-      for (const data::Batch& raw : loader) {
-        const data::Batch batch = to_device(raw);
-        call_hooks([&](Callback& c) { c.on_predict_batch_start(*this, module, batch, idx); });
-        Tensor out = module.predict_step(batch, idx);
-        call_hooks([&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
-        outputs.push_back(out.defined() ? out.cpu() : out);
-        if (++idx >= num_eval_batches_) break;
-      }
-    }
-    call_hooks([&](Callback& c) { c.on_predict_epoch_end(*this, module); });
-    call_hooks([&](Callback& c) { c.on_predict_end(*this, module); });
-    module.train(was_training);
-    call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Predict); });
-  } catch (const std::exception& e) {
-    call_hooks([&](Callback& c) {
-      try { c.on_exception(*this, module, e); } catch (...) {}
-    });
-    detach();
-    throw;
-  }
-  detach();
-  return outputs;
-}
-
-// ---- checkpoints ----
-
-std::string Trainer::resolve_ckpt_path(const std::string& path) const {
-  if (path != "last") {
-    KILN_CHECK(std::filesystem::exists(path), "Trainer: ckpt_path '", path, "' does not exist");
-    return path;
-  }
-  const std::string best = find_last_checkpoint(options_.default_root_dir);
-  if (best.empty()) {
-    std::fprintf(stderr, "kiln: ckpt_path \"last\": no last.ckpt under %s; starting from scratch\n",
-                 options_.default_root_dir.c_str());
-  }
-  return best;
-}
-
-namespace {
-// Every hook owner's checkpoint key, checked to be unique (two ModelCheckpoints watching one metric would
-// otherwise overwrite each other's state).
-std::vector<std::pair<std::string, Callback*>> keyed_callbacks(TrainModule& module,
-                                                               const std::vector<std::shared_ptr<Callback>>& cbs) {
-  std::vector<std::pair<std::string, Callback*>> out{{module.state_key(), &module}};
-  for (const auto& cb : cbs) out.emplace_back(cb->state_key(), cb.get());
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      KILN_CHECK(out[i].first != out[j].first, "Trainer: two callbacks have the checkpoint key '", out[i].first,
-                 "'; give them different state_key()s (for ModelCheckpoint: a different monitor or dirpath)");
-    }
-  }
-  return out;
-}
-}  // namespace
-
-Checkpoint Trainer::build_checkpoint() {
-  KILN_CHECK(module_ != nullptr && stage_ == Stage::Fit, "Trainer::save_checkpoint: only during fit()");
-  KILN_CHECK(accumulated_ == 0, "Trainer::save_checkpoint: called with ", accumulated_,
-             " backward passes accumulated and not yet stepped; their gradients would be lost. Save after an "
-             "optimizer step (ModelCheckpoint does)");
-  Checkpoint c;
-  for (const auto& [name, t] : module_->state_dict()) c.tensors["model." + name] = t;
-
-  c.set_int("trainer.num_optimizers", static_cast<int64_t>(optimizers_.size()));
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const std::string prefix = "optimizer." + std::to_string(i) + ".";
-    optim::OptimizerState st = optimizers_[i]->state_dict();
-    for (auto& [k, t] : st.tensors) c.tensors[prefix + k] = t;
-    for (auto& [k, v] : st.scalars) c.set_double(prefix + k, v);
-  }
-  c.set_int("trainer.num_schedulers", static_cast<int64_t>(schedulers_.size()));
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    const auto& s = schedulers_[i];
-    const optim::SchedulerState st = s.scheduler ? s.scheduler->state_dict() : s.plateau->state_dict();
-    for (const auto& [k, v] : st) c.set_double("scheduler." + std::to_string(i) + "." + k, v);
-  }
-
-  // Progress: a checkpoint from an epoch's end resumes at the next epoch's start.
-  c.set_int("trainer.epoch", epoch_finished_ ? epoch_ + 1 : epoch_);
-  c.set_int("trainer.batch_in_epoch", epoch_finished_ ? 0 : batch_in_epoch_);
-  c.set_int("trainer.global_step", global_step_);
-  c.set_double("trainer.elapsed_seconds", elapsed_seconds());
-  c.set("trainer.log_dir", log_dir());
-  if (!epoch_finished_) {
-    for (const auto& [name, m] : train_epoch_means_) {
-      c.set_double("trainer.epoch_mean.sum." + name, m.sum);
-      c.set_double("trainer.epoch_mean.weight." + name, m.weight);
-      c.set_int("trainer.epoch_mean.flags." + name, (m.prog_bar ? 1 : 0) | (m.logger ? 2 : 0));
-    }
-  }
-  const Generator& gen = default_generator();
-  c.set_uint("rng.default.seed", gen.seed());
-  c.set_uint("rng.default.offset", gen.offset());
-  if (train_loader_ != nullptr) c.set_uint("rng.train_loader.seed", train_loader_->state().seed);
-
-  for (const auto& [k, v] : module_->hparams()) c.set("hparams." + k, v);
-  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
-    for (const auto& [k, v] : cb->checkpoint_state()) c.set("callbacks." + key + "." + k, v);
-  }
-  call_hooks([&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
-  return c;
-}
-
-void Trainer::save_checkpoint(const std::string& path) { trainer::save_checkpoint(build_checkpoint(), path); }
-
-void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
-  const std::string where = "resuming from " + c.path + ": ";
-  try {
-    module_->load_state_dict(c.tensor_section("model"));
-  } catch (const Error& e) {
-    throw Error(where + "the module does not match the checkpoint's weights: " + e.what());
-  }
-  const int64_t num_opt = c.get_int("trainer.num_optimizers");
-  KILN_CHECK(num_opt == static_cast<int64_t>(optimizers_.size()), where, "the checkpoint has ", num_opt,
-             " optimizers, configure_optimizers() made ", optimizers_.size());
-  for (size_t i = 0; i < optimizers_.size(); ++i) {
-    const std::string prefix = "optimizer." + std::to_string(i);
-    optim::OptimizerState st;
-    st.tensors = c.tensor_section(prefix);
-    for (const auto& [k, v] : c.section(prefix)) st.scalars[k] = c.get_double(prefix + "." + k);
-    optimizers_[i]->load_state_dict(st);
-  }
-  const int64_t num_sched = c.get_int("trainer.num_schedulers");
-  KILN_CHECK(num_sched == static_cast<int64_t>(schedulers_.size()), where, "the checkpoint has ", num_sched,
-             " schedulers, configure_optimizers() made ", schedulers_.size());
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    const std::string prefix = "scheduler." + std::to_string(i);
-    optim::SchedulerState st;
-    for (const auto& [k, v] : c.section(prefix)) st[k] = c.get_double(prefix + "." + k);
-    if (schedulers_[i].scheduler) {
-      schedulers_[i].scheduler->load_state_dict(st);
-    } else {
-      schedulers_[i].plateau->load_state_dict(st);
-    }
-  }
-
-  epoch_ = c.get_int("trainer.epoch");
-  batch_in_epoch_ = c.get_int("trainer.batch_in_epoch");
-  global_step_ = c.get_int("trainer.global_step");
-  elapsed_before_ = c.get_double("trainer.elapsed_seconds");
-  start_time_ = std::chrono::steady_clock::now();
-  train_epoch_means_.clear();
-  for (const auto& [name, text] : c.section("trainer.epoch_mean.sum")) {
-    Mean& m = train_epoch_means_[name];
-    m.sum = c.get_double("trainer.epoch_mean.sum." + name);
-    m.weight = c.get_double("trainer.epoch_mean.weight." + name);
-    const int64_t flags = c.get_int("trainer.epoch_mean.flags." + name);
-    m.prog_bar = (flags & 1) != 0;
-    m.logger = (flags & 2) != 0;
-  }
-  default_generator().set_state(c.get_uint("rng.default.seed"), c.get_uint("rng.default.offset"));
-  const uint64_t loader_seed = c.has("rng.train_loader.seed") ? c.get_uint("rng.train_loader.seed")
-                                                              : train.state().seed;
-  train.set_state({static_cast<uint64_t>(epoch_), batch_in_epoch_, loader_seed});
-
-  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
-    cb->load_checkpoint_state(c.section("callbacks." + key));
-  }
-  call_hooks([&](Callback& cb) { cb.on_load_checkpoint(*this, *module_, c); });
 }
 
 }  // namespace kiln::trainer

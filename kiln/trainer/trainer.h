@@ -141,16 +141,28 @@ class Trainer {
     double sum = 0, weight = 0;
     bool prog_bar = false, logger = false;
   };
-  class HookScope;
+  // Sets the log context for a stretch of code and puts the previous one back.
+  class HookScope {
+   public:
+    HookScope(Trainer& t, LogContext ctx) : t_(t), saved_(t.log_context_) { t.log_context_ = ctx; }
+    ~HookScope() { t_.log_context_ = saved_; }
+
+   private:
+    Trainer& t_;
+    LogContext saved_;
+  };
 
   // Hooks: the module's first, then each callback's.
   template <class F>
-  void call_hooks(F&& f);
+  void call_hooks(F&& f) {
+    f(static_cast<Callback&>(*module_));
+    for (auto& cb : callbacks_) f(*cb);
+  }
   void attach(TrainModule& module, Stage stage);
   void detach();
   void resolve_device();
   void setup_callbacks_and_loggers();
-  void send_to_loggers(const std::map<std::string, double>& metrics);
+  void send_to_loggers(std::map<std::string, double> metrics);
   void restore(const Checkpoint& ckpt, data::DataLoader& train);
   std::string resolve_ckpt_path(const std::string& path) const;
   Checkpoint build_checkpoint();
@@ -167,6 +179,8 @@ class Trainer {
                                          const std::string& ckpt_path);
   std::map<std::string, double> finish_means(std::map<std::string, Mean>& means);
   data::Batch to_device(const data::Batch& batch) const;
+  // The batch's size for weighting epoch means: dim 0 of its first field (1 for a field without dims).
+  static int64_t batch_size_of(const data::Batch& batch);
 
   TrainerOptions options_;
   TrainModule* module_ = nullptr;

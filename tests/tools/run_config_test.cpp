@@ -42,6 +42,8 @@ TEST(RunConfig, ShippedConfigIsTheMainJob) {
   expected.data.batch_size = 64;
   expected.optimizer.name = "adam";
   expected.optimizer.lr = 1e-3;
+  expected.scheduler.name = "cosine";
+  expected.scheduler.interval = "step";
   expected.callbacks.checkpoint.monitor = "val/acc";
   expected.callbacks.checkpoint.mode = "max";
   expected.logger.name = "fashion_mnist_cnn";

@@ -1,113 +1,27 @@
-// The built-in callbacks driven by the real Trainer on a tiny linear regression. The module logs a scripted
-// value per epoch ("val/score", from a vector indexed by the epoch), so that each test knows by hand at which
-// epoch EarlyStopping must stop and which files ModelCheckpoint must keep; expectations are written out from
-// the script, never computed by the code under test.
+// The built-in callbacks other than ModelCheckpoint (model_checkpoint_test.cpp), driven by the real Trainer on
+// a tiny linear regression (callbacks_test_util.h). The module logs a scripted value per epoch ("val/score",
+// from a vector indexed by the epoch), so that each test knows by hand at which epoch EarlyStopping must stop;
+// expectations are written out from the script, never computed by the code under test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
-#include <limits>
-#include <set>
 #include <thread>
 
 #include "kiln/kiln.h"
 #include "kiln/trainer/callbacks.h"
 #include "kiln/trainer/trainer.h"
 #include "tensor/test_util.h"
+#include "trainer/callbacks_test_util.h"
 
 namespace kiln::trainer {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace callbacks_testing;
 using test::expect_error;
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-// A fresh, empty folder per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path = fs::temp_directory_path() /
-           ("kiln_callbacks_" + std::string(info->test_suite_name()) + "_" + info->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
-
-// y = x w + b on 8 examples; 2 batches of 4 per epoch.
-struct Regression : TrainModule {
-  nn::Linear fc{2, 1};
-  std::vector<double> val_scores;  // "val/score" logged in epoch e's validation: val_scores[e] (last repeats)
-  int64_t fit_validations = 0;     // validations run inside fit, sanity checks excluded
-  double step_sleep_seconds = 0;
-
-  Regression() : TrainModule("Regression") { register_module("fc", fc); }
-  Tensor forward(const Tensor& x) override { return fc(x); }
-  Tensor training_step(const data::Batch& b, int64_t) override {
-    if (step_sleep_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(step_sleep_seconds));
-    Tensor loss = nn::F::mse_loss(fc(b[0]), b[1]);
-    log("train/loss", loss, {.prog_bar = true});
-    return loss;
-  }
-  Tensor validation_step(const data::Batch&, int64_t) override {
-    const auto e = static_cast<size_t>(trainer().current_epoch());
-    log("val/score", val_scores.empty() ? 0.0 : val_scores[std::min(e, val_scores.size() - 1)]);
-    return {};
-  }
-  Tensor test_step(const data::Batch&, int64_t) override {
-    log("test/score", 0.25);
-    return {};
-  }
-  void on_validation_end(Trainer& t, TrainModule&) override {
-    if (t.stage() == Stage::Fit && !t.sanity_checking()) ++fit_validations;
-  }
-  OptimizerSetup configure_optimizers() override {
-    return std::make_shared<optim::SGD>(parameters(), optim::SGDOptions{.lr = 0.01});
-  }
-};
-
-struct Data {
-  std::shared_ptr<data::TensorDataset> dataset;
-  std::unique_ptr<data::DataLoader> train, val;
-  Data() {
-    Generator gen(7);
-    dataset = std::make_shared<data::TensorDataset>(
-        std::vector<Tensor>{randn({8, 2}, {}, &gen), randn({8, 1}, {}, &gen)});
-    train = std::make_unique<data::DataLoader>(dataset, data::DataLoaderOptions{.batch_size = 4});
-    val = std::make_unique<data::DataLoader>(dataset, data::DataLoaderOptions{.batch_size = 4});
-  }
-};
-
-// Quiet options: no bar, no summary, no logger, no sanity check, a fresh folder.
-TrainerOptions quiet(const TempDir& dir, int64_t max_epochs, std::vector<std::shared_ptr<Callback>> callbacks) {
-  TrainerOptions o;
-  o.max_epochs = max_epochs;
-  o.accelerator = "cpu";
-  o.default_root_dir = dir.str();
-  o.enable_progress_bar = false;
-  o.enable_model_summary = false;
-  o.logger = false;
-  o.num_sanity_val_steps = 0;
-  o.callbacks = std::move(callbacks);
-  return o;
-}
-
-std::set<std::string> files_in(const fs::path& dir) {
-  std::set<std::string> out;
-  if (!fs::exists(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
-  return out;
-}
 
 std::string read_all(std::FILE* f) {
   std::fflush(f);
@@ -238,184 +152,6 @@ TEST(CallbacksEarlyStopping, StateRoundTrip) {
   EXPECT_EQ(copy.best_score(), 0.5);
   EXPECT_EQ(copy.stopped_epoch(), 4);
   EXPECT_NE(EarlyStopping({.monitor = "a"}).state_key(), EarlyStopping({.monitor = "b"}).state_key());
-}
-
-// ---- ModelCheckpoint ----
-
-// Fits `epochs` epochs with `options` over the scripted scores; returns the callback.
-std::shared_ptr<ModelCheckpoint> fit_checkpoint(const TempDir& dir, ModelCheckpointOptions options,
-                                                std::vector<double> scores, int64_t epochs) {
-  Data d;
-  Regression m;
-  m.val_scores = std::move(scores);
-  auto ckpt = std::make_shared<ModelCheckpoint>(std::move(options));
-  Trainer t(quiet(dir, epochs, {ckpt}));
-  t.fit(m, *d.train, d.val.get());
-  return ckpt;
-}
-
-TEST(CallbacksModelCheckpoint, TopKMinKeepsExactlyTheBestFiles) {
-  TempDir dir;
-  const fs::path ckdir = dir.path / "ck";
-  // min, k = 2 over 0.5, 0.3, 0.4, 0.2, 0.6: the best two are epoch 3 (0.2) and epoch 1 (0.3).
-  auto ckpt = fit_checkpoint(dir,
-                             {.dirpath = ckdir.string(), .filename = "{epoch}-{val/score:.2f}",
-                              .monitor = "val/score", .save_top_k = 2},
-                             {0.5, 0.3, 0.4, 0.2, 0.6}, 5);
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-val_score=0.30.ckpt", "epoch=3-val_score=0.20.ckpt"}));
-  EXPECT_EQ(ckpt->best_model_path(), (ckdir / "epoch=3-val_score=0.20.ckpt").string());
-  EXPECT_EQ(ckpt->best_model_score(), 0.2);
-  EXPECT_EQ(ckpt->best_k_models().size(), 2u);
-  EXPECT_EQ(ckpt->best_k_models().at((ckdir / "epoch=1-val_score=0.30.ckpt").string()), 0.3);
-}
-
-TEST(CallbacksModelCheckpoint, TopKMaxRanksNaNWorst) {
-  TempDir dir;
-  const fs::path ckdir = dir.path / "ck";
-  // max, k = 2 over 0.5, nan, 0.4, 0.3, 0.6: the NaN (kept while there is room) is pushed out by 0.4, which
-  // 0.6 pushes out in turn; 0.3 never gets in.
-  auto ckpt = fit_checkpoint(dir,
-                             {.dirpath = ckdir.string(), .filename = "{epoch}-{val/score:.1f}",
-                              .monitor = "val/score", .mode = "max", .save_top_k = 2},
-                             {0.5, kNaN, 0.4, 0.3, 0.6}, 5);
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=0-val_score=0.5.ckpt", "epoch=4-val_score=0.6.ckpt"}));
-  EXPECT_EQ(ckpt->best_model_score(), 0.6);
-}
-
-TEST(CallbacksModelCheckpoint, SaveTopKAllNoneAndSaveLast) {
-  TempDir dir;
-  const fs::path all = dir.path / "all", none = dir.path / "none";
-  fit_checkpoint(dir, {.dirpath = all.string(), .monitor = "val/score", .save_top_k = -1}, {0.3, 0.2, 0.1}, 3);
-  EXPECT_EQ(files_in(all), (std::set<std::string>{"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt"}));
-  auto ckpt = fit_checkpoint(dir, {.dirpath = none.string(), .monitor = "val/score", .save_top_k = 0, .save_last = true},
-                             {0.3}, 2);
-  EXPECT_EQ(files_in(none), (std::set<std::string>{"last.ckpt"}));
-  EXPECT_EQ(ckpt->last_model_path(), (none / "last.ckpt").string());
-}
-
-TEST(CallbacksModelCheckpoint, NoMonitorKeepsTheLatestAndLast) {
-  TempDir dir;
-  Data d;
-  Regression m;
-  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.save_last = true});
-  TrainerOptions o = quiet(dir, 3, {ckpt});
-  Trainer t(o);
-  t.fit(m, *d.train, d.val.get());
-  // No logger: the default folder is <default_root_dir>/checkpoints.
-  const fs::path ckdir = dir.path / "checkpoints";
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=2-step=6.ckpt", "last.ckpt"}));
-  EXPECT_EQ(ckpt->best_model_path(), (ckdir / "epoch=2-step=6.ckpt").string());
-  EXPECT_EQ(load_checkpoint((ckdir / "last.ckpt").string()).get_int("trainer.global_step"), 6);
-}
-
-TEST(CallbacksModelCheckpoint, EveryNTrainSteps) {
-  TempDir dir;
-  const fs::path ckdir = dir.path / "ck";
-  // Two steps per epoch, 4 epochs: steps 1..8; every 3 steps -> steps 3 (epoch 1) and 6 (epoch 2). The epoch
-  // cadence is off by default once a step cadence is given.
-  fit_checkpoint(dir, {.dirpath = ckdir.string(), .save_top_k = -1, .every_n_train_steps = 3}, {}, 4);
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-step=3.ckpt", "epoch=2-step=6.ckpt"}));
-}
-
-TEST(CallbacksModelCheckpoint, EveryNEpochs) {
-  TempDir dir;
-  const fs::path ckdir = dir.path / "ck";
-  fit_checkpoint(dir, {.dirpath = ckdir.string(), .save_top_k = -1, .every_n_epochs = 2}, {}, 5);
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"}));
-}
-
-TEST(CallbacksModelCheckpoint, FilenameTemplate) {
-  ModelCheckpoint a({.filename = "{epoch}-{step}-{val/acc}"});
-  EXPECT_EQ(a.format_checkpoint_name(3, 120, {{"val/acc", 0.91234}}), "epoch=3-step=120-val_acc=0.9123");
-  ModelCheckpoint b({.filename = "best-val_acc={val/acc:.2f}-{train/loss:.1e}"});
-  EXPECT_EQ(b.format_checkpoint_name(0, 0, {{"val/acc", 0.91634}, {"train/loss", 0.00123}}),
-            "best-val_acc=0.92-train_loss=1.2e-03");
-  ModelCheckpoint c({.filename = "{epoch}-{val/missing}"});
-  EXPECT_EQ(c.format_checkpoint_name(1, 2, {}), "epoch=1-val_missing=nan");
-  expect_error([] { ModelCheckpoint({.filename = "{val/acc:%x}"}).format_checkpoint_name(0, 0, {}); },
-               {"ModelCheckpoint", "{val/acc:%x}"});
-  expect_error([] { ModelCheckpoint({.save_top_k = 3}); }, {"save_top_k = 3", "monitor"});
-}
-
-TEST(CallbacksModelCheckpoint, BookkeepingSurvivesStateRoundTripAndIsInEachFile) {
-  TempDir dir;
-  const fs::path ckdir = dir.path / "ck";
-  ModelCheckpointOptions options{.dirpath = ckdir.string(), .monitor = "val/score", .save_top_k = 2, .save_last = true};
-  auto ckpt = fit_checkpoint(dir, options, {0.5, 0.3, 0.4, 0.2}, 4);
-
-  ModelCheckpoint copy(options);
-  copy.load_checkpoint_state(ckpt->checkpoint_state());
-  EXPECT_EQ(copy.best_k_models(), ckpt->best_k_models());
-  EXPECT_EQ(copy.best_model_path(), ckpt->best_model_path());
-  EXPECT_EQ(copy.best_model_score(), 0.2);
-  EXPECT_EQ(copy.last_model_path(), (ckdir / "last.ckpt").string());
-
-  // The best file was written after its own bookkeeping: its state lists itself among the kept files.
-  const Checkpoint best = load_checkpoint(ckpt->best_model_path());
-  const auto state = best.section("callbacks." + ckpt->state_key());
-  EXPECT_EQ(state.at("best_model_path"), ckpt->best_model_path());
-  bool lists_itself = false;
-  for (const auto& [k, v] : state) lists_itself = lists_itself || v == ckpt->best_model_path();
-  EXPECT_TRUE(lists_itself);
-}
-
-TEST(CallbacksModelCheckpoint, ResumeCarriesTheTopKOn) {
-  TempDir dir;
-  const fs::path ckdir = dir.path / "ck";
-  ModelCheckpointOptions options{.dirpath = ckdir.string(), .filename = "{epoch}", .monitor = "val/score",
-                                 .save_top_k = 2, .save_last = true};
-  const std::vector<double> scores = {0.5, 0.3, 0.4, 0.2, 0.1, 0.6};
-  Data d;
-  {
-    Regression m;
-    m.val_scores = scores;
-    Trainer t(quiet(dir, 3, {std::make_shared<ModelCheckpoint>(options)}));
-    t.fit(m, *d.train, d.val.get());
-  }
-  // 0.5, 0.3, 0.4: the best two are epochs 1 and 2.
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"}));
-  Regression m;
-  m.val_scores = scores;
-  auto ckpt = std::make_shared<ModelCheckpoint>(options);
-  Trainer t(quiet(dir, 6, {ckpt}));
-  t.fit(m, *d.train, d.val.get(), (ckdir / "last.ckpt").string());
-  // Over all six epochs the best two are epoch 4 (0.1) and epoch 3 (0.2): the first run's files are ranked
-  // and deleted by the resumed one.
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=3.ckpt", "epoch=4.ckpt", "last.ckpt"}));
-  EXPECT_EQ(ckpt->best_model_score(), 0.1);
-}
-
-TEST(CallbacksModelCheckpoint, AnEpochStoppedMidAccumulationStepsAndIsSaved) {
-  // accumulate_grad_batches 2 over 4 batches of 2: steps after batches 1 and 3. A stop asked for after batch 2
-  // of epoch 1 ends that epoch between the backward passes of one step: the Trainer steps the partial window
-  // (an epoch's last batch always steps), so the epoch-end checkpoint loses nothing and is written.
-  struct StopMidWindow : Callback {
-    void on_train_batch_end(Trainer& t, TrainModule&, const Tensor&, const data::Batch&, int64_t idx) override {
-      if (t.current_epoch() == 1 && idx == 2) t.set_should_stop(true);
-    }
-  };
-  TempDir dir;
-  Data d;
-  data::DataLoader train(d.dataset, {.batch_size = 2});
-  Regression m;
-  const fs::path ckdir = dir.path / "ck";
-  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = ckdir.string(), .save_top_k = -1});
-  TrainerOptions o = quiet(dir, 3, {std::make_shared<StopMidWindow>(), ckpt});
-  o.accumulate_grad_batches = 2;
-  Trainer t(o);
-  t.fit(m, train, d.val.get());
-  EXPECT_EQ(t.current_epoch(), 2);
-  EXPECT_EQ(t.global_step(), 4);
-  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"}));
-}
-
-TEST(CallbacksModelCheckpoint, MissingMonitorIsAnErrorAndKeysDiffer) {
-  TempDir dir;
-  expect_error([&] { fit_checkpoint(dir, {.dirpath = (dir.path / "ck").string(), .monitor = "val/nope"}, {0.1}, 2); },
-               {"ModelCheckpoint", "val/nope", "val/score"});
-  EXPECT_NE(ModelCheckpoint({.monitor = "val/loss"}).state_key(), ModelCheckpoint({.monitor = "val/acc"}).state_key());
-  EXPECT_NE(ModelCheckpoint({.monitor = "val/loss"}).state_key(),
-            ModelCheckpoint({.monitor = "val/loss", .every_n_train_steps = 10}).state_key());
 }
 
 // ---- LearningRateMonitor ----

@@ -1,0 +1,148 @@
+// The Trainer's side of checkpoints: what a checkpoint of a running fit holds (build_checkpoint) and how a fit
+// is put back into that state (restore), side by side so that every entry written has its reader next to it.
+// The file format itself (safetensors + checksum, atomic writes) is checkpoint.cpp's.
+#include <cstdio>
+#include <filesystem>
+
+#include "kiln/tensor/rng.h"
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::trainer {
+
+std::string Trainer::resolve_ckpt_path(const std::string& path) const {
+  if (path != "last") {
+    KILN_CHECK(std::filesystem::exists(path), "Trainer: ckpt_path '", path, "' does not exist");
+    return path;
+  }
+  const std::string best = find_last_checkpoint(options_.default_root_dir);
+  if (best.empty()) {
+    std::fprintf(stderr, "kiln: ckpt_path \"last\": no last.ckpt under %s; starting from scratch\n",
+                 options_.default_root_dir.c_str());
+  }
+  return best;
+}
+
+namespace {
+// Every hook owner's checkpoint key, checked to be unique (two ModelCheckpoints watching one metric would
+// otherwise overwrite each other's state).
+std::vector<std::pair<std::string, Callback*>> keyed_callbacks(TrainModule& module,
+                                                               const std::vector<std::shared_ptr<Callback>>& cbs) {
+  std::vector<std::pair<std::string, Callback*>> out{{module.state_key(), &module}};
+  for (const auto& cb : cbs) out.emplace_back(cb->state_key(), cb.get());
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      KILN_CHECK(out[i].first != out[j].first, "Trainer: two callbacks have the checkpoint key '", out[i].first,
+                 "'; give them different state_key()s (for ModelCheckpoint: a different monitor or dirpath)");
+    }
+  }
+  return out;
+}
+}  // namespace
+
+Checkpoint Trainer::build_checkpoint() {
+  KILN_CHECK(module_ != nullptr && stage_ == Stage::Fit, "Trainer::save_checkpoint: only during fit()");
+  KILN_CHECK(accumulated_ == 0, "Trainer::save_checkpoint: called with ", accumulated_,
+             " backward passes accumulated and not yet stepped; their gradients would be lost. Save after an "
+             "optimizer step (ModelCheckpoint does)");
+  Checkpoint c;
+  for (const auto& [name, t] : module_->state_dict()) c.tensors["model." + name] = t;
+
+  c.set_int("trainer.num_optimizers", static_cast<int64_t>(optimizers_.size()));
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    const std::string prefix = "optimizer." + std::to_string(i) + ".";
+    optim::OptimizerState st = optimizers_[i]->state_dict();
+    for (auto& [k, t] : st.tensors) c.tensors[prefix + k] = t;
+    for (auto& [k, v] : st.scalars) c.set_double(prefix + k, v);
+  }
+  c.set_int("trainer.num_schedulers", static_cast<int64_t>(schedulers_.size()));
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const auto& s = schedulers_[i];
+    const optim::SchedulerState st = s.scheduler ? s.scheduler->state_dict() : s.plateau->state_dict();
+    for (const auto& [k, v] : st) c.set_double("scheduler." + std::to_string(i) + "." + k, v);
+  }
+
+  // Progress: a checkpoint from an epoch's end resumes at the next epoch's start.
+  c.set_int("trainer.epoch", epoch_finished_ ? epoch_ + 1 : epoch_);
+  c.set_int("trainer.batch_in_epoch", epoch_finished_ ? 0 : batch_in_epoch_);
+  c.set_int("trainer.global_step", global_step_);
+  c.set_double("trainer.elapsed_seconds", elapsed_seconds());
+  c.set("trainer.log_dir", log_dir());
+  if (!epoch_finished_) {
+    for (const auto& [name, m] : train_epoch_means_) {
+      c.set_double("trainer.epoch_mean.sum." + name, m.sum);
+      c.set_double("trainer.epoch_mean.weight." + name, m.weight);
+      c.set_int("trainer.epoch_mean.flags." + name, (m.prog_bar ? 1 : 0) | (m.logger ? 2 : 0));
+    }
+  }
+  const Generator& gen = default_generator();
+  c.set_uint("rng.default.seed", gen.seed());
+  c.set_uint("rng.default.offset", gen.offset());
+  if (train_loader_ != nullptr) c.set_uint("rng.train_loader.seed", train_loader_->state().seed);
+
+  for (const auto& [k, v] : module_->hparams()) c.set("hparams." + k, v);
+  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
+    for (const auto& [k, v] : cb->checkpoint_state()) c.set("callbacks." + key + "." + k, v);
+  }
+  call_hooks([&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
+  return c;
+}
+
+void Trainer::save_checkpoint(const std::string& path) { trainer::save_checkpoint(build_checkpoint(), path); }
+
+void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
+  const std::string where = "resuming from " + c.path + ": ";
+  try {
+    module_->load_state_dict(c.tensor_section("model"));
+  } catch (const Error& e) {
+    throw Error(where + "the module does not match the checkpoint's weights: " + e.what());
+  }
+  const int64_t num_opt = c.get_int("trainer.num_optimizers");
+  KILN_CHECK(num_opt == static_cast<int64_t>(optimizers_.size()), where, "the checkpoint has ", num_opt,
+             " optimizers, configure_optimizers() made ", optimizers_.size());
+  for (size_t i = 0; i < optimizers_.size(); ++i) {
+    const std::string prefix = "optimizer." + std::to_string(i);
+    optim::OptimizerState st;
+    st.tensors = c.tensor_section(prefix);
+    for (const auto& [k, v] : c.section(prefix)) st.scalars[k] = c.get_double(prefix + "." + k);
+    optimizers_[i]->load_state_dict(st);
+  }
+  const int64_t num_sched = c.get_int("trainer.num_schedulers");
+  KILN_CHECK(num_sched == static_cast<int64_t>(schedulers_.size()), where, "the checkpoint has ", num_sched,
+             " schedulers, configure_optimizers() made ", schedulers_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const std::string prefix = "scheduler." + std::to_string(i);
+    optim::SchedulerState st;
+    for (const auto& [k, v] : c.section(prefix)) st[k] = c.get_double(prefix + "." + k);
+    if (schedulers_[i].scheduler) {
+      schedulers_[i].scheduler->load_state_dict(st);
+    } else {
+      schedulers_[i].plateau->load_state_dict(st);
+    }
+  }
+
+  epoch_ = c.get_int("trainer.epoch");
+  batch_in_epoch_ = c.get_int("trainer.batch_in_epoch");
+  global_step_ = c.get_int("trainer.global_step");
+  elapsed_before_ = c.get_double("trainer.elapsed_seconds");
+  start_time_ = std::chrono::steady_clock::now();
+  train_epoch_means_.clear();
+  for (const auto& [name, text] : c.section("trainer.epoch_mean.sum")) {
+    Mean& m = train_epoch_means_[name];
+    m.sum = c.get_double("trainer.epoch_mean.sum." + name);
+    m.weight = c.get_double("trainer.epoch_mean.weight." + name);
+    const int64_t flags = c.get_int("trainer.epoch_mean.flags." + name);
+    m.prog_bar = (flags & 1) != 0;
+    m.logger = (flags & 2) != 0;
+  }
+  default_generator().set_state(c.get_uint("rng.default.seed"), c.get_uint("rng.default.offset"));
+  const uint64_t loader_seed = c.has("rng.train_loader.seed") ? c.get_uint("rng.train_loader.seed")
+                                                              : train.state().seed;
+  train.set_state({static_cast<uint64_t>(epoch_), batch_in_epoch_, loader_seed});
+
+  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
+    cb->load_checkpoint_state(c.section("callbacks." + key));
+  }
+  call_hooks([&](Callback& cb) { cb.on_load_checkpoint(*this, *module_, c); });
+}
+
+}  // namespace kiln::trainer

@@ -1,0 +1,138 @@
+// The Trainer's evaluation loops: validation (inside fit, or alone), test and predict. Each runs the module in
+// eval mode under NoGradGuard, reports the epoch means of what the steps logged, and puts the module back the
+// way it found it.
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::trainer {
+
+std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage stage, int64_t limit) {
+  const bool was_training = module_->is_training();
+  const int64_t saved_batch_size = current_batch_size_;
+  module_->eval();
+  NoGradGuard no_grad;
+  HookScope scope(*this, LogContext::Eval);
+  eval_means_.clear();
+  num_eval_batches_ = limit;
+  const bool validating = stage == Stage::Validate;
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_start(*this, *module_) : c.on_test_start(*this, *module_);
+  });
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_epoch_start(*this, *module_) : c.on_test_epoch_start(*this, *module_);
+  });
+  if (limit > 0) {
+    loader.set_epoch(0);
+    int64_t idx = 0;
+    for (const data::Batch& raw : loader) {
+      const data::Batch batch = to_device(raw);
+      current_batch_size_ = batch_size_of(batch);
+      call_hooks([&](Callback& c) {
+        validating ? c.on_validation_batch_start(*this, *module_, batch, idx)
+                   : c.on_test_batch_start(*this, *module_, batch, idx);
+      });
+      const Tensor out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
+      call_hooks([&](Callback& c) {
+        validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
+                   : c.on_test_batch_end(*this, *module_, out, batch, idx);
+      });
+      if (++idx >= limit) break;
+    }
+  }
+  current_batch_size_ = 1;
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_epoch_end(*this, *module_) : c.on_test_epoch_end(*this, *module_);
+  });
+  std::map<std::string, double> metrics = finish_means(eval_means_);
+  last_eval_metrics_ = metrics;
+  send_to_loggers(metrics);
+  call_hooks([&](Callback& c) {
+    validating ? c.on_validation_end(*this, *module_) : c.on_test_end(*this, *module_);
+  });
+  current_batch_size_ = saved_batch_size;
+  module_->train(was_training);
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
+                                                const std::string& ckpt_path) {
+  attach(module, stage);
+  std::map<std::string, double> metrics;
+  try {
+    if (!ckpt_path.empty()) {
+      const std::string path = resolve_ckpt_path(ckpt_path);
+      KILN_CHECK(!path.empty(), "Trainer: ", stage_name(stage), "(ckpt_path = \"", ckpt_path,
+                 "\"): no checkpoint found");
+      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
+    }
+    call_hooks([&](Callback& c) { c.setup(*this, module, stage); });
+    const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
+    metrics = eval_loop(loader, stage, limit.resolve(loader.size()));
+    for (auto& logger : loggers_) logger->flush();
+    call_hooks([&](Callback& c) { c.teardown(*this, module, stage); });
+  } catch (const std::exception& e) {
+    call_hooks([&](Callback& c) {
+      try { c.on_exception(*this, module, e); } catch (...) {}
+    });
+    detach();
+    throw;
+  }
+  detach();
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::validate(TrainModule& module, data::DataLoader& loader,
+                                                const std::string& ckpt_path) {
+  return run_eval(module, loader, Stage::Validate, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::test(TrainModule& module, data::DataLoader& loader,
+                                            const std::string& ckpt_path) {
+  return run_eval(module, loader, Stage::Test, ckpt_path);
+}
+
+std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path) {
+  attach(module, Stage::Predict);
+  std::vector<Tensor> outputs;
+  try {
+    if (!ckpt_path.empty()) {
+      const std::string path = resolve_ckpt_path(ckpt_path);
+      KILN_CHECK(!path.empty(), "Trainer: predict(ckpt_path = \"", ckpt_path, "\"): no checkpoint found");
+      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
+    }
+    call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Predict); });
+    const bool was_training = module.is_training();
+    module.eval();
+    NoGradGuard no_grad;
+    HookScope scope(*this, LogContext::Eval);
+    num_eval_batches_ = options_.limit_predict_batches.resolve(loader.size());
+    call_hooks([&](Callback& c) { c.on_predict_start(*this, module); });
+    call_hooks([&](Callback& c) { c.on_predict_epoch_start(*this, module); });
+    if (num_eval_batches_ > 0) {
+      loader.set_epoch(0);
+      int64_t idx = 0;
+      for (const data::Batch& raw : loader) {
+        const data::Batch batch = to_device(raw);
+        call_hooks([&](Callback& c) { c.on_predict_batch_start(*this, module, batch, idx); });
+        Tensor out = module.predict_step(batch, idx);
+        call_hooks([&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
+        outputs.push_back(out.defined() ? out.cpu() : out);
+        if (++idx >= num_eval_batches_) break;
+      }
+    }
+    call_hooks([&](Callback& c) { c.on_predict_epoch_end(*this, module); });
+    call_hooks([&](Callback& c) { c.on_predict_end(*this, module); });
+    module.train(was_training);
+    call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Predict); });
+  } catch (const std::exception& e) {
+    call_hooks([&](Callback& c) {
+      try { c.on_exception(*this, module, e); } catch (...) {}
+    });
+    detach();
+    throw;
+  }
+  detach();
+  return outputs;
+}
+
+}  // namespace kiln::trainer

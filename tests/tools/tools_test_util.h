@@ -1,0 +1,138 @@
+// Helpers for the `kiln` command-line tests: a temporary folder per test, running run_cli() with its stdout
+// and stderr captured (the commands print with printf, so the capture swaps file descriptors 1 and 2, not
+// std::cout), and a reader for the CSV files the commands write (plain numbers, no quoting).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "kiln/tools/cli.h"
+
+namespace kiln::tools::testing {
+
+// A folder under the system's temporary directory, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("kiln_tools_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// What one command did.
+struct CliResult {
+  int status = -1;
+  std::string out, err;
+};
+
+// Points file descriptor `fd` at a fresh temporary file until restore(); then returns what was written.
+class FdCapture {
+ public:
+  explicit FdCapture(int fd) : fd_(fd), file_(std::tmpfile()) {
+    if (file_ == nullptr) throw std::runtime_error("FdCapture: tmpfile() failed");
+    saved_ = ::dup(fd_);
+    ::dup2(::fileno(file_), fd_);
+  }
+  ~FdCapture() {
+    restore();
+    std::fclose(file_);
+  }
+  std::string restore() {
+    if (saved_ < 0) return text_;
+    ::dup2(saved_, fd_);
+    ::close(saved_);
+    saved_ = -1;
+    std::rewind(file_);
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, file_)) > 0) text_.append(buf, n);
+    return text_;
+  }
+
+ private:
+  int fd_, saved_ = -1;
+  std::FILE* file_;
+  std::string text_;
+};
+
+// Runs `kiln <args...>` in this process and captures what it prints.
+inline CliResult run_kiln(const std::vector<std::string>& args) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  CliResult r;
+  {
+    FdCapture out(STDOUT_FILENO), err(STDERR_FILENO);
+    r.status = run_cli(args);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    r.out = out.restore();
+    r.err = err.restore();
+  }
+  return r;
+}
+
+// A CSV file with a header: its column names, and each row as a map from column to cell ("" when empty).
+struct CsvTable {
+  std::vector<std::string> columns;
+  std::vector<std::map<std::string, std::string>> rows;
+};
+
+inline std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  std::stringstream in(line);
+  while (std::getline(in, cell, ',')) cells.push_back(cell);
+  if (!line.empty() && line.back() == ',') cells.emplace_back();
+  return cells;
+}
+
+inline CsvTable read_csv_table(const std::filesystem::path& path) {
+  CsvTable t;
+  std::ifstream in(path);
+  std::string line;
+  if (!std::getline(in, line)) return t;
+  t.columns = split_csv_line(line);
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const std::vector<std::string> cells = split_csv_line(line);
+    EXPECT_EQ(cells.size(), t.columns.size()) << path << ": row '" << line << "'";
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < t.columns.size() && i < cells.size(); ++i) row[t.columns[i]] = cells[i];
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
+}  // namespace kiln::tools::testing

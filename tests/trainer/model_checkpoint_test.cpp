@@ -1,0 +1,210 @@
+// ModelCheckpoint driven by the real Trainer on the tiny regression of callbacks_test_util.h: which files each
+// top-k, cadence and filename setting keeps, the bookkeeping that travels in every checkpoint, and a ranking
+// carried across a resume. Expected file sets are written out from the scripted "val/score" values, never
+// computed by the code under test.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/trainer/callbacks.h"
+#include "kiln/trainer/trainer.h"
+#include "tensor/test_util.h"
+#include "trainer/callbacks_test_util.h"
+
+namespace kiln::trainer {
+namespace {
+
+using namespace callbacks_testing;
+using test::expect_error;
+
+
+std::set<std::string> files_in(const fs::path& dir) {
+  std::set<std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// Fits `epochs` epochs with `options` over the scripted scores; returns the callback.
+std::shared_ptr<ModelCheckpoint> fit_checkpoint(const TempDir& dir, ModelCheckpointOptions options,
+                                                std::vector<double> scores, int64_t epochs) {
+  Data d;
+  Regression m;
+  m.val_scores = std::move(scores);
+  auto ckpt = std::make_shared<ModelCheckpoint>(std::move(options));
+  Trainer t(quiet(dir, epochs, {ckpt}));
+  t.fit(m, *d.train, d.val.get());
+  return ckpt;
+}
+
+TEST(CallbacksModelCheckpoint, TopKMinKeepsExactlyTheBestFiles) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  // min, k = 2 over 0.5, 0.3, 0.4, 0.2, 0.6: the best two are epoch 3 (0.2) and epoch 1 (0.3).
+  auto ckpt = fit_checkpoint(dir,
+                             {.dirpath = ckdir.string(), .filename = "{epoch}-{val/score:.2f}",
+                              .monitor = "val/score", .save_top_k = 2},
+                             {0.5, 0.3, 0.4, 0.2, 0.6}, 5);
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-val_score=0.30.ckpt", "epoch=3-val_score=0.20.ckpt"}));
+  EXPECT_EQ(ckpt->best_model_path(), (ckdir / "epoch=3-val_score=0.20.ckpt").string());
+  EXPECT_EQ(ckpt->best_model_score(), 0.2);
+  EXPECT_EQ(ckpt->best_k_models().size(), 2u);
+  EXPECT_EQ(ckpt->best_k_models().at((ckdir / "epoch=1-val_score=0.30.ckpt").string()), 0.3);
+}
+
+TEST(CallbacksModelCheckpoint, TopKMaxRanksNaNWorst) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  // max, k = 2 over 0.5, nan, 0.4, 0.3, 0.6: the NaN (kept while there is room) is pushed out by 0.4, which
+  // 0.6 pushes out in turn; 0.3 never gets in.
+  auto ckpt = fit_checkpoint(dir,
+                             {.dirpath = ckdir.string(), .filename = "{epoch}-{val/score:.1f}",
+                              .monitor = "val/score", .mode = "max", .save_top_k = 2},
+                             {0.5, kNaN, 0.4, 0.3, 0.6}, 5);
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=0-val_score=0.5.ckpt", "epoch=4-val_score=0.6.ckpt"}));
+  EXPECT_EQ(ckpt->best_model_score(), 0.6);
+}
+
+TEST(CallbacksModelCheckpoint, SaveTopKAllNoneAndSaveLast) {
+  TempDir dir;
+  const fs::path all = dir.path / "all", none = dir.path / "none";
+  fit_checkpoint(dir, {.dirpath = all.string(), .monitor = "val/score", .save_top_k = -1}, {0.3, 0.2, 0.1}, 3);
+  EXPECT_EQ(files_in(all), (std::set<std::string>{"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt"}));
+  auto ckpt = fit_checkpoint(dir, {.dirpath = none.string(), .monitor = "val/score", .save_top_k = 0, .save_last = true},
+                             {0.3}, 2);
+  EXPECT_EQ(files_in(none), (std::set<std::string>{"last.ckpt"}));
+  EXPECT_EQ(ckpt->last_model_path(), (none / "last.ckpt").string());
+}
+
+TEST(CallbacksModelCheckpoint, NoMonitorKeepsTheLatestAndLast) {
+  TempDir dir;
+  Data d;
+  Regression m;
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.save_last = true});
+  TrainerOptions o = quiet(dir, 3, {ckpt});
+  Trainer t(o);
+  t.fit(m, *d.train, d.val.get());
+  // No logger: the default folder is <default_root_dir>/checkpoints.
+  const fs::path ckdir = dir.path / "checkpoints";
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=2-step=6.ckpt", "last.ckpt"}));
+  EXPECT_EQ(ckpt->best_model_path(), (ckdir / "epoch=2-step=6.ckpt").string());
+  EXPECT_EQ(load_checkpoint((ckdir / "last.ckpt").string()).get_int("trainer.global_step"), 6);
+}
+
+TEST(CallbacksModelCheckpoint, EveryNTrainSteps) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  // Two steps per epoch, 4 epochs: steps 1..8; every 3 steps -> steps 3 (epoch 1) and 6 (epoch 2). The epoch
+  // cadence is off by default once a step cadence is given.
+  fit_checkpoint(dir, {.dirpath = ckdir.string(), .save_top_k = -1, .every_n_train_steps = 3}, {}, 4);
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-step=3.ckpt", "epoch=2-step=6.ckpt"}));
+}
+
+TEST(CallbacksModelCheckpoint, EveryNEpochs) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  fit_checkpoint(dir, {.dirpath = ckdir.string(), .save_top_k = -1, .every_n_epochs = 2}, {}, 5);
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"}));
+}
+
+TEST(CallbacksModelCheckpoint, FilenameTemplate) {
+  ModelCheckpoint a({.filename = "{epoch}-{step}-{val/acc}"});
+  EXPECT_EQ(a.format_checkpoint_name(3, 120, {{"val/acc", 0.91234}}), "epoch=3-step=120-val_acc=0.9123");
+  ModelCheckpoint b({.filename = "best-val_acc={val/acc:.2f}-{train/loss:.1e}"});
+  EXPECT_EQ(b.format_checkpoint_name(0, 0, {{"val/acc", 0.91634}, {"train/loss", 0.00123}}),
+            "best-val_acc=0.92-train_loss=1.2e-03");
+  ModelCheckpoint c({.filename = "{epoch}-{val/missing}"});
+  EXPECT_EQ(c.format_checkpoint_name(1, 2, {}), "epoch=1-val_missing=nan");
+  expect_error([] { ModelCheckpoint({.filename = "{val/acc:%x}"}).format_checkpoint_name(0, 0, {}); },
+               {"ModelCheckpoint", "{val/acc:%x}"});
+  expect_error([] { ModelCheckpoint({.save_top_k = 3}); }, {"save_top_k = 3", "monitor"});
+}
+
+TEST(CallbacksModelCheckpoint, BookkeepingSurvivesStateRoundTripAndIsInEachFile) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  ModelCheckpointOptions options{.dirpath = ckdir.string(), .monitor = "val/score", .save_top_k = 2, .save_last = true};
+  auto ckpt = fit_checkpoint(dir, options, {0.5, 0.3, 0.4, 0.2}, 4);
+
+  ModelCheckpoint copy(options);
+  copy.load_checkpoint_state(ckpt->checkpoint_state());
+  EXPECT_EQ(copy.best_k_models(), ckpt->best_k_models());
+  EXPECT_EQ(copy.best_model_path(), ckpt->best_model_path());
+  EXPECT_EQ(copy.best_model_score(), 0.2);
+  EXPECT_EQ(copy.last_model_path(), (ckdir / "last.ckpt").string());
+
+  // The best file was written after its own bookkeeping: its state lists itself among the kept files.
+  const Checkpoint best = load_checkpoint(ckpt->best_model_path());
+  const auto state = best.section("callbacks." + ckpt->state_key());
+  EXPECT_EQ(state.at("best_model_path"), ckpt->best_model_path());
+  bool lists_itself = false;
+  for (const auto& [k, v] : state) lists_itself = lists_itself || v == ckpt->best_model_path();
+  EXPECT_TRUE(lists_itself);
+}
+
+TEST(CallbacksModelCheckpoint, ResumeCarriesTheTopKOn) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  ModelCheckpointOptions options{.dirpath = ckdir.string(), .filename = "{epoch}", .monitor = "val/score",
+                                 .save_top_k = 2, .save_last = true};
+  const std::vector<double> scores = {0.5, 0.3, 0.4, 0.2, 0.1, 0.6};
+  Data d;
+  {
+    Regression m;
+    m.val_scores = scores;
+    Trainer t(quiet(dir, 3, {std::make_shared<ModelCheckpoint>(options)}));
+    t.fit(m, *d.train, d.val.get());
+  }
+  // 0.5, 0.3, 0.4: the best two are epochs 1 and 2.
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"}));
+  Regression m;
+  m.val_scores = scores;
+  auto ckpt = std::make_shared<ModelCheckpoint>(options);
+  Trainer t(quiet(dir, 6, {ckpt}));
+  t.fit(m, *d.train, d.val.get(), (ckdir / "last.ckpt").string());
+  // Over all six epochs the best two are epoch 4 (0.1) and epoch 3 (0.2): the first run's files are ranked
+  // and deleted by the resumed one.
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=3.ckpt", "epoch=4.ckpt", "last.ckpt"}));
+  EXPECT_EQ(ckpt->best_model_score(), 0.1);
+}
+
+TEST(CallbacksModelCheckpoint, AnEpochStoppedMidAccumulationStepsAndIsSaved) {
+  // accumulate_grad_batches 2 over 4 batches of 2: steps after batches 1 and 3. A stop asked for after batch 2
+  // of epoch 1 ends that epoch between the backward passes of one step: the Trainer steps the partial window
+  // (an epoch's last batch always steps), so the epoch-end checkpoint loses nothing and is written.
+  struct StopMidWindow : Callback {
+    void on_train_batch_end(Trainer& t, TrainModule&, const Tensor&, const data::Batch&, int64_t idx) override {
+      if (t.current_epoch() == 1 && idx == 2) t.set_should_stop(true);
+    }
+  };
+  TempDir dir;
+  Data d;
+  data::DataLoader train(d.dataset, {.batch_size = 2});
+  Regression m;
+  const fs::path ckdir = dir.path / "ck";
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = ckdir.string(), .save_top_k = -1});
+  TrainerOptions o = quiet(dir, 3, {std::make_shared<StopMidWindow>(), ckpt});
+  o.accumulate_grad_batches = 2;
+  Trainer t(o);
+  t.fit(m, train, d.val.get());
+  EXPECT_EQ(t.current_epoch(), 2);
+  EXPECT_EQ(t.global_step(), 4);
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"}));
+}
+
+TEST(CallbacksModelCheckpoint, MissingMonitorIsAnErrorAndKeysDiffer) {
+  TempDir dir;
+  expect_error([&] { fit_checkpoint(dir, {.dirpath = (dir.path / "ck").string(), .monitor = "val/nope"}, {0.1}, 2); },
+               {"ModelCheckpoint", "val/nope", "val/score"});
+  EXPECT_NE(ModelCheckpoint({.monitor = "val/loss"}).state_key(), ModelCheckpoint({.monitor = "val/acc"}).state_key());
+  EXPECT_NE(ModelCheckpoint({.monitor = "val/loss"}).state_key(),
+            ModelCheckpoint({.monitor = "val/loss", .every_n_train_steps = 10}).state_key());
+}
+
+}  // namespace
+}  // namespace kiln::trainer
