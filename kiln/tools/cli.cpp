@@ -1,14 +1,18 @@
-// The `kiln` command line. Each command turns its arguments into a RunConfig (from --config and --set, or from
-// the config a checkpoint carries), builds the data, model and Trainer from it, and runs. Building is shared:
-// build_run() is the one place that maps config keys onto kiln objects.
+// The `kiln` command line. train, eval and predict turn their arguments into a RunConfig (from --config and
+// --set, or from the config a checkpoint carries), build the data, model and Trainer from it, and run.
+// build_run() is the one place that maps config keys onto kiln objects. launch hands over to
+// kiln::distributed::launch; info prints the build.
 #include "kiln/tools/cli.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "kiln/distributed/launch.h"
+#include "kiln/distributed/process_group.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/parallel.h"
 #include "kiln/tools/classifier.h"
@@ -30,6 +34,7 @@ constexpr const char* kUsage =
     "  train    train a model:     kiln train --config run.yaml [--set key=value ...] [--ckpt FILE|last]\n"
     "  eval     test a checkpoint: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
     "  predict  class predictions: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val]\n"
+    "  launch   run N local ranks: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
     "  info     version and build features\n"
     "\n"
     "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
@@ -58,6 +63,22 @@ constexpr const char* kPredictHelp =
     "\n"
     "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
     "probability. Prints the accuracy.\n";
+
+constexpr const char* kLaunchHelp =
+    "usage: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
+    "\n"
+    "Starts N processes of COMMAND on this machine as the ranks of one job, each with RANK, WORLD_SIZE,\n"
+    "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (and OMP_NUM_THREADS = cores / N unless\n"
+    "already set). Their output comes out line by line as \"[rank R] ...\". When a rank fails, the others get\n"
+    "SIGTERM, then SIGKILL 5 s later; Ctrl-C (SIGINT) and SIGTERM are passed on to every rank.\n"
+    "\n"
+    "  --nproc N          ranks to start (required)\n"
+    "  --master-addr A    the address ranks reach rank 0's store at (default 127.0.0.1)\n"
+    "  --master-port P    its port (default: a free port found at start)\n"
+    "  --                 ends the options: the rest is the command (optional when COMMAND is not an option)\n"
+    "\n"
+    "exit status: 0 when every rank succeeded; else the first failed rank's exit code (128 + signal when a\n"
+    "signal killed it); 127 when COMMAND cannot be run.\n";
 
 // The command line after the command name: flags with values, and --help.
 struct Args {
@@ -330,6 +351,62 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
   return 0;
 }
 
+// An integer flag value in [min, max]; anything else (a sign, trailing text, out of range) is a usage error.
+int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || !std::isdigit(static_cast<unsigned char>(value[0])) || v < min ||
+      v > max) {
+    usage_error(flag + " '" + value + "': expected an integer in " + std::to_string(min) + ".." + std::to_string(max));
+  }
+  return static_cast<int>(v);
+}
+
+// kiln launch has its own parser: everything after "--" (or from the first word that is not an option)
+// belongs to the command, whose options must not be read as kiln's.
+int cmd_launch(const std::vector<std::string>& args) {
+  distributed::LaunchOptions o;
+  bool have_nproc = false;
+  size_t i = 1;
+  for (; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--") {
+      ++i;
+      break;
+    }
+    if (flag == "--help" || flag == "-h") {
+      std::printf("%s", kLaunchHelp);
+      return 0;
+    }
+    if (flag.rfind("-", 0) != 0) break;  // the command
+    if (flag != "--nproc" && flag != "--master-addr" && flag != "--master-port") {
+      usage_error("unknown option '" + flag + "' (options: --nproc --master-addr --master-port --help)");
+    }
+    if (i + 1 >= args.size()) usage_error(flag + " needs a value");
+    const std::string& value = args[++i];
+    if (flag == "--nproc") {
+      o.nproc = parse_int_flag(flag, value, 1, 4096);
+      have_nproc = true;
+    }
+    if (flag == "--master-addr") {
+      if (value.empty()) usage_error("--master-addr needs a non-empty address");
+      o.master_addr = value;
+    }
+    if (flag == "--master-port") o.master_port = static_cast<uint16_t>(parse_int_flag(flag, value, 1, 65535));
+  }
+  o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())), args.end());
+  if (!have_nproc) usage_error("--nproc N is required");
+  if (o.command.empty()) usage_error("no command to run: kiln launch --nproc N -- COMMAND [ARGS...]");
+  std::fflush(stdout);  // the ranks' lines are written straight to file descriptors 1 and 2
+  std::fflush(stderr);
+  return distributed::launch(o);
+}
+
 int cmd_info() {
   std::printf("kiln %s\n", KILN_INFO_VERSION);
   std::printf("build:    C++20, %s, GEMM through %s\n", KILN_INFO_COMPILER, KILN_INFO_BLAS);
@@ -340,8 +417,9 @@ int cmd_info() {
   std::printf("CUDA:     not built in\n");
 #endif
   std::printf("cuDNN:    %s\n", cuda::cudnn_version() > 0 ? std::to_string(cuda::cudnn_version()).c_str() : "no");
-  std::printf("NCCL:     no (kiln's distributed layer is not built yet)\n");
-  std::printf("MPI:      no (kiln's distributed layer is not built yet)\n");
+  std::string groups;
+  for (const auto& name : distributed::backends()) groups += (groups.empty() ? "" : ", ") + name;
+  std::printf("process groups: %s (NCCL, MPI and Gloo backends: not built yet)\n", groups.empty() ? "none" : groups.c_str());
   std::printf("devices:\n%s\n", cuda::runtime_info().c_str());
   return 0;
 }
@@ -367,6 +445,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (command == "eval") return cmd_eval(args, false);
     if (command == "predict") return cmd_eval(args, true);
     if (command == "info") return cmd_info();
+    if (command == "launch") return cmd_launch(args);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const std::invalid_argument& e) {

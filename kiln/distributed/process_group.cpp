@@ -1,0 +1,87 @@
+#include "kiln/distributed/process_group.h"
+
+#include <map>
+#include <mutex>
+
+#include "kiln/distributed/tcp/process_group_tcp.h"
+#include "kiln/tensor/error.h"
+
+namespace kiln::distributed {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Product: return "product";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, BackendFactory> factories;
+};
+
+// The built-in backends register here, on first use: a static initializer in a backend's own file would be
+// dropped by the linker from a static library that nothing else references.
+void register_builtin_backends(Registry& r);
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    register_builtin_backends(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+void register_builtin_backends(Registry& r) {
+  // tcp: kiln's own sockets; each rank listens on options.host.
+  r.factories["tcp"] = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+    return std::make_shared<tcp::ProcessGroupTCP>(std::move(store), rank, size, options, options.host);
+  };
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  KILN_CHECK(!name.empty() && factory, "register_backend: a backend needs a name and a factory");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> backends() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, f] : r.factories) names.push_back(name);
+  return names;
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::string& backend, std::shared_ptr<Store> store, int rank, int size,
+                                        ProcessGroupOptions options) {
+  KILN_CHECK(store != nullptr, "new_group(\"", backend, "\"): no store");
+  KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "new_group(\"", backend, "\"): rank ", rank,
+             " is not in a world of size ", size);
+  BackendFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.factories.find(backend);
+    if (it == r.factories.end()) {
+      std::string known;
+      for (const auto& [name, f] : r.factories) known += (known.empty() ? "" : ", ") + name;
+      KILN_CHECK(false, "new_group: no backend '", backend, "' in this build (there are: ",
+                 known.empty() ? "none" : known, ")");
+    }
+    factory = it->second;
+  }
+  return factory(std::move(store), rank, size, options);
+}
+
+}  // namespace kiln::distributed

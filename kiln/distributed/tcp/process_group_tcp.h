@@ -1,0 +1,87 @@
+// ProcessGroupTCP: kiln's own collective backend over TCP sockets, registered as "tcp".
+//
+// The constructor builds the mesh (transport.h). Each call checks its tensors, takes the next sequence number
+// and queues the op for the group's one worker thread, which runs ops in issue order; the returned Work is
+// completed (or failed) by that thread. Allreduce uses recursive doubling up to small_message_bytes and the
+// pipelined ring above (algorithms.h).
+//
+// Failure: the first error of an op (a lost peer, a mismatched header, the deadline) is written to the store
+// under "<group>/<n>/error" (n: this incarnation of the group, see transport.h) as "rank R failed: ..." (the
+// first writer wins), then this rank closes its sockets, so its peers see EOF at once; a rank waiting in an op
+// also reads that key every half second. Afterwards every op of the group fails at once with the first error:
+// a group that failed is not usable again (make a new one of the same name: it gets fresh keys).
+//
+// Point to point: a recv from src matches the next send from src to this rank, and their tags, counts and
+// dtypes must agree (a different tag is an error, not a reordering). A send completes once its bytes are in
+// the kernel's buffers; two ranks that both send a large tensor to each other before receiving wait on each
+// other until the deadline (post the recv on one side first, as with MPI's blocking sends).
+//
+// NOTE: the worker thread uses the store while the group lives (about every 0.5 s during an op): the store
+// must tolerate calls from another thread (kiln's stores do).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/distributed/process_group.h"
+#include "kiln/distributed/tcp/algorithms.h"
+
+namespace kiln::distributed::tcp {
+
+class ProcessGroupTCP : public ProcessGroup {
+ public:
+  // `host`: the address this rank listens on and publishes (ProcessGroupOptions::host).
+  ProcessGroupTCP(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
+                  std::string host = "127.0.0.1");
+  // Finishes the ops already queued (each bounded by its deadline), then closes the connections.
+  ~ProcessGroupTCP() override;
+
+  std::string backend() const override { return "tcp"; }
+
+  std::shared_ptr<Work> allreduce(Tensor tensor, ReduceOp op = ReduceOp::Sum) override;
+  std::shared_ptr<Work> broadcast(Tensor tensor, int root) override;
+  std::shared_ptr<Work> reduce(Tensor tensor, int root, ReduceOp op = ReduceOp::Sum) override;
+  std::shared_ptr<Work> allgather(std::vector<Tensor> outputs, Tensor input) override;
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
+                                       ReduceOp op = ReduceOp::Sum) override;
+  std::shared_ptr<Work> barrier() override;
+  std::shared_ptr<Work> send(Tensor tensor, int dst, int tag = 0) override;
+  std::shared_ptr<Work> recv(Tensor tensor, int src, int tag = 0) override;
+
+  const ProcessGroupOptions& options() const { return options_; }
+
+ private:
+  struct Task;
+  // Draws the op's sequence number, names it ("<op> #<seq><suffix>") and queues `body` for the worker, which
+  // runs it with a Collective carrying `header`. send_peer / recv_peer: the peer of a send or recv (-1 else).
+  std::shared_ptr<Work> enqueue(const char* op, FrameHeader header, const std::string& suffix,
+                                std::function<void(const Collective&)> body, int send_peer = -1,
+                                int recv_peer = -1);
+  FrameHeader header_for(OpKind kind, const Tensor& t, ReduceOp op);
+  void worker_loop();
+  void run_task(Task& task);
+  // Throws when another rank has reported a failure in the store (read at most every 0.5 s).
+  void check_remote_failure(const std::string& op, Clock::time_point& last_read);
+  std::string error_key() const { return mesh_->store_keys() + "/error"; }
+
+  std::shared_ptr<Store> store_;
+  ProcessGroupOptions options_;
+  std::unique_ptr<Mesh> mesh_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Task>> queue_;
+  bool stop_ = false;
+  uint64_t next_seq_ = 0;                                // collectives, in issue order
+  std::vector<uint64_t> send_seq_, recv_seq_;            // point to point, per peer
+  std::string failure_;                                  // the group's first error (worker thread only)
+  std::thread worker_;
+};
+
+}  // namespace kiln::distributed::tcp

@@ -1,0 +1,219 @@
+// The tcp backend's mesh setup and message engine: see transport.h.
+#include "kiln/distributed/tcp/transport.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "kiln/tensor/error.h"
+
+namespace kiln::distributed::tcp {
+
+namespace {
+
+int64_t ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+uint64_t draw_job_id() {
+  std::random_device rd;
+  const uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  return (static_cast<uint64_t>(rd()) << 32 ^ rd()) ^ t ^ (static_cast<uint64_t>(getpid()) << 17);
+}
+
+// Waits until every rank has published its address (and rank 0 the job id), polling the store: the error
+// names the ranks that never did, which the store's own wait (naming keys) would leave the reader to decode.
+void wait_for_ranks(Store& store, const std::string& group, const std::string& keys_at, int rank, int size,
+                    Clock::time_point deadline) {
+  const auto start = Clock::now();
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      std::vector<std::string> keys{keys_at + "/addr/" + std::to_string(r)};
+      if (r == 0) keys.push_back(keys_at + "/job_id");
+      if (!store.check(keys)) missing.push_back(r);
+    }
+    if (missing.empty()) return;
+    if (Clock::now() >= deadline) {
+      std::string list;
+      for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      KILN_CHECK(false, "tcp setup of group '", group, "': rank ", rank, " waited ", ms_between(start, Clock::now()),
+                 " ms but rank", missing.size() > 1 ? "s " : " ", list, " never joined (no address in the store)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::pair<std::string, uint16_t> parse_address(const Bytes& value, const std::string& what) {
+  const std::string s(value.begin(), value.end());
+  const size_t colon = s.rfind(':');
+  KILN_CHECK(colon != std::string::npos && colon + 1 < s.size(), what, ": malformed address '", s,
+             "' in the store (expected host:port)");
+  return {s.substr(0, colon), static_cast<uint16_t>(std::stoi(s.substr(colon + 1)))};
+}
+
+}  // namespace
+
+Mesh::Mesh(std::vector<Socket> peers, int rank, int size) : peers_(std::move(peers)), rank_(rank), size_(size) {
+  KILN_CHECK(static_cast<int>(peers_.size()) == size, "tcp Mesh: ", peers_.size(), " sockets for a world of ",
+             size);
+  for (int r = 0; r < size; ++r)
+    if (r != rank) peers_[r].set_nonblocking();
+}
+
+std::unique_ptr<Mesh> Mesh::connect(Store& store, const std::string& group, int rank, int size,
+                                    const std::string& host, Clock::time_point deadline) {
+  uint16_t port = 0;
+  Socket listener = listen_on(host, &port);
+  // The keys of this incarnation of the group: a job that makes a group of the same name again (after a
+  // failure, say) must not read the addresses and job id of the last one. Every rank counts its own
+  // incarnations, so ranks that make their groups in the same order agree without talking.
+  const std::string keys_at =
+      group + "/" + std::to_string(store.add(group + "/incarnation/" + std::to_string(rank), 1));
+  if (rank == 0) {
+    const uint64_t id = draw_job_id();
+    Bytes b(sizeof id);
+    std::memcpy(b.data(), &id, sizeof id);
+    store.set(keys_at + "/job_id", b);
+  }
+  store.set(keys_at + "/addr/" + std::to_string(rank), host + ":" + std::to_string(port));
+  wait_for_ranks(store, group, keys_at, rank, size, deadline);
+  const Bytes id_bytes = store.get(keys_at + "/job_id");
+  KILN_CHECK(id_bytes.size() == sizeof(uint64_t), "tcp setup of group '", group, "': malformed job id in the store");
+  uint64_t job_id = 0;
+  std::memcpy(&job_id, id_bytes.data(), sizeof job_id);
+
+  std::vector<Socket> peers(size);
+  for (int j = 0; j < rank; ++j) {
+    const std::string what = "tcp setup of group '" + group + "': rank " + std::to_string(rank) + " connecting to rank " +
+                             std::to_string(j);
+    auto [peer_host, peer_port] = parse_address(store.get(keys_at + "/addr/" + std::to_string(j)), what);
+    Socket s = connect_to(peer_host, peer_port, deadline, what);
+    const Handshake mine = make_handshake(job_id, rank, j, size, group);
+    send_all(s, &mine, sizeof mine, deadline, what);
+    Handshake reply;
+    recv_all(s, &reply, sizeof reply, deadline, what + " (waiting for its handshake)");
+    check_handshake(reply, mine, rank, j);
+    peers[j] = std::move(s);
+  }
+  for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
+    const std::string what = "tcp setup of group '" + group + "': rank " + std::to_string(rank) +
+                             " accepting the higher ranks";
+    Socket s = accept_one(listener, deadline, what);
+    Handshake got;
+    recv_all(s, &got, sizeof got, deadline, what);
+    const Handshake mine = make_handshake(job_id, rank, got.from_rank, size, group);
+    check_handshake(got, mine, rank, -1);
+    KILN_CHECK(!peers[got.from_rank].valid(), what, ": rank ", got.from_rank, " connected twice");
+    send_all(s, &mine, sizeof mine, deadline, what);
+    peers[got.from_rank] = std::move(s);
+  }
+  auto mesh = std::make_unique<Mesh>(std::move(peers), rank, size);
+  mesh->job_id_ = job_id;
+  mesh->keys_at_ = keys_at;
+  return mesh;
+}
+
+void Mesh::close_all() {
+  for (auto& s : peers_) s.close();
+}
+
+void Mesh::run(int to, const std::vector<SendItem>& sends, int from, std::vector<RecvItem>& recvs,
+               const OpContext& ctx) {
+  KILN_ASSERT(sends.empty() || (to >= 0 && to < size_ && to != rank_), "bad send peer ", to);
+  KILN_ASSERT(recvs.empty() || (from >= 0 && from < size_ && from != rank_), "bad recv peer ", from);
+  const int send_fd = sends.empty() ? -1 : peers_[to].fd();
+  const int recv_fd = recvs.empty() ? -1 : peers_[from].fd();
+  KILN_CHECK((sends.empty() || send_fd >= 0) && (recvs.empty() || recv_fd >= 0), ctx.name, ": rank ", rank_,
+             " has no open connection (the group failed earlier and closed its sockets)");
+
+  size_t si = 0, s_off = 0;  // the send in progress; bytes of header + payload sent
+  size_t ri = 0, r_off = 0;  // the receive in progress; bytes of header + payload received
+  FrameHeader got;
+  const auto fail_io = [&](const IoResult& r, int peer, bool sending) {
+    KILN_CHECK(false, ctx.name, ": rank ", rank_, " lost its connection to rank ", peer, " while ",
+               sending ? "sending message " : "receiving message ", sending ? si : ri, ": ", r.describe(),
+               r.eof ? " (rank " + std::to_string(peer) + " died or closed its sockets)" : std::string());
+  };
+  auto last_check = Clock::now();
+  while (si < sends.size() || ri < recvs.size()) {
+    bool progress = false;
+    // Send as much as the socket takes: first the header, then the payload.
+    while (si < sends.size() && (sends[si].after_recv < 0 || static_cast<size_t>(sends[si].after_recv) < ri)) {
+      const SendItem& item = sends[si];
+      const size_t total = sizeof(FrameHeader) + item.header.payload_bytes;
+      const bool in_header = s_off < sizeof(FrameHeader);
+      const auto* base = in_header ? reinterpret_cast<const uint8_t*>(&item.header) + s_off
+                                   : static_cast<const uint8_t*>(item.data) + (s_off - sizeof(FrameHeader));
+      const size_t want = in_header ? sizeof(FrameHeader) - s_off : total - s_off;
+      const IoResult r = want > 0 ? send_some(send_fd, base, want) : IoResult{};
+      if (r.failed()) fail_io(r, to, true);
+      s_off += r.bytes;
+      progress |= r.bytes > 0;
+      if (s_off == total) {
+        ++si, s_off = 0;
+        progress = true;
+      } else if (r.bytes == 0) {
+        break;  // the socket is full
+      }
+    }
+    // Receive as much as has arrived: the header (checked before anything else), then the payload.
+    while (ri < recvs.size()) {
+      RecvItem& item = recvs[ri];
+      const size_t total = sizeof(FrameHeader) + item.expect.payload_bytes;
+      const bool in_header = r_off < sizeof(FrameHeader);
+      auto* base = in_header ? reinterpret_cast<uint8_t*>(&got) + r_off
+                             : static_cast<uint8_t*>(item.dest) + (r_off - sizeof(FrameHeader));
+      const size_t want = in_header ? sizeof(FrameHeader) - r_off : total - r_off;
+      const IoResult r = want > 0 ? recv_some(recv_fd, base, want) : IoResult{};
+      if (r.failed()) fail_io(r, from, false);
+      r_off += r.bytes;
+      progress |= r.bytes > 0;
+      if (in_header && r_off == sizeof(FrameHeader)) check_frame(got, item.expect, from, rank_);
+      if (r_off == total) {
+        if (item.on_done) item.on_done();
+        ++ri, r_off = 0;
+        progress = true;
+      } else if (r.bytes == 0) {
+        break;  // nothing more has arrived
+      }
+    }
+    const auto now = Clock::now();
+    if (now - last_check >= kPollTick) {
+      last_check = now;
+      if (ctx.check) ctx.check();
+    }
+    if (si == sends.size() && ri == recvs.size()) break;
+    if (now >= ctx.deadline) {
+      std::string waiting;
+      if (ri < recvs.size()) waiting += "to receive message " + std::to_string(ri) + " of " +
+                                        std::to_string(recvs.size()) + " from rank " + std::to_string(from);
+      if (si < sends.size()) waiting += std::string(waiting.empty() ? "" : " and ") + "to send message " +
+                                        std::to_string(si) + " of " + std::to_string(sends.size()) + " to rank " +
+                                        std::to_string(to);
+      KILN_CHECK(false, ctx.name, ": rank ", rank_, " timed out after ", ctx.timeout.count(), " ms waiting ",
+                 waiting, " (is that rank stopped or stuck in another op?)");
+    }
+    if (progress) continue;
+    pollfd fds[2];
+    int n = 0;
+    const bool want_out = si < sends.size() && (sends[si].after_recv < 0 ||
+                                                 static_cast<size_t>(sends[si].after_recv) < ri);
+    if (want_out) fds[n++] = pollfd{send_fd, POLLOUT, 0};
+    if (ri < recvs.size()) {
+      if (n == 1 && recv_fd == send_fd) fds[0].events |= POLLIN;
+      else fds[n++] = pollfd{recv_fd, POLLIN, 0};
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.deadline - now).count();
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>(left, 1, kPollTick.count()));
+    const int rc = ::poll(fds, static_cast<nfds_t>(n), wait_ms);
+    KILN_CHECK(rc >= 0 || errno == EINTR, ctx.name, ": rank ", rank_, ": poll failed: ", std::strerror(errno));
+  }
+}
+
+}  // namespace kiln::distributed::tcp

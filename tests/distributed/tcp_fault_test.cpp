@@ -1,0 +1,199 @@
+// The "tcp" process group when things go wrong, each case bounded in time: a rank killed mid-allreduce, a rank
+// stopped (SIGSTOP), a rank that never joins, and ranks that call mismatched collectives. The surviving ranks
+// must fail promptly with an error that names the culprit, never hang.
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "distributed/multiprocess.h"
+#include "kiln/distributed/process_group.h"
+#include "kiln/tensor/error.h"
+#include "kiln/tensor/factories.h"
+
+namespace kiln::distributed {
+namespace {
+
+using kiln::test::rank_check;
+using kiln::test::run_ranks;
+using Clock = std::chrono::steady_clock;
+
+std::string store_path(const std::string& name) {
+  static int counter = 0;
+  return testing::TempDir() + "kiln_tcp_fault_" + name + "_" + std::to_string(getpid()) + "_" +
+         std::to_string(counter++);
+}
+
+std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world, Duration timeout) {
+  auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
+  ProcessGroupOptions o;
+  o.timeout = timeout;
+  return new_group("tcp", store, rank, world, o);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Runs allreduces until one fails; returns its message and how long after the last success it came.
+std::pair<std::string, double> allreduce_until_failure(ProcessGroup& pg, int64_t count) {
+  Tensor t = zeros({count}, kFloat32);
+  auto last_ok = Clock::now();
+  for (int i = 0; i < 100000; ++i) {
+    try {
+      pg.allreduce(t)->wait();
+      last_ok = Clock::now();
+    } catch (const Error& e) {
+      return {e.what(), seconds_since(last_ok)};
+    }
+  }
+  return {"", 0};
+}
+
+TEST(TcpFaults, RankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
+  const std::string path = store_path("kill");
+  auto results = run_ranks(4, [&](int rank) {
+    // A long deadline: the others must fail from the lost connection, not by waiting it out.
+    auto pg = make_group(path, rank, 4, std::chrono::seconds(30));
+    Tensor t = zeros({200000}, kFloat32);  // the ring, in several messages
+    pg->allreduce(t)->wait();
+    if (rank == 2) {
+      auto work = pg->allreduce(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      raise(SIGKILL);
+    }
+    auto [message, seconds] = allreduce_until_failure(*pg, 200000);
+    rank_check(contains(message, "connection to rank 2"), "rank " + std::to_string(rank) +
+                                                              " got an error that does not name rank 2: " + message);
+    rank_check(seconds < 5, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) + " s");
+  }, std::chrono::seconds(30));
+  for (const auto& r : results) {
+    if (r.rank == 2) EXPECT_TRUE(!r.exited && r.status == SIGKILL) << r.describe();
+    else EXPECT_TRUE(r.ok()) << r.describe();
+  }
+}
+
+TEST(TcpFaults, StoppedRankFailsTheOthersByTheDeadline) {
+  const std::string path = store_path("stop");
+  auto results = run_ranks(3, [&](int rank) {
+    auto pg = make_group(path, rank, 3, std::chrono::seconds(2));
+    pg->allreduce(zeros({1000}))->wait();
+    FileStore(path).set("ready/" + std::to_string(rank), "1");  // the parent stops rank 1 once all are here
+    auto [message, seconds] = allreduce_until_failure(*pg, 1000);
+    rank_check(contains(message, "timed out"), "rank " + std::to_string(rank) + " got: " + message);
+    rank_check(seconds < 4.5, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) + " s");
+  }, std::chrono::seconds(30), nullptr, [&](const std::vector<pid_t>& pids) {
+    try {
+      FileStore(path).wait({"ready/0", "ready/1", "ready/2"}, std::chrono::seconds(20));
+    } catch (const Error&) {
+      // a rank failed early: the results say which
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // allreduces running
+    kill(pids[1], SIGSTOP);
+    // Kill the stopped rank once the others have exited (WNOWAIT: run_ranks still reaps them), 8 s at most.
+    const auto until = Clock::now() + std::chrono::seconds(8);
+    const auto exited = [](pid_t pid) {
+      siginfo_t info{};
+      return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+    };
+    while (Clock::now() < until && !(exited(pids[0]) && exited(pids[2])))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill(pids[1], SIGKILL);
+  });
+  for (const auto& r : results) {
+    if (r.rank == 1) EXPECT_TRUE(!r.exited && r.status == SIGKILL) << r.describe();
+    else EXPECT_TRUE(r.ok()) << r.describe();
+  }
+}
+
+// wait(timeout) bounds only the wait: the op goes on and completes once the late rank joins. A group that
+// failed stays failed: its later ops fail at once with the first error; a new group of the same name works.
+TEST(TcpFaults, WaitTimeoutAndAFailedGroupStaysFailed) {
+  const std::string path = store_path("wait");
+  auto results = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path, rank, 2, std::chrono::seconds(10));
+    Tensor t = ones({10}, kFloat32);
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    auto work = pg->allreduce(t);
+    if (rank == 0) {
+      try {
+        work->wait(Duration(100));
+        rank_check(false, "wait(100 ms) returned before rank 1 joined");
+      } catch (const Error& e) {
+        rank_check(contains(e.what(), "allreduce #0 is still running"), std::string("unexpected: ") + e.what());
+      }
+      rank_check(!work->is_completed(), "completed too early");
+    }
+    work->wait();
+    rank_check(t.to_vector<double>() == std::vector<double>(10, 2.0), "wrong sum");
+    // A mismatch breaks the group; the next op fails at once, naming the first error.
+    try {
+      pg->allreduce(zeros({rank == 0 ? 5 : 6}))->wait();
+    } catch (const Error&) {
+    }
+    const auto start = Clock::now();
+    try {
+      pg->barrier()->wait();
+      rank_check(false, "a barrier on a failed group succeeded");
+    } catch (const Error& e) {
+      rank_check(contains(e.what(), "failed earlier") && contains(e.what(), "sum of 6 float32"),
+                 std::string("unexpected: ") + e.what());
+    }
+    rank_check(seconds_since(start) < 0.5, "the op on a failed group took " + std::to_string(seconds_since(start)) + " s");
+    // A new group of the same name on the same store starts clean: fresh addresses, no failure report.
+    pg.reset();
+    auto again = make_group(path, rank, 2, std::chrono::seconds(10));
+    Tensor u = full({100000}, static_cast<double>(rank + 1), kFloat32);
+    again->allreduce(u)->wait();
+    rank_check(u.to_vector<double>() == std::vector<double>(100000, 3.0), "the new group's sum is wrong");
+  }, std::chrono::seconds(20));
+  kiln::test::expect_all_ok(results);
+}
+
+TEST(TcpFaults, RankThatNeverJoinsFailsSetupNamingIt) {
+  const std::string path = store_path("absent");
+  auto results = run_ranks(3, [&](int rank) {
+    if (rank == 2) return;  // never creates its group
+    const auto start = Clock::now();
+    try {
+      make_group(path, rank, 3, std::chrono::seconds(1));
+      rank_check(false, "setup succeeded without rank 2");
+    } catch (const Error& e) {
+      rank_check(contains(e.what(), "rank 2 never joined"), std::string("unexpected error: ") + e.what());
+    }
+    rank_check(seconds_since(start) < 4, "setup failed only after " + std::to_string(seconds_since(start)) + " s");
+  }, std::chrono::seconds(20));
+  kiln::test::expect_all_ok(results);
+}
+
+// Rank 1 calls something else than the others; every rank must fail with both sides named.
+void check_mismatch(int world, int64_t count, DType dtype, ReduceOp op, int64_t count1, DType dtype1, ReduceOp op1,
+                    const std::string& side0, const std::string& side1) {
+  const std::string path = store_path("mismatch");
+  auto results = run_ranks(world, [&](int rank) {
+    auto pg = make_group(path, rank, world, std::chrono::seconds(10));
+    pg->barrier()->wait();
+    Tensor t = rank == 1 ? zeros({count1}, dtype1) : zeros({count}, dtype);
+    try {
+      pg->allreduce(t, rank == 1 ? op1 : op)->wait();
+      rank_check(false, "rank " + std::to_string(rank) + ": the mismatched allreduce succeeded");
+    } catch (const Error& e) {
+      rank_check(contains(e.what(), side0) && contains(e.what(), side1),
+                 "rank " + std::to_string(rank) + ": the error does not name both sides: " + e.what());
+    }
+  }, std::chrono::seconds(20));
+  kiln::test::expect_all_ok(results);
+}
+
+TEST(TcpFaults, MismatchedOpCountAndDtypeNameBothSides) {
+  check_mismatch(2, 1000, kFloat32, ReduceOp::Sum, 1000, kFloat32, ReduceOp::Max, "sum of 1000 float32",
+                 "max of 1000 float32");
+  check_mismatch(3, 1000, kFloat32, ReduceOp::Sum, 999, kFloat32, ReduceOp::Sum, "sum of 1000 float32",
+                 "sum of 999 float32");
+  check_mismatch(3, 1000, kFloat32, ReduceOp::Sum, 1000, kFloat64, ReduceOp::Sum, "sum of 1000 float32",
+                 "sum of 1000 float64");
+  check_mismatch(4, 100000, kFloat32, ReduceOp::Sum, 100001, kFloat32, ReduceOp::Sum, "sum of 100000 float32",
+                 "sum of 100001 float32");  // the ring
+}
+
+}  // namespace
+}  // namespace kiln::distributed
