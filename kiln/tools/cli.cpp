@@ -292,6 +292,7 @@ int cmd_train(const std::vector<std::string>& args) {
     }
   }
   const auto metrics = t.test(*run.module, *run.test, best);
+  if (!t.is_global_zero()) return 0;  // under ddp, rank 0 reports for all
   std::printf("test (%s): %s\n", best.empty() ? "final weights" : best.c_str(), format_metrics(metrics).c_str());
   if (auto it = metrics.find("test/acc"); it != metrics.end()) {
     std::printf("final test accuracy: %.2f%%\n", 100.0 * it->second);

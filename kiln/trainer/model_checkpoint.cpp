@@ -272,8 +272,10 @@ void ModelCheckpoint::save(Trainer& trainer, Trigger trigger) {
 
   if (!new_path.empty()) write(trainer, new_path);
   if (!last.empty()) write(trainer, last);
+  // Rank 0 wrote the files (Trainer::save_checkpoint), and only it removes them; every rank keeps the same
+  // bookkeeping, so a resume on any rank carries on alike.
   for (const std::string& path : to_delete) {
-    if (path != new_path && path != last) remove_file(path);
+    if (path != new_path && path != last && trainer.is_global_zero()) remove_file(path);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kiln/trainer/train_module.h"
+#include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
 
@@ -98,7 +99,8 @@ ModelSummary::ModelSummary(ModelSummaryOptions options) : options_(options) {
   KILN_CHECK(options_.out != nullptr, "ModelSummary: out is null; pass a FILE* (stdout by default)");
 }
 
-void ModelSummary::on_fit_start(Trainer&, TrainModule& module) {
+void ModelSummary::on_fit_start(Trainer& trainer, TrainModule& module) {
+  if (!trainer.is_global_zero()) return;  // under ddp, rank 0 prints for all
   const std::string text = model_summary(module, options_.max_depth);
   std::fputs(text.c_str(), options_.out);
   std::fflush(options_.out);

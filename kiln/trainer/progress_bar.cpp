@@ -118,7 +118,10 @@ std::string ProgressBar::metrics_text(const Trainer& trainer, bool with_val) con
   return out;
 }
 
+void ProgressBar::setup(Trainer& trainer, TrainModule&, Stage) { silent_ = !trainer.is_global_zero(); }
+
 void ProgressBar::draw(const std::string& text) {
+  if (silent_) return;
   std::string line = terminal_columns_ > 1 ? truncate_columns(text, terminal_columns_ - 1) : text;
   const size_t cols = columns(line);
   if (cols < line_columns_) line.append(line_columns_ - cols, ' ');
@@ -129,13 +132,14 @@ void ProgressBar::draw(const std::string& text) {
 }
 
 void ProgressBar::end_line() {
-  if (line_columns_ == 0) return;
+  if (silent_ || line_columns_ == 0) return;
   std::fputc('\n', options_.out);
   std::fflush(options_.out);
   line_columns_ = 0;
 }
 
 void ProgressBar::print_line(const std::string& line) {
+  if (silent_) return;
   end_line();
   std::fprintf(options_.out, "%s\n", line.c_str());
   std::fflush(options_.out);

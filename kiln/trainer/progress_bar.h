@@ -48,6 +48,7 @@ class ProgressBar : public Callback {
 
   std::string state_key() const override { return "ProgressBar"; }
 
+  void setup(Trainer& trainer, TrainModule& module, Stage stage) override;
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_end(Trainer& trainer, TrainModule& module, const Tensor& loss, const data::Batch& batch,
                           int64_t batch_idx) override;
@@ -83,6 +84,7 @@ class ProgressBar : public Callback {
 
   ProgressBarOptions options_;
   bool tty_ = false;
+  bool silent_ = false;  // on ranks other than 0 under ddp: only rank 0 prints
   int terminal_columns_ = 0;  // 0: unknown (no truncation)
   size_t line_columns_ = 0;   // columns of the line now drawn in place (0: none)
   Clock::time_point epoch_start_, eval_start_, last_draw_;

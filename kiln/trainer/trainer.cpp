@@ -65,10 +65,13 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   KILN_CHECK(o.strategy == "auto" || o.strategy == "single" || o.strategy == "ddp" ||
                  o.strategy == "parameter_server",
              "Trainer: strategy '", o.strategy, "': expected 'auto', 'single', 'ddp' or 'parameter_server'");
-  KILN_CHECK(o.strategy != "ddp" && o.strategy != "parameter_server", "Trainer: strategy '", o.strategy,
-             "' needs kiln's distributed layer, which this build does not have yet; use 'single'");
+  KILN_CHECK(o.strategy != "parameter_server", "Trainer: strategy 'parameter_server' is not built yet; use "
+             "'ddp' or 'single'");
+  KILN_CHECK(o.process_group_timeout > 0, "Trainer: process_group_timeout = ", o.process_group_timeout,
+             " s: expected > 0");
   KILN_CHECK(o.devices == 1, "Trainer: devices = ", o.devices,
-             ": the single-device strategy runs on exactly 1 device (more need strategy 'ddp')");
+             ": a Trainer drives 1 device; for more, run one process per device with strategy 'ddp' under "
+             "`kiln launch --nproc N`");
   KILN_CHECK(o.precision == "32" || o.precision == "32-true" || o.precision == "16-mixed" ||
                  o.precision == "bf16-mixed",
              "Trainer: precision '", o.precision, "': expected '32', '16-mixed' or 'bf16-mixed'");
@@ -108,8 +111,12 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   }
   if (o.max_epochs == -1 && o.max_steps == -1) o.max_epochs = 1000;
 
-  loggers_ = o.loggers;
-  if (loggers_.empty() && o.logger) loggers_.push_back(std::make_shared<CSVLogger>(o.default_root_dir));
+  strategy_ = make_strategy(o);
+  // Only rank 0 logs (and checkpoints, and prints): the other ranks' metrics are reduced into its own.
+  if (strategy_->is_global_zero()) {
+    loggers_ = o.loggers;
+    if (loggers_.empty() && o.logger) loggers_.push_back(std::make_shared<CSVLogger>(o.default_root_dir));
+  }
   callbacks_ = o.callbacks;
   add_default_callbacks(o, callbacks_);
 }
@@ -117,6 +124,7 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
 Trainer::~Trainer() = default;
 
 std::string Trainer::log_dir() const {
+  if (!log_dir_.empty()) return log_dir_;
   return loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir();
 }
 
@@ -212,6 +220,15 @@ void Trainer::log_metric(const std::string& name, double value, const LogOptions
 }
 
 std::map<std::string, double> Trainer::finish_means(std::map<std::string, Mean>& means) {
+  if (strategy_->world_size() > 1) {
+    // The mean over every rank's examples: sums and weights added up across ranks (every rank logged the same
+    // names, so the maps line up in their sorted order).
+    std::vector<double> v;
+    for (const auto& [name, m] : means) v.insert(v.end(), {m.sum, m.weight});
+    strategy_->all_reduce_sum(v);
+    size_t i = 0;
+    for (auto& [name, m] : means) m.sum = v[i++], m.weight = v[i++];
+  }
   std::map<std::string, double> to_log;
   for (const auto& [name, m] : means) {
     const double v = m.weight > 0 ? m.sum / m.weight : std::nan("");
@@ -232,8 +249,12 @@ void Trainer::send_to_loggers(std::map<std::string, double> metrics) {
 
 // ---- fit ----
 
-void Trainer::fit(TrainModule& module, data::DataLoader& train, data::DataLoader* val, const std::string& ckpt_path) {
+void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataLoader* user_val,
+                  const std::string& ckpt_path) {
   attach(module, Stage::Fit);
+  // This rank's shards of the data (the user's loaders themselves on one process).
+  data::DataLoader& train = strategy_->train_loader(user_train);
+  data::DataLoader* val = strategy_->eval_loader(user_val);
   start_time_ = std::chrono::steady_clock::now();
   elapsed_before_ = 0;
   epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
@@ -256,6 +277,10 @@ void Trainer::fit(TrainModule& module, data::DataLoader& train, data::DataLoader
   }
   try {
     if (options_.seed) manual_seed(*options_.seed);
+    strategy_->setup(module);
+    // Every rank agrees on rank 0's run folder (ModelCheckpoint puts its files there, and only rank 0 logs).
+    log_dir_.clear();
+    log_dir_ = strategy_->broadcast_from_zero(log_dir());
     call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Fit); });
 
     OptimizerSetup setup = module.configure_optimizers();
@@ -343,6 +368,15 @@ bool Trainer::stop_requested() const {
   return should_stop_ && epoch_ + 1 >= options_.min_epochs;
 }
 
+bool Trainer::agreed_stop() {
+  if (strategy_->world_size() == 1) return stop_requested();
+  // Every rank must leave the epoch at the same batch: a stop anywhere (a callback's, max_time's) stops all.
+  std::vector<double> v{should_stop_ ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
+  strategy_->all_reduce_sum(v);
+  should_stop_ = v[0] > 0;
+  return v[1] > 0 || stop_requested();
+}
+
 bool Trainer::validation_due(int64_t batches_done) const {
   if (num_val_batches_ == 0 || (epoch_ + 1) % options_.check_val_every_n_epoch != 0) return false;
   if (batches_done == num_training_batches_) return true;
@@ -381,7 +415,7 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
         const int64_t idx = batch_in_epoch_;
         train_batch(to_device(raw), idx, idx + 1 == num_training_batches_);
         if (validation_due(batch_in_epoch_)) eval_loop(*val, Stage::Validate, num_val_batches_);
-        if (batch_in_epoch_ >= num_training_batches_ || stop_requested()) break;
+        if (batch_in_epoch_ >= num_training_batches_ || agreed_stop()) break;
       }
     }
 
@@ -418,7 +452,9 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
   Tensor loss;
   {
     HookScope scope(*this, LogContext::TrainStep);
+    strategy_->before_training_step();
     loss = module_->training_step(batch, batch_idx);
+    strategy_->after_training_step(loss);
   }
   if (loss.defined()) {
     KILN_CHECK(loss.numel() == 1, "Trainer: training_step returned a tensor of shape ", shape_str(loss.shape()),
@@ -430,7 +466,10 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     // losses that are means over the batch).
     Tensor scaled = acc > 1 ? loss / static_cast<double>(acc) : loss;
     call_hooks([&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
-    scaled.backward();
+    // Under ddp a backward that does not end the accumulation window keeps its gradients local.
+    const bool ends_window = accumulated_ + 1 >= acc || last_in_epoch;
+    strategy_->backward(scaled, ends_window);
+    last_backward_synced_ = ends_window;
     call_hooks([&](Callback& c) { c.on_after_backward(*this, *module_); });
     ++accumulated_;
   }
@@ -449,6 +488,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
 }
 
 void Trainer::optimizer_step() {
+  strategy_->before_optimizer_step(*module_, last_backward_synced_);
+  last_backward_synced_ = true;
   for (auto& opt : optimizers_) {
     call_hooks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
     if (options_.gradient_clip_val > 0) {

