@@ -50,9 +50,10 @@ struct ProcessGroupOptions {
   // reach; 127.0.0.1 for a job on one machine).
   std::string host = "127.0.0.1";
   // tcp: the ring pipelines messages in segments of this many bytes; messages of at most small_message_bytes
-  // use a latency-optimized algorithm instead of the ring.
+  // use a latency-optimized algorithm (recursive doubling) instead of the ring. 128 KiB: on 2 and 4 ranks
+  // over loopback, recursive doubling beat the ring at 64 and 128 KiB (by 1.3-2x at 4 ranks).
   size_t segment_bytes = size_t{1} << 19;
-  size_t small_message_bytes = size_t{1} << 15;
+  size_t small_message_bytes = size_t{1} << 17;
 };
 
 class ProcessGroup {

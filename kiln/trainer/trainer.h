@@ -62,7 +62,10 @@ struct TrainerOptions {
   int64_t num_sanity_val_steps = 2;  // validation batches run before training (-1: all; skipped on resume)
   int64_t log_every_n_steps = 50;
 
-  bool deterministic = false;    // refuse nondeterministic kernels (every CPU kernel is deterministic)
+  // Every CPU kernel is deterministic for a fixed thread count, whatever this says. NOTE: on CUDA the ops that
+  // accumulate with atomics (index_add, scatter_add, embedding's backward) are not, and this flag does not
+  // change them yet.
+  bool deterministic = false;
   std::optional<uint64_t> seed;  // seeds the default generator when fit() starts
   std::string default_root_dir = ".";
   // Run n batches of training, validation and test (1 epoch, no loggers, no checkpoints): a smoke test.

@@ -36,6 +36,13 @@ uint8_t* at(void* base, const Collective& c, int64_t elem) {
   return static_cast<uint8_t*>(base) + static_cast<size_t>(elem) * elem_size(c);
 }
 
+// `bytes` of working memory: the group's scratch when there is one, else `local` (freed with the op).
+uint8_t* scratch_of(const Collective& c, size_t bytes, std::unique_ptr<uint8_t[]>& local) {
+  if (c.scratch) return c.scratch->get(bytes);
+  local.reset(new uint8_t[std::max<size_t>(bytes, 1)]);
+  return local.get();
+}
+
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
 void finish_avg(const Collective& c, void* data, int64_t count) {
@@ -62,7 +69,9 @@ void allreduce_ring(const Collective& c, void* data) {
     const Span s = part_of(ch.count, nseg, k);
     return Span{ch.begin + s.begin, s.count};
   };
-  std::vector<uint8_t> scratch(static_cast<size_t>(part_of(part_of(n, P, 0).count, nseg, 0).count) * elem_size(c));
+  std::unique_ptr<uint8_t[]> own;
+  uint8_t* const scratch =
+      scratch_of(c, static_cast<size_t>(part_of(part_of(n, P, 0).count, nseg, 0).count) * elem_size(c), own);
   std::vector<SendItem> sends;
   std::vector<RecvItem> recvs;
   const int steps = 2 * (P - 1);
@@ -81,8 +90,8 @@ void allreduce_ring(const Collective& c, void* data) {
       if (scatter) {
         // received (the chunk's partial result from the ranks before) combined with this rank's own part
         uint8_t* dst = at(data, c, in.begin);
-        item.dest = scratch.data();
-        item.on_done = [&c, dst, in, buf = scratch.data()] {
+        item.dest = scratch;
+        item.on_done = [&c, dst, in, buf = scratch] {
           combine(dst, buf, dst, in.count, c.header.dtype, c.header.reduce_op);
         };
       } else {
@@ -104,7 +113,8 @@ void allreduce_recursive_doubling(const Collective& c, void* data) {
   const int extra = P - pow2;  // ranks 0..2*extra-1 pair up: the even one folds into the odd one
   const DType dtype = c.header.dtype;
   const ReduceOp op = c.header.reduce_op;
-  std::vector<uint8_t> tmp(static_cast<size_t>(n) * elem_size(c));
+  std::unique_ptr<uint8_t[]> own;
+  uint8_t* const tmp = scratch_of(c, static_cast<size_t>(n) * elem_size(c), own);
   const std::vector<SendItem> none_sent;
   std::vector<RecvItem> none_received;
   int steps = 0;
@@ -119,9 +129,9 @@ void allreduce_recursive_doubling(const Collective& c, void* data) {
     return finish_avg(c, data, n);
   }
   if (r < 2 * extra) {
-    std::vector<RecvItem> recvs{RecvItem{frame(c, 0, n), tmp.data(), nullptr}};
+    std::vector<RecvItem> recvs{RecvItem{frame(c, 0, n), tmp, nullptr}};
     c.mesh.run(-1, none_sent, r - 1, recvs, c.ctx);
-    combine(data, tmp.data(), data, n, dtype, op);  // r - 1 is the lower rank
+    combine(data, tmp, data, n, dtype, op);  // r - 1 is the lower rank
   }
   // New ranks 0..pow2-1 cover contiguous, increasing ranges of old ranks: a lower new rank covers lower ranks.
   const int me = r < 2 * extra ? r / 2 : r - extra;
@@ -130,10 +140,10 @@ void allreduce_recursive_doubling(const Collective& c, void* data) {
     const int partner_new = me ^ mask;
     const int partner = partner_new < extra ? partner_new * 2 + 1 : partner_new + extra;
     std::vector<SendItem> sends{SendItem{frame(c, static_cast<uint32_t>(step), n), data, -1}};
-    std::vector<RecvItem> recvs{RecvItem{frame(c, static_cast<uint32_t>(step), n), tmp.data(), nullptr}};
+    std::vector<RecvItem> recvs{RecvItem{frame(c, static_cast<uint32_t>(step), n), tmp, nullptr}};
     c.mesh.run(partner, sends, partner, recvs, c.ctx);
-    if (partner_new < me) combine(data, tmp.data(), data, n, dtype, op);
-    else combine(data, data, tmp.data(), n, dtype, op);
+    if (partner_new < me) combine(data, tmp, data, n, dtype, op);
+    else combine(data, data, tmp, n, dtype, op);
   }
   if (r < 2 * extra) {
     std::vector<SendItem> sends{SendItem{frame(c, final_index, n), data, -1}};
@@ -192,7 +202,8 @@ void reduce_chain(const Collective& c, void* data, int root) {
     copy.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + n * elem_size(c));
     acc = copy.data();
   }
-  std::vector<uint8_t> scratch(static_cast<size_t>(part_of(n, nseg, 0).count) * elem_size(c));
+  std::unique_ptr<uint8_t[]> own;
+  uint8_t* const scratch = scratch_of(c, static_cast<size_t>(part_of(n, nseg, 0).count) * elem_size(c), own);
   std::vector<SendItem> sends;
   std::vector<RecvItem> recvs;
   for (int k = 0; k < nseg; ++k) {
@@ -200,7 +211,7 @@ void reduce_chain(const Collective& c, void* data, int root) {
     const auto index = static_cast<uint32_t>(k);
     if (v < P - 1) {
       uint8_t* dst = at(acc, c, s.begin);
-      recvs.push_back(RecvItem{frame(c, index, s.count), scratch.data(), [&c, dst, s, buf = scratch.data()] {
+      recvs.push_back(RecvItem{frame(c, index, s.count), scratch, [&c, dst, s, buf = scratch] {
                                  combine(dst, dst, buf, s.count, c.header.dtype, c.header.reduce_op);
                                }});
     }
@@ -247,7 +258,8 @@ void reduce_scatter_ring(const Collective& c, void* output, const std::vector<co
     if (bytes > 0) std::memcpy(work.data() + bytes * static_cast<size_t>(b), inputs[b], bytes);
   const auto block = [&](int b) { return work.data() + bytes * static_cast<size_t>(b); };
   const int nseg = segments_for(c, n);
-  std::vector<uint8_t> scratch(static_cast<size_t>(part_of(n, nseg, 0).count) * elem_size(c));
+  std::unique_ptr<uint8_t[]> own;
+  uint8_t* const scratch = scratch_of(c, static_cast<size_t>(part_of(n, nseg, 0).count) * elem_size(c), own);
   std::vector<SendItem> sends;
   std::vector<RecvItem> recvs;
   for (int s = 0; s < P - 1; ++s) {
@@ -258,7 +270,7 @@ void reduce_scatter_ring(const Collective& c, void* output, const std::vector<co
       sends.push_back(SendItem{frame(c, index, sp.count), at(block(send_block), c, sp.begin),
                                s == 0 ? -1 : (s - 1) * nseg + k});
       uint8_t* dst = at(block(recv_block), c, sp.begin);
-      recvs.push_back(RecvItem{frame(c, index, sp.count), scratch.data(), [&c, dst, sp, buf = scratch.data()] {
+      recvs.push_back(RecvItem{frame(c, index, sp.count), scratch, [&c, dst, sp, buf = scratch] {
                                  combine(dst, buf, dst, sp.count, c.header.dtype, c.header.reduce_op);
                                }});
     }

@@ -13,17 +13,35 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kiln/distributed/tcp/transport.h"
 
 namespace kiln::distributed::tcp {
 
+// Working memory an algorithm borrows for one op, kept from op to op by the group (ops run one at a time):
+// growing it is the only allocation, and nothing zero-fills it. Its size stays bounded by the largest
+// segment or small message the group has seen.
+class Scratch {
+ public:
+  uint8_t* get(size_t bytes) {
+    if (bytes > size_) data_.reset(new uint8_t[bytes]), size_ = bytes;  // default-initialised: no zero fill
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_ = 0;
+};
+
 struct Collective {
   Mesh& mesh;
   const OpContext& ctx;
   FrameHeader header;  // kind, seq, group_id, dtype, count, reduce_op (and tag) of this op
   size_t segment_bytes;
+  Scratch* scratch = nullptr;  // the group's; nullptr: the algorithm allocates its own for this op
 };
 
 // data: (count,) of header.dtype, reduced in place on every rank with header.reduce_op (avg included).

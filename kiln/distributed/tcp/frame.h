@@ -2,8 +2,10 @@
 //
 // Every message on a connection is a FrameHeader and then `payload_bytes` of raw tensor data. The receiver
 // knows what it expects (the op, the sequence number, the dtype, the element count, the segment), so it
-// compares the header with its own expectation before touching the payload: two ranks that called different
-// collectives fail with a message naming both sides instead of hanging or mixing data.
+// compares the header with its own expectation before it accepts the payload: two ranks that called different
+// collectives fail with a message naming both sides instead of hanging or mixing data. (Header and payload are
+// read in one call, so the expected payload's bytes may already be in the destination when a header is
+// rejected; the op fails either way, and a failed op's tensors hold no defined values.)
 //
 // NOTE: headers travel in host byte order: the handshake's magic number (read back byte-swapped on a
 // machine of the other endianness) is what rejects mixing them.

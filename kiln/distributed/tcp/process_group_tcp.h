@@ -1,9 +1,13 @@
 // ProcessGroupTCP: kiln's own collective backend over TCP sockets, registered as "tcp".
 //
 // The constructor builds the mesh (transport.h). Each call checks its tensors, takes the next sequence number
-// and queues the op for the group's one worker thread, which runs ops in issue order; the returned Work is
-// completed (or failed) by that thread. Allreduce uses recursive doubling up to small_message_bytes and the
-// pipelined ring above (algorithms.h).
+// and queues the op; ops run one at a time, in issue order. The group's worker thread runs them, so an op
+// issued and not waited for (DDP's buckets) progresses while the caller computes; but a wait() (without a
+// timeout) on an op that has not started yet runs the queue up to and including that op on the waiting thread
+// itself, so the common `pg->allreduce(t)->wait()` costs no thread handoff (one wakeup each way cost about as
+// much as a 4 KiB all-reduce). When callers keep waiting right after issuing, the worker is not even woken: it
+// looks at the queue every 200 us instead (process_group_tcp.cpp, kWorkerPoll).
+// Allreduce uses recursive doubling up to small_message_bytes and the pipelined ring above (algorithms.h).
 //
 // Failure: the first error of an op (a lost peer, a mismatched header, the deadline) is written to the store
 // under "<group>/<n>/error" (n: this incarnation of the group, see transport.h) as "rank R failed: ..." (the
@@ -16,15 +20,12 @@
 // the kernel's buffers; two ranks that both send a large tensor to each other before receiving wait on each
 // other until the deadline (post the recv on one side first, as with MPI's blocking sends).
 //
-// NOTE: the worker thread uses the store while the group lives (about every 0.5 s during an op): the store
-// must tolerate calls from another thread (kiln's stores do).
+// NOTE: the thread running an op (the worker, or a waiting caller) uses the store (about every 0.5 s during an
+// op): the store must tolerate calls from several threads (kiln's stores do).
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,10 @@
 #include "kiln/distributed/tcp/algorithms.h"
 
 namespace kiln::distributed::tcp {
+
+// One queued op, and the queue a group shares with its Works (both in process_group_tcp.cpp).
+struct QueuedOp;
+struct OpQueue;
 
 class ProcessGroupTCP : public ProcessGroup {
  public:
@@ -57,7 +62,6 @@ class ProcessGroupTCP : public ProcessGroup {
   const ProcessGroupOptions& options() const { return options_; }
 
  private:
-  struct Task;
   // Draws the op's sequence number, names it ("<op> #<seq><suffix>") and queues `body` for the worker, which
   // runs it with a Collective carrying `header`. send_peer / recv_peer: the peer of a send or recv (-1 else).
   std::shared_ptr<Work> enqueue(const char* op, FrameHeader header, const std::string& suffix,
@@ -65,7 +69,8 @@ class ProcessGroupTCP : public ProcessGroup {
                                 int recv_peer = -1);
   FrameHeader header_for(OpKind kind, const Tensor& t, ReduceOp op);
   void worker_loop();
-  void run_task(Task& task);
+  // Runs one op; every failure ends up in the op's Work (never thrown). Called by whichever thread took the op.
+  void run_task(QueuedOp& task);
   // Throws when another rank has reported a failure in the store (read at most every 0.5 s).
   void check_remote_failure(const std::string& op, Clock::time_point& last_read);
   std::string error_key() const { return mesh_->store_keys() + "/error"; }
@@ -74,13 +79,13 @@ class ProcessGroupTCP : public ProcessGroup {
   ProcessGroupOptions options_;
   std::unique_ptr<Mesh> mesh_;
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  bool stop_ = false;
+  // The queue, shared with the Works (a waiting Work may take ops from it); its mutex also guards the two
+  // sequence counters below.
+  std::shared_ptr<OpQueue> queue_;
   uint64_t next_seq_ = 0;                                // collectives, in issue order
   std::vector<uint64_t> send_seq_, recv_seq_;            // point to point, per peer
-  std::string failure_;                                  // the group's first error (worker thread only)
+  std::string failure_;                                  // the group's first error (the thread running an op)
+  Scratch scratch_;                                      // the algorithms' working memory (ditto)
   std::thread worker_;
 };
 

@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -163,6 +164,30 @@ IoResult recv_some(int fd, void* data, size_t bytes) {
   const ssize_t n = ::recv(fd, data, bytes, MSG_DONTWAIT);
   if (n > 0) r.bytes = static_cast<size_t>(n);
   else if (n == 0) r.eof = true;
+  else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) r.error = errno;
+  return r;
+}
+
+IoResult send_some(int fd, const iovec* pieces, int n) {
+  IoResult r;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(pieces);
+  msg.msg_iovlen = static_cast<size_t>(n);
+  const ssize_t k = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (k >= 0) r.bytes = static_cast<size_t>(k);
+  else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) r.error = errno;
+  return r;
+}
+
+IoResult recv_some(int fd, const iovec* pieces, int n) {
+  IoResult r;
+  if (n == 0) return r;
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(pieces);
+  msg.msg_iovlen = static_cast<size_t>(n);
+  const ssize_t k = ::recvmsg(fd, &msg, MSG_DONTWAIT);
+  if (k > 0) r.bytes = static_cast<size_t>(k);
+  else if (k == 0) r.eof = true;
   else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) r.error = errno;
   return r;
 }

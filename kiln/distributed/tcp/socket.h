@@ -11,6 +11,8 @@
 #include <functional>
 #include <string>
 
+struct iovec;
+
 namespace kiln::distributed::tcp {
 
 using Clock = std::chrono::steady_clock;
@@ -70,5 +72,9 @@ struct IoResult {
 };
 IoResult send_some(int fd, const void* data, size_t bytes);
 IoResult recv_some(int fd, void* data, size_t bytes);
+// The same over `n` pieces in one system call (sendmsg / readv): a frame's header and payload leave in one TCP
+// segment and arrive with one wakeup, instead of the header travelling, and waking the receiver, alone.
+IoResult send_some(int fd, const iovec* pieces, int n);
+IoResult recv_some(int fd, const iovec* pieces, int n);
 
 }  // namespace kiln::distributed::tcp
