@@ -324,5 +324,38 @@ TEST(LaunchCli, ExitStatusAndUsageErrors) {
   EXPECT_TRUE(contains(help.out, "--nproc N")) << help.out;
 }
 
+// ---- the main job's command on two ranks ----
+
+#ifdef KILN_CLI_BINARY
+// `kiln launch --nproc 2 -- kiln train --set trainer.strategy=ddp` as a user runs it, on synthetic data: both
+// ranks train, rank 0 alone writes the run folder and reports the test accuracy, the launcher returns 0.
+TEST(LaunchCli, TheTrainerRunsDataParallelUnderKilnLaunch) {
+  const ScratchDir dir("ddp_train");
+  const std::string root = dir.path.string();
+  LaunchOptions o;
+  o.nproc = 2;
+  o.command = {KILN_CLI_BINARY, "train",
+               "--set", "trainer.strategy=ddp", "--set", "trainer.default_root_dir=" + root,
+               "--set", "trainer.max_epochs=2", "--set", "trainer.enable_progress_bar=false",
+               "--set", "model.name=mlp", "--set", "model.hidden=[32]",
+               "--set", "data.name=synthetic", "--set", "data.num_samples=600", "--set", "data.num_features=8",
+               "--set", "data.val_size=100", "--set", "data.batch_size=16", "--set", "data.num_classes=3",
+               "--set", "optimizer.lr=0.01"};
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  o.out_fd = ::fileno(out);
+  o.err_fd = ::fileno(err);
+  const int code = launch(o);
+  const std::string text = read_back(out), errors = read_back(err);
+  ASSERT_EQ(code, 0) << text << errors;
+  EXPECT_TRUE(contains(text, "[rank 0] final test accuracy")) << text;
+  EXPECT_FALSE(contains(text, "[rank 1] final test accuracy")) << text;
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "kiln" / "version_0" / "metrics.csv"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path / "kiln" / "version_0" / "checkpoints" / "last.ckpt"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path / "kiln" / "version_1"));
+}
+#endif
+
 }  // namespace
 }  // namespace kiln::distributed
+
