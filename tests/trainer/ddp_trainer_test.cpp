@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "distributed/multiprocess.h"
+#include "trainer/resume_net.h"
 #include "trainer/trainer_test_util.h"
 
 namespace kiln::test {
@@ -140,6 +141,55 @@ TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
   }, std::chrono::seconds(60));
   expect_all_ok(results);
   EXPECT_EQ(read_numbers(dir / "weights.0"), read_numbers(dir / "weights.1"));  // the ranks never diverged
+}
+
+
+// A two-rank run that crashes (on both ranks, at the same batch) and resumes from rank 0's last checkpoint
+// ends with the weights of a two-rank run never stopped, bit for bit.
+TEST(TrainerDDP, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
+  TempDir dir;
+  const ResumeRun run{.epochs = 2, .workers = 0};
+  auto fit = [&](const std::string& root, int64_t crash_at, bool resume, const std::string& out) {
+    const uint16_t port = free_port();
+    return run_ranks(2, [&](int rank) {
+      set_rank_env(rank, 2, port);
+      manual_seed(42);
+      ResumeNet m;
+      auto train = resume_train_loader(run);
+      auto val = resume_val_loader();
+      trainer::TrainerOptions o = resume_options(root, run);
+      o.strategy = "ddp";
+      o.process_group_timeout = 30;
+      struct CrashAt : trainer::Callback {
+        int64_t at, seen = 0;
+        std::string state_key() const override { return "CrashAt"; }
+        void on_train_batch_end(trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                                int64_t) override {
+          if (++seen == at) throw std::runtime_error("crash");
+        }
+      };
+      auto crash = std::make_shared<CrashAt>();
+      crash->at = crash_at;
+      o.callbacks = {std::make_shared<SaveEveryStep>(root + "/last.ckpt"), crash};
+      trainer::Trainer t(o);
+      try {
+        t.fit(m, *train, val.get(), resume ? root + "/last.ckpt" : "");
+      } catch (const std::runtime_error& e) {
+        if (std::string(e.what()) != "crash") throw;
+        return;
+      }
+      write_numbers(out + "." + std::to_string(rank), flat(weights_of(m)));
+    }, std::chrono::seconds(60));
+  };
+  expect_all_ok(fit(dir / "straight", -1, false, dir / "want"));
+  expect_all_ok(fit(dir / "stopped", 9, false, dir / "never"));  // 2 ranks x 6 batches an epoch: mid-epoch 1
+  ASSERT_TRUE(std::filesystem::exists(dir / "stopped/last.ckpt"));
+  expect_all_ok(fit(dir / "stopped", -1, true, dir / "got"));
+  for (int rank : {0, 1}) {
+    const auto want = read_numbers(dir / ("want." + std::to_string(rank)));
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(read_numbers(dir / ("got." + std::to_string(rank))), want) << "rank " << rank;
+  }
 }
 
 }  // namespace
