@@ -34,6 +34,10 @@ Value parse(std::string_view text, int max_depth = 64);
 // True when `s` is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
 bool is_valid_utf8(std::string_view s);
 
+// Appends code point `cp` (at most U+10FFFF, not a surrogate) to `out` as UTF-8. Shared by the JSON and YAML
+// readers' \u escapes.
+void append_utf8(std::string& out, uint32_t cp);
+
 // `s` as a JSON string literal, quotes included (UTF-8 passes through; quotes, backslashes and control
 // characters are escaped).
 std::string quote(std::string_view s);

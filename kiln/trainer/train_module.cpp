@@ -23,7 +23,7 @@ Tensor TrainModule::predict_step(const data::Batch& batch, int64_t batch_idx) {
 void TrainModule::log(const std::string& name, const Tensor& value, LogOptions options) {
   KILN_CHECK(value.defined() && value.numel() == 1, type_name(), ": log(\"", name, "\"): expected a single value, got ",
              value.defined() ? "a tensor of shape " + shape_str(value.shape()) : std::string("an undefined tensor"));
-  log(name, value.detach().to(kCPU).to(kFloat64).item<double>(), options);
+  log(name, value.item<double>(), options);  // item() copies the one value from any device
 }
 
 void TrainModule::log(const std::string& name, double value, LogOptions options) {

@@ -177,6 +177,23 @@ data::Batch Trainer::to_device(const data::Batch& batch) const {
   return out;
 }
 
+void Trainer::notify_exception(const std::exception& error) {
+  // A hook that throws while hearing of an error must not hide that error.
+  call_hooks([&](Callback& c) {
+    try {
+      c.on_exception(*this, *module_, error);
+    } catch (...) {
+    }
+  });
+}
+
+void Trainer::load_weights(TrainModule& module, const std::string& ckpt_path) {
+  if (ckpt_path.empty()) return;
+  const std::string path = resolve_ckpt_path(ckpt_path);
+  KILN_CHECK(!path.empty(), "Trainer: ", stage_name(stage_), "(ckpt_path = \"", ckpt_path, "\"): no checkpoint found");
+  module.load_state_dict(load_checkpoint(path).tensor_section("model"));
+}
+
 int64_t Trainer::batch_size_of(const data::Batch& batch) {
   if (batch.empty() || !batch[0].defined() || batch[0].dim() == 0) return 1;
   return batch[0].size(0);
@@ -345,12 +362,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
   } catch (const std::exception& e) {
     sanity_checking_ = false;
-    for (auto* c : std::initializer_list<Callback*>{&module}) {
-      try { c->on_exception(*this, module, e); } catch (...) {}
-    }
-    for (auto& cb : callbacks_) {
-      try { cb->on_exception(*this, module, e); } catch (...) {}
-    }
+    notify_exception(e);
     for (auto& logger : loggers_) {
       try { logger->finalize("failed"); } catch (...) {}
     }

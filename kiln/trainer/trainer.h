@@ -178,6 +178,10 @@ class Trainer {
   void send_to_loggers(std::map<std::string, double> metrics);
   void restore(const Checkpoint& ckpt, data::DataLoader& train);
   std::string resolve_ckpt_path(const std::string& path) const;
+  // validate/test/predict: the weights of the checkpoint at ckpt_path (nothing when it is empty).
+  void load_weights(TrainModule& module, const std::string& ckpt_path);
+  // Tells the module and every callback of `error` (on_exception), before the Trainer rethrows it.
+  void notify_exception(const std::exception& error);
   Checkpoint build_checkpoint();
 
   void train_loop(data::DataLoader& train, data::DataLoader* val);

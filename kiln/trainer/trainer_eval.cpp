@@ -59,12 +59,7 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
   attach(module, stage);
   std::map<std::string, double> metrics;
   try {
-    if (!ckpt_path.empty()) {
-      const std::string path = resolve_ckpt_path(ckpt_path);
-      KILN_CHECK(!path.empty(), "Trainer: ", stage_name(stage), "(ckpt_path = \"", ckpt_path,
-                 "\"): no checkpoint found");
-      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
-    }
+    load_weights(module, ckpt_path);
     strategy_->setup(module);
     data::DataLoader& shard = *strategy_->eval_loader(&loader);  // this rank's part under ddp
     call_hooks([&](Callback& c) { c.setup(*this, module, stage); });
@@ -73,9 +68,7 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
     for (auto& logger : loggers_) logger->flush();
     call_hooks([&](Callback& c) { c.teardown(*this, module, stage); });
   } catch (const std::exception& e) {
-    call_hooks([&](Callback& c) {
-      try { c.on_exception(*this, module, e); } catch (...) {}
-    });
+    notify_exception(e);
     detach();
     throw;
   }
@@ -97,11 +90,7 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
   attach(module, Stage::Predict);
   std::vector<Tensor> outputs;
   try {
-    if (!ckpt_path.empty()) {
-      const std::string path = resolve_ckpt_path(ckpt_path);
-      KILN_CHECK(!path.empty(), "Trainer: predict(ckpt_path = \"", ckpt_path, "\"): no checkpoint found");
-      module.load_state_dict(load_checkpoint(path).tensor_section("model"));
-    }
+    load_weights(module, ckpt_path);
     call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Predict); });
     const bool was_training = module.is_training();
     module.eval();
@@ -127,9 +116,7 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
     module.train(was_training);
     call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Predict); });
   } catch (const std::exception& e) {
-    call_hooks([&](Callback& c) {
-      try { c.on_exception(*this, module, e); } catch (...) {}
-    });
+    notify_exception(e);
     detach();
     throw;
   }

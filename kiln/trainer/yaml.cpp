@@ -14,6 +14,7 @@
 #include <limits>
 #include <sstream>
 
+#include "kiln/serialize/json.h"
 #include "kiln/tensor/error.h"
 
 namespace kiln::trainer::yaml {
@@ -268,24 +269,6 @@ struct Cursor {
 bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\0'; }
 bool is_flow_indicator(char c) { return c == ',' || c == '[' || c == ']' || c == '{' || c == '}'; }
 bool is_sequence_entry(std::string_view t) { return !t.empty() && t[0] == '-' && (t.size() == 1 || t[1] == ' '); }
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Parser {
  public:
@@ -572,7 +555,7 @@ class Parser {
             fail(at, std::string("expected ") + std::to_string(digits) + " hex digits after '\\" + e + "'");
           }
           c.i += digits;
-          append_utf8(out, cp);
+          serialize::json::append_utf8(out, cp);
           break;
         }
         default:

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "distributed/multiprocess.h"
+#include "kiln/distributed/launch.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/tensor/factories.h"
 
@@ -193,23 +194,11 @@ TEST(ProcessGroupTCP, AllreduceLargeAndTinySegments) {
 
 // A port nobody listens on now (the kernel's pick for a socket closed at once): for a store server that must
 // be known before the ranks are forked. Another process could take it in between; it is unlikely in a test.
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("free_port: cannot bind a socket to 127.0.0.1");
-  return ntohs(addr.sin_port);
-}
 
 // Over a TCPStore served by rank 0, behind a PrefixStore: the worker thread reads the store (the failure key)
 // while the rank's own thread may use it too.
 TEST(ProcessGroupTCP, OverTCPStoreAndPrefixStore) {
-  const uint16_t port = free_port();
+  const uint16_t port = find_free_port();
   auto results = run_ranks(3, [&](int rank) {
     auto store = std::make_shared<TCPStore>(TCPStoreOptions{.host = "127.0.0.1", .port = port,
                                                             .is_server = rank == 0, .world_size = 3,

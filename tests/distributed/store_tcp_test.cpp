@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "distributed/multiprocess.h"
+#include "kiln/distributed/launch.h"
 #include "kiln/distributed/store.h"
 #include "tensor/test_util.h"
 
 namespace kiln::distributed::store_testing {
-uint16_t free_port();  // store_test.cpp
 }
 
 namespace kiln::distributed {
@@ -61,7 +61,7 @@ TEST(TCPStore, AWildcardHostServesItsOwnCallsOverLoopback) {
 }
 
 TEST(TCPStore, AClientStartedBeforeTheServerConnectsByRetrying) {
-  const uint16_t port = store_testing::free_port();
+  const uint16_t port = find_free_port();
   auto results = run_ranks(2, [&](int rank) {
     if (rank == 0) {
       std::this_thread::sleep_for(300ms);
@@ -78,7 +78,7 @@ TEST(TCPStore, AClientStartedBeforeTheServerConnectsByRetrying) {
 }
 
 TEST(TCPStore, NoServerFailsAtTheTimeoutNamingTheAddress) {
-  const uint16_t port = store_testing::free_port();
+  const uint16_t port = find_free_port();
   const auto start = Clock::now();
   test::expect_error([&] { TCPStore client(options(port, false, 300ms)); },
                      {"could not connect to the server at 127.0.0.1:" + std::to_string(port), "within 300 ms",
@@ -111,7 +111,7 @@ TEST(TCPStore, SomethingElseOnThePortIsNamed) {
 }
 
 TEST(TCPStore, AServerThatDiesFailsClientCallsPromptly) {
-  const uint16_t port = store_testing::free_port();
+  const uint16_t port = find_free_port();
   auto results = run_ranks(2, [&](int rank) {
     if (rank == 0) {
       TCPStore server(options(port, true, 5s));

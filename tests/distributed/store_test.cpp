@@ -3,7 +3,7 @@
 // throwing, so children check with rank_check; the parent then checks totals the children could not fake.
 // Each kind keeps a "host" store alive in the parent for the whole test (the file's first user, or the TCP
 // server), so children come and go freely. The TCPStore-only cases (ports, connecting, a dying server) are in
-// store_tcp_test.cpp, which uses the two helpers defined here (fresh_path, free_port).
+// store_tcp_test.cpp, which uses the two helpers defined here (fresh_path).
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "distributed/multiprocess.h"
+#include "kiln/distributed/launch.h"
 #include "kiln/distributed/store.h"
 #include "tensor/test_util.h"
 
@@ -34,19 +35,6 @@ std::string fresh_path(const std::string& stem) {
 
 // A port on 127.0.0.1 that was free a moment ago: for tests whose server must start in a child at a port the
 // parent chose. (Another program could take it in between; on a test machine that is rare enough.)
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    throw std::runtime_error("free_port: cannot bind a socket on 127.0.0.1");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 }  // namespace kiln::distributed::store_testing
 
@@ -89,7 +77,7 @@ struct TCPKind {
     o.port = port, o.timeout = timeout;
     return std::make_unique<TCPStore>(o);
   }
-  void prepare_rendezvous() { rendezvous_port = store_testing::free_port(); }
+  void prepare_rendezvous() { rendezvous_port = find_free_port(); }
   std::unique_ptr<Store> open_rank(int rank, int world_size, Duration timeout) {
     TCPStoreOptions o;
     o.port = rendezvous_port, o.is_server = rank == 0, o.world_size = world_size, o.timeout = timeout;

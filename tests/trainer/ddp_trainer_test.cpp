@@ -5,31 +5,17 @@
 // and checkpoints, written by rank 0.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cstdlib>
 #include <fstream>
 
 #include "distributed/multiprocess.h"
+#include "kiln/distributed/launch.h"
 #include "trainer/resume_net.h"
 #include "trainer/trainer_test_util.h"
 
 namespace kiln::test {
 namespace {
 
-// A port that was free a moment ago (bind to 0, read it back, release it).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 void set_rank_env(int rank, int world, uint16_t port) {
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -82,7 +68,7 @@ TEST(TrainerDDP, TwoRanksTrainWhatOneProcessTrainsOnTheWholeBatch) {
   const double want_val = t.callback_metrics().at("val/loss");
 
   // Two ranks, batches of 4 each; rank 1 starts from other weights (DDP copies rank 0's).
-  const uint16_t port = free_port();
+  const uint16_t port = distributed::find_free_port();
   const std::string out = dir / "ddp";
   const auto results = run_ranks(2, [&](int rank) {
     set_rank_env(rank, 2, port);
@@ -118,7 +104,7 @@ TEST(TrainerDDP, TwoRanksTrainWhatOneProcessTrainsOnTheWholeBatch) {
 
 TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
   TempDir dir;
-  const uint16_t port = free_port();
+  const uint16_t port = distributed::find_free_port();
   struct StopOnRankOne : trainer::Callback {
     void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
                             int64_t idx) override {
@@ -150,7 +136,7 @@ TEST(TrainerDDP, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
   TempDir dir;
   const ResumeRun run{.epochs = 2, .workers = 0};
   auto fit = [&](const std::string& root, int64_t crash_at, bool resume, const std::string& out) {
-    const uint16_t port = free_port();
+    const uint16_t port = distributed::find_free_port();
     return run_ranks(2, [&](int rank) {
       set_rank_env(rank, 2, port);
       manual_seed(42);
