@@ -32,6 +32,9 @@ class Adagrad : public Optimizer {
   static AdagradOptions from_map(const std::map<std::string, double>& m);
 
  protected:
+  std::unique_ptr<Optimizer> make_with(const ParamGroup& first) const override {
+    return std::make_unique<Adagrad>(first.params, from_map(first.options));
+  }
   void validate_options(const std::map<std::string, double>& options) const override;
 };
 

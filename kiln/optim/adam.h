@@ -47,6 +47,9 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay);
+  std::unique_ptr<Optimizer> make_with(const ParamGroup& first) const override {
+    return std::unique_ptr<Optimizer>(new Adam(first.params, from_map(first.options, name()), decoupled_));
+  }
   void validate_options(const std::map<std::string, double>& options) const override;
 
  private:

@@ -12,6 +12,19 @@ double ParamGroup::get(const std::string& name) const {
   return it->second;
 }
 
+std::unique_ptr<Optimizer> Optimizer::make_with(const ParamGroup&) const {
+  KILN_CHECK(false, name(), " does not override make_with(), so it cannot be made again over other parameters ",
+             "(a parameter server's shard needs that)");
+  return nullptr;
+}
+
+std::unique_ptr<Optimizer> Optimizer::make_like(const std::vector<ParamGroup>& groups) const {
+  KILN_CHECK(!groups.empty(), name(), "::make_like: no parameter groups");
+  std::unique_ptr<Optimizer> made = make_with(groups[0]);
+  for (size_t g = 1; g < groups.size(); ++g) made->add_param_group(groups[g].params, groups[g].options);
+  return made;
+}
+
 void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string, double> options) {
   KILN_CHECK(!params.empty(), name(), ": got an empty parameter list");
   std::set<const TensorImpl*> seen;

@@ -76,8 +76,15 @@ class Optimizer {
   // State tensors are copied to the parameter's device; floating ones also to its dtype, as PyTorch does.
   void load_state_dict(const OptimizerState& state);
 
+  // A new optimizer of this kind over `groups` (each with its own parameters and options), with fresh state:
+  // what a parameter server makes for its shard of the parameters from the workers' optimizer.
+  std::unique_ptr<Optimizer> make_like(const std::vector<ParamGroup>& groups) const;
+
  protected:
   Optimizer() = default;
+  // A new optimizer of this kind over the one group `first` (make_like adds the others). An optimizer
+  // defined outside kiln that does not override it cannot run on a parameter server (a kiln::Error says so).
+  virtual std::unique_ptr<Optimizer> make_with(const ParamGroup& first) const;
   // Checks one group's options (negative lr, betas out of range, ...): a kiln::Error naming the option.
   virtual void validate_options(const std::map<std::string, double>& options) const = 0;
   ParamState& mutable_state(const Tensor& param) { return state_[param.impl()]; }

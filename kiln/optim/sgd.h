@@ -34,6 +34,9 @@ class SGD : public Optimizer {
   static SGDOptions from_map(const std::map<std::string, double>& m);
 
  protected:
+  std::unique_ptr<Optimizer> make_with(const ParamGroup& first) const override {
+    return std::make_unique<SGD>(first.params, from_map(first.options));
+  }
   void validate_options(const std::map<std::string, double>& options) const override;
 };
 
