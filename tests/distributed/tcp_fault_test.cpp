@@ -165,6 +165,31 @@ TEST(TcpFaults, RankThatNeverJoinsFailsSetupNamingIt) {
   kiln::test::expect_all_ok(results);
 }
 
+// Rank 2 fails during setup (it cannot listen on the address it was given): the others, waiting for it, fail at
+// once with its report instead of at their deadline.
+TEST(TcpFaults, RankThatFailsDuringSetupFailsTheOthersAtOnce) {
+  const std::string path = store_path("setup");
+  auto results = run_ranks(3, [&](int rank) {
+    // (The store waits for all three: rank 2 must not come and go, taking the store's file with it, before
+    // the others have opened it.)
+    auto store = std::make_shared<FileStore>(path, 3, std::chrono::seconds(30));
+    const auto start = Clock::now();
+    ProcessGroupOptions o;
+    o.timeout = std::chrono::seconds(30);
+    if (rank == 2) o.host = "256.0.0.1";  // not an address
+    try {
+      new_group("tcp", store, rank, 3, o);
+      rank_check(false, "setup succeeded");
+    } catch (const Error& e) {
+      if (rank != 2) {
+        rank_check(contains(e.what(), "rank 2 failed to join"), std::string("unexpected error: ") + e.what());
+      }
+    }
+    rank_check(seconds_since(start) < 10, "setup failed only after " + std::to_string(seconds_since(start)) + " s");
+  }, std::chrono::seconds(40));
+  kiln::test::expect_all_ok(results);
+}
+
 // Rank 1 calls something else than the others; every rank must fail with both sides named.
 void check_mismatch(int world, int64_t count, DType dtype, ReduceOp op, int64_t count1, DType dtype1, ReduceOp op1,
                     const std::string& side0, const std::string& side1) {

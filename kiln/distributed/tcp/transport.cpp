@@ -43,12 +43,33 @@ uint64_t draw_job_id() {
   return (static_cast<uint64_t>(rd()) << 32 ^ rd()) ^ t ^ (static_cast<uint64_t>(getpid()) << 17);
 }
 
+// Throws when another rank has reported that it failed to join this incarnation of the group.
+void check_setup_failure(Store& store, const std::string& group, const std::string& keys_at, int rank) {
+  const std::string key = keys_at + "/error";
+  if (!store.check({key})) return;
+  const Bytes report = store.get(key);
+  KILN_CHECK(false, "tcp setup of group '", group, "': rank ", rank, " gave up: ",
+             std::string(report.begin(), report.end()));
+}
+
+// Waits until `listener` has a connection to accept, checking about every tick that no rank has reported a
+// setup failure; the deadline is accept_one's to enforce.
+void wait_acceptable(const Socket& listener, Store& store, const std::string& group, const std::string& keys_at,
+                     int rank, Clock::time_point deadline) {
+  while (Clock::now() < deadline) {
+    pollfd p{listener.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(kPollTick.count())) > 0) return;
+    check_setup_failure(store, group, keys_at, rank);
+  }
+}
+
 // Waits until every rank has published its address (and rank 0 the job id), polling the store: the error
 // names the ranks that never did, which the store's own wait (naming keys) would leave the reader to decode.
 void wait_for_ranks(Store& store, const std::string& group, const std::string& keys_at, int rank, int size,
                     Clock::time_point deadline) {
   const auto start = Clock::now();
   for (;;) {
+    check_setup_failure(store, group, keys_at, rank);
     std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
       std::vector<std::string> keys{keys_at + "/addr/" + std::to_string(r)};
@@ -85,13 +106,29 @@ Mesh::Mesh(std::vector<Socket> peers, int rank, int size) : peers_(std::move(pee
 
 std::unique_ptr<Mesh> Mesh::connect(Store& store, const std::string& group, int rank, int size,
                                     const std::string& host, Clock::time_point deadline) {
-  uint16_t port = 0;
-  Socket listener = listen_on(host, &port);
   // The keys of this incarnation of the group: a job that makes a group of the same name again (after a
   // failure, say) must not read the addresses and job id of the last one. Every rank counts its own
   // incarnations, so ranks that make their groups in the same order agree without talking.
   const std::string keys_at =
       group + "/" + std::to_string(store.add(group + "/incarnation/" + std::to_string(rank), 1));
+  try {
+    return connect_at(store, group, keys_at, rank, size, host, deadline);
+  } catch (const std::exception& e) {
+    // The others would wait for this rank until their deadline: tell them now (the first report wins).
+    const std::string report = "rank " + std::to_string(rank) + " failed to join: " + e.what();
+    try {
+      store.compare_set(keys_at + "/error", Bytes{}, Bytes(report.begin(), report.end()));
+    } catch (...) {
+      // The store itself may be what failed.
+    }
+    throw;
+  }
+}
+
+std::unique_ptr<Mesh> Mesh::connect_at(Store& store, const std::string& group, const std::string& keys_at, int rank,
+                                       int size, const std::string& host, Clock::time_point deadline) {
+  uint16_t port = 0;
+  Socket listener = listen_on(host, &port);
   if (rank == 0) {
     const uint64_t id = draw_job_id();
     Bytes b(sizeof id);
@@ -121,6 +158,7 @@ std::unique_ptr<Mesh> Mesh::connect(Store& store, const std::string& group, int 
   for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
     const std::string what = "tcp setup of group '" + group + "': rank " + std::to_string(rank) +
                              " accepting the higher ranks";
+    wait_acceptable(listener, store, group, keys_at, rank, deadline);
     Socket s = accept_one(listener, deadline, what);
     Handshake got;
     recv_all(s, &got, sizeof got, deadline, what);

@@ -51,7 +51,8 @@ struct RecvItem {
 class Mesh {
  public:
   // Setup through `store`, as above; rank and size as in the group. Failing to hear from a rank by `deadline`
-  // is a kiln::Error naming the missing ranks.
+  // is a kiln::Error naming the missing ranks. A rank whose setup fails writes "<group>/<n>/error" before it
+  // throws, and the others, waiting for it, fail at once with its report.
   static std::unique_ptr<Mesh> connect(Store& store, const std::string& group, int rank, int size,
                                        const std::string& host, Clock::time_point deadline);
   // An already connected mesh: peers[rank] is unused (tests build one from socket pairs).
@@ -73,6 +74,9 @@ class Mesh {
   void close_all();
 
  private:
+  static std::unique_ptr<Mesh> connect_at(Store& store, const std::string& group, const std::string& keys_at,
+                                          int rank, int size, const std::string& host, Clock::time_point deadline);
+
   std::vector<Socket> peers_;
   int rank_, size_;
   uint64_t job_id_ = 0;
