@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_check.sh [build_dir]          configure, build and run (needs kiln's build dependencies)
 #   scripts/gpu_check.sh --prebuilt <dir>     run binaries built elsewhere for sm_90 and copied into <dir>
-#                                             (kiln_cuda_tests, gpu_bench): for GPU machines without the
+#                                             (kiln_cuda_tests, kiln_nccl_tests, gpu_bench): for GPU machines without the
 #                                             build dependencies. Make <dir> with scripts/gpu_check.sh --pack <dir>
 #                                             on the build machine.
 #   scripts/gpu_check.sh --pack <dir> [build_dir]   build for sm_90 here and copy the stripped binaries into <dir>
@@ -19,15 +19,16 @@ configure_and_build() {
   # Eigen for the CPU side: the binaries then need no BLAS library where they run.
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_CUDA=ON \
     -DKILN_BLAS=Eigen -DKILN_BUILD_BENCH=ON -DKILN_BENCH_TORCH=OFF -DKILN_BUILD_EXAMPLES=OFF >/dev/null || exit 1
-  cmake --build "$build" -j"$(nproc)" --target kiln_cuda_tests gpu_bench gpu_train_bench || exit 1
+  cmake --build "$build" -j"$(nproc)" --target kiln_cuda_tests kiln_nccl_tests gpu_bench gpu_train_bench || exit 1
 }
 
 if [[ $mode == pack ]]; then
   build=${3:-build-gpu}
   configure_and_build "$build"
   mkdir -p "$bin"
-  cp "$build/tests/kiln_cuda_tests" "$build/bench/gpu_bench" "$build/bench/gpu_train_bench" "$bin/"
-  strip "$bin/kiln_cuda_tests" "$bin/gpu_bench" "$bin/gpu_train_bench"
+  cp "$build/tests/kiln_cuda_tests" "$build/tests/distributed/kiln_nccl_tests" "$build/bench/gpu_bench" \
+    "$build/bench/gpu_train_bench" "$bin/"
+  strip "$bin/kiln_cuda_tests" "$bin/kiln_nccl_tests" "$bin/gpu_bench" "$bin/gpu_train_bench"
   ls -la "$bin"
   exit 0
 fi
@@ -37,15 +38,17 @@ if [[ $mode == build ]]; then
   build=${1:-build-gpu}
   configure_and_build "$build"
   tests="$build/tests/kiln_cuda_tests"
+  nccl_tests="$build/tests/distributed/kiln_nccl_tests"
   bench="$build/bench/gpu_bench"
   train="$build/bench/gpu_train_bench"
 else
   tests="$bin/kiln_cuda_tests"
+  nccl_tests="$bin/kiln_nccl_tests"  # absent from packs made before the nccl backend: then skipped
   bench="$bin/gpu_bench"
   train="$bin/gpu_train_bench"
   # cuBLAS and cuDNN may live outside the loader's default path (machines set up for Python frameworks keep
   # them in site-packages): find each library the binaries miss and add its folder.
-  for lib in $(ldd "$tests" "$bench" "$train" 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
+  for lib in $(ldd "$tests" "$bench" "$train" $([[ -x $nccl_tests ]] && echo "$nccl_tests") 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
     found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
     [[ -n $found ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$found")"
     echo "gpu_check: $lib -> ${found:-NOT FOUND}"
@@ -56,12 +59,16 @@ log=$(mktemp)
 # suite, and the rest still report.
 test_deadline=$(( $(date +%s) + ${KILN_GPU_TEST_TIMEOUT:-300} ))
 rc=0
-for suite in $("$tests" --gtest_list_tests | awk '/^[^ ].*\.$/ {print $1}'); do
-  left=$(( test_deadline - $(date +%s) ))
-  (( left > 0 )) || { echo "gpu_check: out of test time before $suite"; rc=1; break; }
-  timeout "$left" "$tests" --gtest_brief=1 --gtest_filter="${suite}*" 2>&1 | tee -a "$log"
-  src=${PIPESTATUS[0]}
-  (( src == 0 )) || { rc=$src; echo "gpu_check: suite $suite exited with $src"; }
+# kiln_nccl_tests: the nccl process group, in worlds of one rank per GPU (one GPU: worlds of one).
+for binary in "$tests" "$nccl_tests"; do
+  [[ -x $binary ]] || { echo "gpu_check: $binary not found, skipped"; continue; }
+  for suite in $("$binary" --gtest_list_tests | awk '/^[^ ].*\.$/ {print $1}'); do
+    left=$(( test_deadline - $(date +%s) ))
+    (( left > 0 )) || { echo "gpu_check: out of test time before $suite"; rc=1; break 2; }
+    timeout "$left" "$binary" --gtest_brief=1 --gtest_filter="${suite}*" 2>&1 | tee -a "$log"
+    src=${PIPESTATUS[0]}
+    (( src == 0 )) || { rc=$src; echo "gpu_check: suite $suite exited with $src"; }
+  done
 done
 sum() { grep -oE "$1 [0-9]+" "$log" | awk '{s += $NF} END {print s + 0}'; }
 passed=$(sum '\[  PASSED  \]')

@@ -10,6 +10,8 @@ packages=(
   libeigen3-dev           # CPU kernels (and GEMM when no BLAS is found)
   libopenblas-openmp-dev  # GEMM; the OpenMP build shares kiln's thread pool
   libgtest-dev            # tests
+  libopenmpi-dev openmpi-bin  # the "mpi" process group (optional: built when found) and its mpirun tests
+  libgloo-dev             # the "gloo" process group (optional: built when found)
   zlib1g-dev              # gzipped IDX files
   dataset-fashion-mnist   # the main job's data, in /usr/share/datasets/fashion-mnist
 )

@@ -40,8 +40,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The variables launch() sets in each rank; copies of them in the launcher's own environment are dropped.
-constexpr const char* kRankVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                          "MASTER_PORT"};
+constexpr const char* kRankVariables[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",     "LOCAL_WORLD_SIZE",
+                                          "MASTER_ADDR", "MASTER_PORT", "KILN_PS_SERVERS"};
 // A line longer than this without a newline is forwarded in pieces, so a rank that never ends its line cannot
 // grow the launcher's memory without bound.
 constexpr size_t kMaxLine = size_t{64} << 10;
@@ -178,6 +178,7 @@ std::vector<std::string> rank_environment(const LaunchOptions& o, int rank, uint
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nproc));
   env.push_back("MASTER_ADDR=" + o.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
+  if (o.servers > 0) env.push_back("KILN_PS_SERVERS=" + std::to_string(o.servers));
   // N ranks each starting an OpenMP thread per core would run N times more threads than cores; split the
   // cores among them unless the user chose.
   if (!has_omp_threads && o.nproc > 1) {
@@ -248,8 +249,11 @@ std::optional<int> start_rank(const LaunchOptions& o, int rank, uint16_t port, i
   } while (n < 0 && errno == EINTR);
   ::close(exec_status[0]);
   r.pid = pid;
-  r.out = Stream{out[0], o.out_fd, "[rank " + std::to_string(rank) + "] ", ""};
-  r.err = Stream{err[0], o.err_fd, "[rank " + std::to_string(rank) + "] ", ""};
+  const std::string prefix = o.servers == 0       ? "[rank " + std::to_string(rank) + "] "
+                             : rank < o.servers ? "[server " + std::to_string(rank) + "] "
+                                                : "[worker " + std::to_string(rank - o.servers) + "] ";
+  r.out = Stream{out[0], o.out_fd, prefix, ""};
+  r.err = Stream{err[0], o.err_fd, prefix, ""};
   if (n == static_cast<ssize_t>(sizeof exec_errno)) {
     ::waitpid(pid, nullptr, 0);
     r.out.finish();
@@ -285,6 +289,8 @@ uint16_t find_free_port() {
 
 int launch(const LaunchOptions& o) {
   KILN_CHECK(o.nproc >= 1, "kiln launch: --nproc ", o.nproc, ": expected at least 1 rank");
+  KILN_CHECK(o.servers >= 0 && (o.servers == 0 || o.servers < o.nproc), "kiln launch: ", o.servers,
+             " servers among ", o.nproc, " ranks leave no worker");
   KILN_CHECK(!o.command.empty() && !o.command[0].empty(), "kiln launch: no command to run");
   const uint16_t port = o.master_port != 0 ? o.master_port : find_free_port();
   const std::string prog = o.command[0];
@@ -297,9 +303,12 @@ int launch(const LaunchOptions& o) {
     }
   } close_null_stdin{null_stdin};
 
-  write_all(o.err_fd, "kiln launch: starting " + std::to_string(o.nproc) + " rank" + (o.nproc == 1 ? "" : "s") +
-                          " of " + prog + " (MASTER_ADDR=" + o.master_addr + " MASTER_PORT=" +
-                          std::to_string(port) + ")\n");
+  const std::string what = o.servers == 0 ? std::to_string(o.nproc) + " rank" + (o.nproc == 1 ? "" : "s")
+                                          : std::to_string(o.servers) + " server" + (o.servers == 1 ? "" : "s") +
+                                                " and " + std::to_string(o.nproc - o.servers) + " worker" +
+                                                (o.nproc - o.servers == 1 ? "" : "s");
+  write_all(o.err_fd, "kiln launch: starting " + what + " of " + prog + " (MASTER_ADDR=" + o.master_addr +
+                          " MASTER_PORT=" + std::to_string(port) + ")\n");
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
   int result = 0;
   bool stopping = false, killed = false;

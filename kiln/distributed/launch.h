@@ -7,8 +7,9 @@
 //   return launch(o);   // 0 when every rank succeeded, else the first failed rank's code
 //
 // Each rank is a child process running the command with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR and MASTER_PORT in its environment (read back by rank_info_from_env, env.h). The port is the
-// given one or a free one found when the job starts, so two jobs on one machine do not collide.
+// MASTER_ADDR and MASTER_PORT (and KILN_PS_SERVERS for a parameter-server job) in its environment (read back
+// by rank_info_from_env, env.h). The port is the given one or a free one found when the job starts, so two
+// jobs on one machine do not collide.
 //
 // The launcher forwards every rank's stdout and stderr, line by line, as "[rank N] <line>" on its own stdout
 // and stderr; a line is written with one write(), so the lines of different ranks never mix. When one rank
@@ -29,6 +30,9 @@ namespace kiln::distributed {
 
 struct LaunchOptions {
   int nproc = 1;                     // ranks to start, >= 1
+  // A parameter-server job (ps/parameter_server.h): the first `servers` of the nproc ranks are servers, the
+  // rest workers. Each rank also gets KILN_PS_SERVERS, and its lines are prefixed "[server K]" / "[worker W]".
+  int servers = 0;
   std::vector<std::string> command;  // the program (looked up in PATH) and its arguments
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;          // 0: a free port, found by binding port 0

@@ -4,6 +4,15 @@
 #include <mutex>
 
 #include "kiln/distributed/tcp/process_group_tcp.h"
+#ifdef KILN_WITH_MPI
+#include "kiln/distributed/mpi/process_group_mpi.h"
+#endif
+#ifdef KILN_WITH_GLOO
+#include "kiln/distributed/gloo/process_group_gloo.h"
+#endif
+#if KILN_WITH_NCCL
+#include "kiln/distributed/nccl/process_group_nccl.h"
+#endif
 #include "kiln/tensor/error.h"
 
 namespace kiln::distributed {
@@ -44,6 +53,24 @@ void register_builtin_backends(Registry& r) {
   r.factories["tcp"] = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
     return std::make_shared<tcp::ProcessGroupTCP>(std::move(store), rank, size, options, options.host);
   };
+#ifdef KILN_WITH_MPI
+  // mpi: the ranks of mpirun's MPI_COMM_WORLD; the store is not used.
+  r.factories["mpi"] = [](std::shared_ptr<Store>, int rank, int size, const ProcessGroupOptions& options) {
+    return std::make_shared<mpi::ProcessGroupMPI>(rank, size, options);
+  };
+#endif
+#ifdef KILN_WITH_GLOO
+  // gloo: Gloo's tcp transport on options.host, meeting through the store.
+  r.factories["gloo"] = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+    return std::make_shared<gloo_backend::ProcessGroupGloo>(std::move(store), rank, size, options);
+  };
+#endif
+#if KILN_WITH_NCCL
+  // nccl: CUDA tensors through NCCL; communicators are made by the first op on each device.
+  r.factories["nccl"] = [](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options) {
+    return std::make_shared<nccl::ProcessGroupNCCL>(std::move(store), rank, size, options);
+  };
+#endif
 }
 
 }  // namespace

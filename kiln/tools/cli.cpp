@@ -35,6 +35,7 @@ constexpr const char* kUsage =
     "  eval     test a checkpoint: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
     "  predict  class predictions: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val]\n"
     "  launch   run N local ranks: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
+    "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
     "  info     version and build features\n"
     "\n"
     "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
@@ -66,13 +67,17 @@ constexpr const char* kPredictHelp =
 
 constexpr const char* kLaunchHelp =
     "usage: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
+    "       kiln launch --servers S --workers W [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
     "\n"
     "Starts N processes of COMMAND on this machine as the ranks of one job, each with RANK, WORLD_SIZE,\n"
     "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (and OMP_NUM_THREADS = cores / N unless\n"
     "already set). Their output comes out line by line as \"[rank R] ...\". When a rank fails, the others get\n"
     "SIGTERM, then SIGKILL 5 s later; Ctrl-C (SIGINT) and SIGTERM are passed on to every rank.\n"
     "\n"
-    "  --nproc N          ranks to start (required)\n"
+    "  --nproc N          ranks to start (required, unless --servers and --workers are given)\n"
+    "  --servers S        a parameter-server job: ranks 0..S-1 are servers (KILN_PS_SERVERS=S is set in\n"
+    "                     every rank; lines come out as \"[server K]\" and \"[worker W]\")\n"
+    "  --workers W        ... and ranks S..S+W-1 workers\n"
     "  --master-addr A    the address ranks reach rank 0's store at (default 127.0.0.1)\n"
     "  --master-port P    its port (default: a free port found at start)\n"
     "  --                 ends the options: the rest is the command (optional when COMMAND is not an option)\n"
@@ -156,6 +161,11 @@ trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
   o.accelerator = t.accelerator;
   o.devices = t.devices;
   o.strategy = t.strategy;
+  o.ddp_backend = t.ddp_backend;
+  o.ps.servers = static_cast<int>(t.ps.servers);
+  o.ps.mode = t.ps.mode;
+  o.ps.staleness = static_cast<int>(t.ps.staleness);
+  o.ps.optimizer = t.ps.optimizer;
   o.precision = t.precision;
   o.accumulate_grad_batches = t.accumulate_grad_batches;
   o.gradient_clip_val = t.gradient_clip_val;
@@ -284,6 +294,7 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   std::fflush(stdout);
   t.fit(*run.module, *run.train, run.val.get(), ckpt);
+  if (t.strategy().is_server()) return 0;  // a parameter server's server has served the fit; workers test
 
   std::string best;
   for (const auto& cb : t.callbacks()) {
@@ -373,6 +384,7 @@ int parse_int_flag(const std::string& flag, const std::string& value, int min, i
 int cmd_launch(const std::vector<std::string>& args) {
   distributed::LaunchOptions o;
   bool have_nproc = false;
+  int servers = 0, workers = 0;
   size_t i = 1;
   for (; i < args.size(); ++i) {
     const std::string& flag = args[i];
@@ -385,8 +397,10 @@ int cmd_launch(const std::vector<std::string>& args) {
       return 0;
     }
     if (flag.rfind("-", 0) != 0) break;  // the command
-    if (flag != "--nproc" && flag != "--master-addr" && flag != "--master-port") {
-      usage_error("unknown option '" + flag + "' (options: --nproc --master-addr --master-port --help)");
+    if (flag != "--nproc" && flag != "--master-addr" && flag != "--master-port" && flag != "--servers" &&
+        flag != "--workers") {
+      usage_error("unknown option '" + flag +
+                  "' (options: --nproc --servers --workers --master-addr --master-port --help)");
     }
     if (i + 1 >= args.size()) usage_error(flag + " needs a value");
     const std::string& value = args[++i];
@@ -398,10 +412,22 @@ int cmd_launch(const std::vector<std::string>& args) {
       if (value.empty()) usage_error("--master-addr needs a non-empty address");
       o.master_addr = value;
     }
+    if (flag == "--servers") servers = parse_int_flag(flag, value, 1, 4096);
+    if (flag == "--workers") workers = parse_int_flag(flag, value, 1, 4096);
     if (flag == "--master-port") o.master_port = static_cast<uint16_t>(parse_int_flag(flag, value, 1, 65535));
   }
   o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())), args.end());
-  if (!have_nproc) usage_error("--nproc N is required");
+  if ((servers > 0) != (workers > 0)) usage_error("--servers and --workers go together");
+  if (servers > 0) {
+    if (have_nproc && o.nproc != servers + workers) {
+      usage_error("--nproc " + std::to_string(o.nproc) + " is not --servers + --workers = " +
+                  std::to_string(servers + workers));
+    }
+    o.nproc = servers + workers;
+    o.servers = servers;
+    have_nproc = true;
+  }
+  if (!have_nproc) usage_error("--nproc N (or --servers S --workers W) is required");
   if (o.command.empty()) usage_error("no command to run: kiln launch --nproc N -- COMMAND [ARGS...]");
   std::fflush(stdout);  // the ranks' lines are written straight to file descriptors 1 and 2
   std::fflush(stderr);
@@ -420,7 +446,7 @@ int cmd_info() {
   std::printf("cuDNN:    %s\n", cuda::cudnn_version() > 0 ? std::to_string(cuda::cudnn_version()).c_str() : "no");
   std::string groups;
   for (const auto& name : distributed::backends()) groups += (groups.empty() ? "" : ", ") + name;
-  std::printf("process groups: %s (NCCL, MPI and Gloo backends: not built yet)\n", groups.empty() ? "none" : groups.c_str());
+  std::printf("process groups: %s (those this build has)\n", groups.empty() ? "none" : groups.c_str());
   std::printf("devices:\n%s\n", cuda::runtime_info().c_str());
   return 0;
 }

@@ -23,6 +23,7 @@ void declare_trainer(Schema<R>& s) {
   t.add_enum("accelerator", &T::accelerator, {"auto", "cpu", "cuda"}, "where to train (auto: cuda when a GPU is present)");
   t.add("devices", &T::devices, "how many devices of the accelerator to use").at_least(1);
   t.add_enum("strategy", &T::strategy, {"auto", "single", "ddp", "parameter_server"}, "how several devices share the work");
+  t.add("ddp_backend", &T::ddp_backend, "the process-group backend under strategy ddp: tcp, or gloo or mpi when built");
   t.add_enum("precision", &T::precision, {"32", "16-mixed", "bf16-mixed"}, "float32, or mixed precision with float16/bfloat16");
   t.add("accumulate_grad_batches", &T::accumulate_grad_batches, "batches whose gradients add up before each optimizer step")
       .at_least(1);
@@ -49,6 +50,15 @@ void declare_trainer(Schema<R>& s) {
       .accept_bool()
       .at_least(0);
   t.add("ckpt_path", &T::ckpt_path, "resume from this checkpoint file, or \"last\" (null: start afresh)");
+  auto ps = t.section("ps", &T::ps, "the parameter server, under strategy parameter_server");
+  using P = T::PS;
+  ps.add("servers", &P::servers, "how many of the job's processes are servers (0: as kiln launch --servers says)")
+      .at_least(0);
+  ps.add_enum("mode", &P::mode, {"sync", "async", "ssp"},
+              "sync: mean of every worker's step; async: each push applied alone; ssp: async within a staleness bound");
+  ps.add("staleness", &P::staleness, "ssp: how many steps a worker may run ahead of the slowest").at_least(0);
+  ps.add_enum("optimizer", &P::optimizer, {"server", "worker"},
+              "where the optimizer steps: on the servers (sharded), or on every worker (sync only)");
 }
 
 void declare_model(Schema<R>& s) {
@@ -160,6 +170,8 @@ void check_run_config(const RunConfig& c) {
   const auto& t = c.trainer;
   KILN_CHECK(t.max_epochs == -1 || t.min_epochs <= t.max_epochs, "trainer.min_epochs (", t.min_epochs,
              ") must not exceed trainer.max_epochs (", t.max_epochs, ")");
+  KILN_CHECK(t.ps.optimizer == "server" || t.ps.mode == "sync", "trainer.ps.optimizer: 'worker' needs ",
+             "trainer.ps.mode sync, found '", t.ps.mode, "' (the servers apply each asynchronous push themselves)");
   KILN_CHECK(t.devices == 1 || t.strategy == "ddp" || t.strategy == "parameter_server", "trainer.devices: ",
              t.devices, " devices need trainer.strategy ddp or parameter_server, found '", t.strategy, "'");
   if (!t.val_check_interval.is_count) {

@@ -29,6 +29,7 @@ struct RunConfig {
     std::string accelerator = "auto";  // auto | cpu | cuda
     int devices = 1;
     std::string strategy = "auto";  // auto | single | ddp | parameter_server
+    std::string ddp_backend = "tcp";  // tcp | gloo | mpi (those built): the process group under ddp
     std::string precision = "32";  // 32 | 16-mixed | bf16-mixed
     int64_t accumulate_grad_batches = 1;
     double gradient_clip_val = 0.0;  // 0: no clipping
@@ -50,6 +51,14 @@ struct RunConfig {
     bool enable_model_summary = true;
     int64_t fast_dev_run = 0;  // true means 1, false 0
     std::optional<std::string> ckpt_path;  // a checkpoint file, or "last"
+    struct PS {
+      int64_t servers = 0;               // 0: as many as `kiln launch --servers` started
+      std::string mode = "sync";         // sync | async | ssp
+      int64_t staleness = 0;             // ssp's bound, in steps
+      std::string optimizer = "server";  // server | worker
+      bool operator==(const PS&) const = default;
+    };
+    PS ps;  // under strategy parameter_server
     bool operator==(const Trainer&) const = default;
   };
 

@@ -14,6 +14,8 @@
 //   rng.<key>                    text    the default generator's seed and offset, the loaders' positions
 //   callbacks.<state_key>.<key>  text    each callback's checkpoint_state()
 //   hparams.<key>                text    the module's hyperparameters
+//   ps.shard.<k>.values          tensor  parameter server k's shard (strategy parameter_server), and
+//   ps.shard.<k>.optimizer.<key> both    its optimizer's state; ps.num_servers (text) says how many
 //   kiln.format, kiln.checksum   text    "kiln-checkpoint/1" and a CRC-32C of everything else
 //
 // Writing goes through a temporary file, fsync and rename (serialize::save_safetensors), so a crash at any

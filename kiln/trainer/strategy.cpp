@@ -1,12 +1,16 @@
 #include "kiln/trainer/strategy.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/env.h"
 #include "kiln/distributed/process_group.h"
+#include "kiln/distributed/ps/parameter_server.h"
 #include "kiln/distributed/store.h"
 #include "kiln/trainer/trainer.h"
 
@@ -29,25 +33,78 @@ std::unique_ptr<data::DataLoader> shard_of(const data::DataLoader& user, int ran
   return std::make_unique<data::DataLoader>(user.dataset(), o, std::move(sampler));
 }
 
-class DDPStrategy : public Strategy {
+// What the loops need from the ranks that train together, over a process group among them: this rank's
+// shard of the data, sums of metrics over ranks, a barrier and rank 0's text. A process outside the group (a
+// parameter server's server: group_ null) trains on nothing and has nothing to reduce.
+class GroupStrategy : public Strategy {
+ public:
+  data::DataLoader& train_loader(data::DataLoader& user) override {
+    train_ = shard_of(user, shard_rank_, shard_world_);
+    return *train_;
+  }
+  data::DataLoader* eval_loader(data::DataLoader* user) override {
+    if (user == nullptr) return nullptr;
+    // Made afresh for every run: the user's loader may have changed (or be another object at the same address).
+    auto& shard = eval_[user];
+    shard = shard_of(*user, shard_rank_, shard_world_);
+    return shard.get();
+  }
+
+  void all_reduce_sum(std::vector<double>& values) override {
+    if (values.empty() || group_ == nullptr) return;
+    Tensor t = tensor(values, {static_cast<int64_t>(values.size())}, kFloat64);
+    group_->allreduce(t, distributed::ReduceOp::Sum)->wait();
+    const double* d = t.data_ptr<double>();
+    for (size_t i = 0; i < values.size(); ++i) values[i] = d[i];
+  }
+  void barrier() override {
+    if (group_ != nullptr) group_->barrier()->wait();
+  }
+  std::string broadcast_from_zero(const std::string& text) override {
+    if (group_ == nullptr) return text;
+    Tensor size = tensor(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}, kInt64);
+    group_->broadcast(size, 0)->wait();
+    const int64_t n = size.data_ptr<int64_t>()[0];
+    Tensor bytes = zeros({n}, kUInt8);
+    if (group_->rank() == 0 && n > 0) std::memcpy(bytes.raw_data_ptr(), text.data(), static_cast<size_t>(n));
+    group_->broadcast(bytes, 0)->wait();
+    return std::string(static_cast<const char*>(bytes.raw_data_ptr()), static_cast<size_t>(n));
+  }
+
+ protected:
+  // Waits for the group at the end (rank 0 may serve the store the others still use), printing a failure;
+  // false when it failed.
+  bool final_barrier(const char* who) {
+    if (group_ == nullptr) return true;
+    try {
+      group_->barrier()->wait();
+      return true;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln: %s %d: the final barrier failed: %s\n", who, group_->rank(), e.what());
+      return false;
+    }
+  }
+
+  std::shared_ptr<distributed::ProcessGroup> group_;
+  int shard_rank_ = 0, shard_world_ = 1;  // which shard of the data this process trains on
+
+ private:
+  std::unique_ptr<data::DataLoader> train_;
+  std::map<const data::DataLoader*, std::unique_ptr<data::DataLoader>> eval_;
+};
+
+class DDPStrategy : public GroupStrategy {
  public:
   explicit DDPStrategy(const TrainerOptions& options)
-      : timeout_(static_cast<int64_t>(options.process_group_timeout * 1000)) {
+      : timeout_(static_cast<int64_t>(options.process_group_timeout * 1000)), backend_(options.ddp_backend) {
     auto info = distributed::rank_info_from_env();
     KILN_CHECK(info.has_value(), "Trainer: strategy 'ddp' runs one process per rank, and this process has no "
                "rank: start the program with `kiln launch --nproc N -- PROGRAM ...` (or torchrun, mpirun, srun)");
     info_ = *info;
+    shard_rank_ = info_.rank, shard_world_ = info_.world_size;
   }
-  ~DDPStrategy() override {
-    // Rank 0 serves the store: it must not go before the others are done with it.
-    if (group_ != nullptr) {
-      try {
-        group_->barrier()->wait();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "kiln: rank %d: the final barrier failed: %s\n", info_.rank, e.what());
-      }
-    }
-  }
+  // Rank 0 serves the store: it must not go before the others are done with it.
+  ~DDPStrategy() override { final_barrier("rank"); }
 
   std::string name() const override { return "ddp"; }
   int rank() const override { return info_.rank; }
@@ -58,7 +115,7 @@ class DDPStrategy : public Strategy {
       store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
           .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
           .world_size = info_.world_size, .timeout = timeout_});
-      group_ = distributed::new_group("tcp", store_, info_.rank, info_.world_size,
+      group_ = distributed::new_group(backend_, store_, info_.rank, info_.world_size,
                                       {.timeout = timeout_, .name = "trainer"});
     }
     // Non-owning: the Trainer's caller owns the module for the whole fit.
@@ -67,18 +124,6 @@ class DDPStrategy : public Strategy {
       ddp_.reset();
       ddp_ = std::make_unique<distributed::DistributedDataParallel>(view, group_);
     }
-  }
-
-  data::DataLoader& train_loader(data::DataLoader& user) override {
-    train_ = shard_of(user, info_.rank, info_.world_size);
-    return *train_;
-  }
-  data::DataLoader* eval_loader(data::DataLoader* user) override {
-    if (user == nullptr) return nullptr;
-    // Made afresh for every run: the user's loader may have changed (or be another object at the same address).
-    auto& shard = eval_[user];
-    shard = shard_of(*user, info_.rank, info_.world_size);
-    return shard.get();
   }
 
   void before_training_step() override { ddp_->before_forward(); }
@@ -108,38 +153,189 @@ class DDPStrategy : public Strategy {
     }
   }
 
-  void all_reduce_sum(std::vector<double>& values) override {
-    if (values.empty()) return;
-    Tensor t = tensor(values, {static_cast<int64_t>(values.size())}, kFloat64);
-    group_->allreduce(t, distributed::ReduceOp::Sum)->wait();
-    const double* d = t.data_ptr<double>();
-    for (size_t i = 0; i < values.size(); ++i) values[i] = d[i];
+ private:
+  distributed::Duration timeout_;
+  std::string backend_;  // TrainerOptions::ddp_backend
+  distributed::RankInfo info_;
+  std::shared_ptr<distributed::Store> store_;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp_;
+};
+
+class ParameterServerStrategy : public GroupStrategy {
+ public:
+  explicit ParameterServerStrategy(const TrainerOptions& options)
+      : timeout_(static_cast<int64_t>(options.process_group_timeout * 1000)) {
+    auto info = distributed::rank_info_from_env();
+    KILN_CHECK(info.has_value(), "Trainer: strategy 'parameter_server' runs servers and workers as processes, and "
+               "this process has no rank: start the program with `kiln launch --servers S --workers W -- PROGRAM ...`");
+    info_ = *info;
+    int servers = options.ps.servers;
+    if (const char* env = std::getenv("KILN_PS_SERVERS"); env != nullptr && *env != '\0') {
+      char* end = nullptr;
+      const long from_env = std::strtol(env, &end, 10);
+      KILN_CHECK(*end == '\0' && from_env >= 1, "Trainer: KILN_PS_SERVERS='", env, "': expected a count >= 1");
+      KILN_CHECK(servers == 0 || servers == from_env, "Trainer: ps.servers is ", servers,
+                 " but the launcher started ", from_env, " servers (KILN_PS_SERVERS)");
+      servers = static_cast<int>(from_env);
+    }
+    KILN_CHECK(servers >= 1, "Trainer: strategy 'parameter_server' needs to know how many of the ", info_.world_size,
+               " ranks are servers: set ps.servers, or start with `kiln launch --servers S --workers W`");
+    role_ = distributed::ps::role_of(info_.rank, info_.world_size, servers);
+    ps_.mode = distributed::ps::parse_mode(options.ps.mode);
+    ps_.staleness = options.ps.staleness;
+    ps_.optimizer = distributed::ps::parse_placement(options.ps.optimizer);
+    ps_.timeout = timeout_;
+    KILN_CHECK(ps_.staleness >= 0, "Trainer: ps.staleness ", ps_.staleness, ": expected >= 0");
+    KILN_CHECK(!(options.gradient_clip_val > 0 && ps_.mode == distributed::ps::Mode::Sync &&
+                 ps_.optimizer == distributed::ps::Placement::Server),
+               "Trainer: gradient_clip_val under a sync parameter server with the optimizer on the servers would ",
+               "clip each worker's part of the gradient, not their mean (which DDP clips); set ps.optimizer: worker ",
+               "to clip the mean");
+    shard_rank_ = role_.is_server() ? 0 : role_.index;
+    shard_world_ = role_.num_workers;
   }
-  void barrier() override { group_->barrier()->wait(); }
-  std::string broadcast_from_zero(const std::string& text) override {
-    Tensor size = tensor(std::vector<int64_t>{static_cast<int64_t>(text.size())}, {1}, kInt64);
-    group_->broadcast(size, 0)->wait();
-    const int64_t n = size.data_ptr<int64_t>()[0];
-    Tensor bytes = zeros({n}, kUInt8);
-    if (info_.rank == 0 && n > 0) std::memcpy(bytes.raw_data_ptr(), text.data(), static_cast<size_t>(n));
-    group_->broadcast(bytes, 0)->wait();
-    return std::string(static_cast<const char*>(bytes.raw_data_ptr()), static_cast<size_t>(n));
+  ~ParameterServerStrategy() override {
+    // The workers have told the servers they are done (fit_ended), and wait for each other; then every
+    // process counts itself out in the store, and rank 0 (a server, which serves the store) waits for all.
+    worker_.reset();
+    if (!final_barrier("worker") && store_ != nullptr) {
+      distributed::ps::record_failure(*store_, ps_.name, role_.describe() + ": the final barrier failed");
+    }
+    if (store_ == nullptr) return;
+    try {
+      store_->add("ps_finished", 1);
+      if (info_.rank == 0) {
+        // After a failure, a few seconds only: the others read the failure from the store on their way out, but
+        // a process that died never counts itself out.
+        using Clock = std::chrono::steady_clock;
+        auto deadline = Clock::now() + timeout_;
+        while (store_->add("ps_finished", 0) < info_.world_size && Clock::now() < deadline) {
+          if (store_->check({distributed::ps::failure_key(ps_.name)})) {
+            deadline = std::min(deadline, Clock::now() + std::chrono::seconds(3));
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kiln: %s: leaving the job: %s\n", role_.describe().c_str(), e.what());
+    }
+  }
+
+  std::string name() const override { return "parameter_server"; }
+  // The workers count as ranks 0..W-1 (worker 0 logs and checkpoints); servers come after them.
+  int rank() const override { return role_.is_server() ? role_.num_workers + role_.index : role_.index; }
+  int world_size() const override { return role_.num_workers; }
+  bool is_server() const override { return role_.is_server(); }
+
+  void setup(TrainModule& module) override {
+    if (store_ != nullptr) return;
+    store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
+        .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
+        .world_size = info_.world_size, .timeout = timeout_});
+    if (!role_.is_server()) {
+      group_ = distributed::new_group("tcp", std::make_shared<distributed::PrefixStore>("workers", store_),
+                                      role_.index, role_.num_workers, {.timeout = timeout_, .name = "trainer"});
+    }
+  }
+
+  bool optimizers_ready(TrainModule& module,
+                        const std::vector<std::shared_ptr<optim::Optimizer>>& optimizers) override {
+    KILN_CHECK(optimizers.size() == 1, "Trainer: strategy 'parameter_server' serves one optimizer's parameters, "
+               "but configure_optimizers() made ", optimizers.size());
+    if (role_.is_server()) {
+      distributed::ps::Server server(store_, role_, *optimizers[0], ps_);
+      server.run();
+      return true;
+    }
+    KILN_CHECK(worker_ == nullptr, "Trainer: strategy 'parameter_server' runs one fit() per process");
+    worker_ = std::make_unique<distributed::ps::Worker>(store_, role_, *optimizers[0], ps_, &module);
+    return false;
+  }
+
+  // (A server is given the user's loaders and never iterates them.)
+  data::DataLoader& train_loader(data::DataLoader& user) override {
+    return role_.is_server() ? user : GroupStrategy::train_loader(user);
+  }
+  data::DataLoader* eval_loader(data::DataLoader* user) override {
+    return role_.is_server() ? user : GroupStrategy::eval_loader(user);
+  }
+
+  // Before the first loop, every worker pulls the parameters the servers hold (worker 0 first sends them its
+  // own, or a checkpoint's): every gradient and every validation is computed on them.
+  void fit_starting() override {
+    if (worker_ != nullptr) worker_->start();
+  }
+  // The servers learn at once that the fit is over: they return from their fit, or fail naming this worker.
+  void fit_ended(const std::string& error) override {
+    if (worker_ == nullptr) return;
+    if (error.empty()) {
+      worker_->finish();
+    } else {
+      worker_->abort(error);
+    }
+  }
+  void before_optimizer_step(TrainModule& module, bool synced) override {
+    if (ps_.optimizer == distributed::ps::Placement::Worker) worker_->exchange_gradients();
+  }
+  bool step_optimizer(optim::Optimizer& optimizer) override {
+    if (ps_.optimizer == distributed::ps::Placement::Worker) return false;
+    worker_->step();
+    return true;
+  }
+  bool agree_every_batch() const override {
+    return role_.num_workers > 1 && ps_.mode == distributed::ps::Mode::Sync;
+  }
+
+  // With the optimizer on the servers, a checkpoint holds their shards; on the workers, the workers'
+  // parameters and optimizer state (in the checkpoint already) are the whole state.
+  void save_state(Checkpoint& c) override {
+    if (ps_.optimizer == distributed::ps::Placement::Worker) return;
+    const std::vector<distributed::ps::ShardState> shards = worker_->fetch_shards();
+    c.set_int("ps.num_servers", static_cast<int64_t>(shards.size()));
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const std::string prefix = "ps.shard." + std::to_string(k) + ".";
+      c.tensors[prefix + "values"] = shards[k].values;
+      for (const auto& [key, t] : shards[k].optimizer.tensors) c.tensors[prefix + "optimizer." + key] = t;
+      for (const auto& [key, v] : shards[k].optimizer.scalars) c.set_double(prefix + "optimizer." + key, v);
+    }
+  }
+  void load_state(const Checkpoint& c) override {
+    if (ps_.optimizer == distributed::ps::Placement::Worker) return;
+    KILN_CHECK(c.has("ps.num_servers"), "resuming from ", c.path, ": strategy 'parameter_server' needs the servers' ",
+               "shards, and this checkpoint has none (was it written under another strategy?)");
+    const int64_t servers = c.get_int("ps.num_servers");
+    KILN_CHECK(servers == role_.num_servers, "resuming from ", c.path, ": it holds the shards of ", servers,
+               " servers, this job has ", role_.num_servers);
+    if (role_.index != 0) return;  // worker 0 sends the servers their state
+    std::vector<distributed::ps::ShardState> shards(static_cast<size_t>(servers));
+    for (int64_t k = 0; k < servers; ++k) {
+      const std::string prefix = "ps.shard." + std::to_string(k);
+      serialize::TensorMap tensors = c.tensor_section(prefix);
+      auto values = tensors.find("values");
+      KILN_CHECK(values != tensors.end(), "resuming from ", c.path, ": no ", prefix, ".values");
+      shards[k].values = values->second;
+      shards[k].optimizer.tensors = c.tensor_section(prefix + ".optimizer");
+      for (const auto& [key, text] : c.section(prefix + ".optimizer")) {
+        shards[k].optimizer.scalars[key] = c.get_double(prefix + ".optimizer." + key);
+      }
+    }
+    worker_->resume(std::move(shards));
   }
 
  private:
   distributed::Duration timeout_;
   distributed::RankInfo info_;
+  distributed::ps::Role role_;
+  distributed::ps::PSOptions ps_;
   std::shared_ptr<distributed::Store> store_;
-  std::shared_ptr<distributed::ProcessGroup> group_;
-  std::unique_ptr<distributed::DistributedDataParallel> ddp_;
-  std::unique_ptr<data::DataLoader> train_;
-  std::map<const data::DataLoader*, std::unique_ptr<data::DataLoader>> eval_;
+  std::unique_ptr<distributed::ps::Worker> worker_;
 };
 
 }  // namespace
 
 std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
   if (options.strategy == "ddp") return std::make_unique<DDPStrategy>(options);
+  if (options.strategy == "parameter_server") return std::make_unique<ParameterServerStrategy>(options);
   return std::make_unique<SingleStrategy>();
 }
 

@@ -4,10 +4,22 @@
 //   single  one process: every call below is a no-op, the user's loaders are used as they are.
 //   ddp     one process per rank, started by `kiln launch --nproc N` (or torchrun, mpirun, srun: the rank comes
 //           from the environment, kiln/distributed/env.h). Rank 0 serves a TCPStore at MASTER_ADDR:MASTER_PORT,
-//           the ranks form a "tcp" process group, and the module's gradients are averaged by
+//           the ranks form a process group (TrainerOptions::ddp_backend: "tcp", or "gloo"/"mpi" when built;
+//           mpi needs the ranks started by mpirun), and the module's gradients are averaged by
 //           DistributedDataParallel's overlapped buckets. Each rank trains on its own shard of the data (the
 //           Trainer puts a DistributedSampler under the loaders), epoch metrics are averaged over ranks, a stop
 //           on any rank stops them all at the same batch, and only rank 0 writes logs and checkpoints.
+//   parameter_server
+//           S servers and W workers, started by `kiln launch --servers S --workers W` (or any launcher, with
+//           KILN_PS_SERVERS or TrainerOptions::ps.servers saying how many of the ranks are servers: the first
+//           S). A server's fit() makes the module's optimizer, serves its shard of the parameters until every
+//           worker is done (kiln/distributed/ps/parameter_server.h), and returns. The workers train as ddp's
+//           ranks do (data shards, metrics averaged over workers, worker 0 writes logs and checkpoints), but
+//           instead of averaging gradients among themselves they push them to the servers and pull the new
+//           parameters. rank() and world_size() count the workers. A checkpoint holds every server's shard and
+//           optimizer state; a resume (same servers, same workers) sends them back to the servers.
+//           NOTE: gradient clipping applies to each worker's own gradient before the push when the optimizer
+//           runs on the servers (ddp clips the averaged gradient); with ps.optimizer "worker" it clips the mean.
 #pragma once
 
 #include <memory>
@@ -15,6 +27,7 @@
 #include <vector>
 
 #include "kiln/data/dataloader.h"
+#include "kiln/trainer/checkpoint.h"
 #include "kiln/trainer/train_module.h"
 
 namespace kiln::trainer {
@@ -31,6 +44,17 @@ class Strategy {
 
   // fit() starts: the module is on its device, its optimizers not made yet. Collective under ddp.
   virtual void setup(TrainModule& module) {}
+  // fit() has made the optimizers (before a resume restores them). Returns true when this process's part of
+  // the fit is over: a parameter server's server serves the workers' whole fit here.
+  virtual bool optimizers_ready(TrainModule& module, const std::vector<std::shared_ptr<optim::Optimizer>>& optimizers) {
+    return false;
+  }
+  // Whether this process serves rather than trains (a parameter server's server): it has no loops to run.
+  virtual bool is_server() const { return false; }
+  // fit()'s state is in place (restored, when resuming), right before the first loop (sanity validation).
+  virtual void fit_starting() {}
+  // fit() is over: `error` is "" when it succeeded, else what it failed with.
+  virtual void fit_ended(const std::string& error) {}
   // The loader the loops iterate: the user's, or one over this rank's shard of its dataset.
   virtual data::DataLoader& train_loader(data::DataLoader& user) { return user; }
   virtual data::DataLoader* eval_loader(data::DataLoader* user) { return user; }
@@ -43,6 +67,18 @@ class Strategy {
   // Right before the optimizers step: every gradient must be final (averaged over ranks under ddp).
   // `synced`: whether the last backward was a synchronizing one (false when a stop cut a window short).
   virtual void before_optimizer_step(TrainModule& module, bool synced) {}
+  // Steps `optimizer` in the strategy's own way and returns true (a parameter server's workers push and
+  // pull), or returns false for the Trainer to call optimizer.step().
+  virtual bool step_optimizer(optim::Optimizer& optimizer) { return false; }
+  // Whether every batch must end with the ranks agreeing to go on (a stop anywhere stops all at that batch):
+  // ranks in lockstep need it; a parameter server's asynchronous workers do not wait for each other, and
+  // stop mid-epoch only at max_steps (time limits and stop requests take effect at the epoch's end).
+  virtual bool agree_every_batch() const { return world_size() > 1; }
+
+  // Rank 0, building a checkpoint: adds what the strategy keeps (a parameter server's shards).
+  virtual void save_state(Checkpoint& checkpoint) {}
+  // Every rank, resuming (after the optimizers were restored).
+  virtual void load_state(const Checkpoint& checkpoint) {}
 
   // Sums `values` over ranks, in place (every rank calls it at the same point with as many values).
   virtual void all_reduce_sum(std::vector<double>& values) {}
@@ -59,7 +95,7 @@ class Strategy {
   virtual std::string broadcast_from_zero(const std::string& text) { return text; }
 };
 
-// The strategy the options name ("auto" and "single": one process; "ddp").
+// The strategy the options name ("auto" and "single": one process; "ddp"; "parameter_server").
 std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options);
 
 }  // namespace kiln::trainer

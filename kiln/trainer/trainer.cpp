@@ -65,8 +65,6 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   KILN_CHECK(o.strategy == "auto" || o.strategy == "single" || o.strategy == "ddp" ||
                  o.strategy == "parameter_server",
              "Trainer: strategy '", o.strategy, "': expected 'auto', 'single', 'ddp' or 'parameter_server'");
-  KILN_CHECK(o.strategy != "parameter_server", "Trainer: strategy 'parameter_server' is not built yet; use "
-             "'ddp' or 'single'");
   KILN_CHECK(o.process_group_timeout > 0, "Trainer: process_group_timeout = ", o.process_group_timeout,
              " s: expected > 0");
   KILN_CHECK(o.devices == 1, "Trainer: devices = ", o.devices,
@@ -312,6 +310,13 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     }
     optimizers_ = std::move(setup.optimizers);
     schedulers_ = std::move(setup.schedulers);
+    if (strategy_->optimizers_ready(module, optimizers_)) {
+      // A parameter server's server: it has served the workers' whole fit.
+      call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
+      train_loader_ = nullptr;
+      detach();
+      return;
+    }
 
     bool resumed = false;
     if (!ckpt_path.empty()) {
@@ -327,6 +332,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
         }
       }
     }
+    strategy_->fit_starting();
     if (!module.hparams().empty()) {
       for (auto& logger : loggers_) logger->log_hyperparams(module.hparams());
     }
@@ -358,10 +364,16 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
       call_hooks([&](Callback& c) { c.on_train_end(*this, module); });
       call_hooks([&](Callback& c) { c.on_fit_end(*this, module); });
     }
+    strategy_->fit_ended("");
     for (auto& logger : loggers_) logger->finalize("success");
     call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
   } catch (const std::exception& e) {
     sanity_checking_ = false;
+    try {
+      strategy_->fit_ended(e.what());
+    } catch (...) {
+      // Telling the other processes is best effort; the error below is what counts.
+    }
     notify_exception(e);
     for (auto& logger : loggers_) {
       try { logger->finalize("failed"); } catch (...) {}
@@ -382,6 +394,11 @@ bool Trainer::stop_requested() const {
 
 bool Trainer::agreed_stop() {
   if (strategy_->world_size() == 1) return stop_requested();
+  if (!strategy_->agree_every_batch()) {
+    // Ranks that do not meet every batch stop mid-epoch only where they all arrive at the same batch
+    // (max_steps); time limits and stop requests wait for the epoch's end, where train_loop agrees on them.
+    return options_.max_steps >= 0 && global_step_ >= options_.max_steps;
+  }
   // Every rank must leave the epoch at the same batch: a stop anywhere (a callback's, max_time's) stops all.
   std::vector<double> v{should_stop_ ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
   strategy_->all_reduce_sum(v);
@@ -400,8 +417,9 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
   for (;;) {
     if (options_.max_epochs >= 0 && epoch_ >= options_.max_epochs) break;
     if (options_.max_steps >= 0 && global_step_ >= options_.max_steps) break;
-    if (options_.max_time > 0 && elapsed_seconds() >= options_.max_time) break;
-    if (should_stop_ && epoch_ >= options_.min_epochs) break;
+    // The clock and stop requests may differ between ranks: all leave here together, or none does.
+    const bool out_of_time = options_.max_time > 0 && elapsed_seconds() >= options_.max_time;
+    if (strategy_->any(out_of_time || (should_stop_ && epoch_ >= options_.min_epochs))) break;
 
     epoch_finished_ = false;
     if (!resuming_mid_epoch) {
@@ -515,7 +533,7 @@ void Trainer::optimizer_step() {
         optim::clip_grad_value_(params, options_.gradient_clip_val);
       }
     }
-    opt->step();
+    if (!strategy_->step_optimizer(*opt)) opt->step();
     call_hooks([&](Callback& c) { c.on_before_zero_grad(*this, *module_, *opt); });
     opt->zero_grad();
   }

@@ -31,6 +31,14 @@
 
 namespace kiln::trainer {
 
+// The parameter server under strategy "parameter_server" (kiln/distributed/ps/parameter_server.h).
+struct ParameterServerOptions {
+  int servers = 0;             // how many of the job's ranks are servers (0: KILN_PS_SERVERS, set by kiln launch)
+  std::string mode = "sync";   // "sync", "async" or "ssp"
+  int staleness = 0;           // ssp: how far a worker may run ahead of the slowest, in steps
+  std::string optimizer = "server";  // where the optimizer steps: "server" or "worker" (sync only)
+};
+
 struct TrainerOptions {
   // Stop after this many epochs (-1: no epoch limit; with max_steps also -1, 1000 epochs as in Lightning) or
   // optimizer steps (-1: none). min_epochs holds off early stopping.
@@ -44,10 +52,13 @@ struct TrainerOptions {
   std::string accelerator = "auto";
   int devices = 1;
   // "auto" or "single": one process; "ddp": one process per rank, started by `kiln launch` (strategy.h);
-  // "parameter_server" is to come.
+  // "parameter_server": servers and workers, started by `kiln launch --servers S --workers W`.
   std::string strategy = "auto";
   // ddp: the deadline of every collective and of the rendezvous, in seconds.
   double process_group_timeout = 300;
+  // ddp: the process-group backend the ranks form ("tcp"; "gloo" and "mpi" when built, mpi under mpirun).
+  std::string ddp_backend = "tcp";
+  ParameterServerOptions ps;
   // "32"; "16-mixed" and "bf16-mixed" come with autocast.
   std::string precision = "32";
 

@@ -84,6 +84,7 @@ Checkpoint Trainer::build_checkpoint() {
   for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
     for (const auto& [k, v] : cb->checkpoint_state()) c.set("callbacks." + key + "." + k, v);
   }
+  strategy_->save_state(c);
   call_hooks([&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
   return c;
 }
@@ -154,6 +155,7 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
                                                               : train.state().seed;
   train.set_state({static_cast<uint64_t>(epoch_), batch_in_epoch_, loader_seed});
 
+  strategy_->load_state(c);
   for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
     cb->load_checkpoint_state(c.section("callbacks." + key));
   }

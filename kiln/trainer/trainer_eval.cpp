@@ -59,6 +59,8 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
   attach(module, stage);
   std::map<std::string, double> metrics;
   try {
+    KILN_CHECK(!strategy_->is_server(), "Trainer: this process is a parameter server's server, which only serves: ",
+               stage_name(stage), " runs on the workers");
     load_weights(module, ckpt_path);
     strategy_->setup(module);
     data::DataLoader& shard = *strategy_->eval_loader(&loader);  // this rank's part under ddp

@@ -1,5 +1,5 @@
-// DistributedDataParallel across real processes (tests/distributed/multiprocess.h), over the "tcp" group,
-// meeting through a FileStore. The oracle is one process training the same model on the whole batch, with no
+// DistributedDataParallel across real processes (tests/distributed/multiprocess.h), over the "tcp" group
+// (the equivalence tests over every forkable backend of the build: tcp, gloo), meeting through a FileStore. The oracle is one process training the same model on the whole batch, with no
 // communication at all: N ranks, each on its shard of the batch (mean-reduced loss, equal shards), must match
 // it. The bucket arithmetic (assign_buckets) is checked on its own, without processes.
 #include <gtest/gtest.h>
@@ -33,12 +33,24 @@ std::string store_path(const std::string& name) {
   return testing::TempDir() + "kiln_ddp_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
 }
 
-std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world) {
+std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world,
+                                         const std::string& backend = "tcp") {
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
   ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(20);
-  return new_group("tcp", store, rank, world, o);
+  return new_group(backend, store, rank, world, o);
 }
+
+// The backends of this build whose ranks can be forked processes (mpi's are mpirun's: mpi_process_group_test.cpp
+// runs its DDP check).
+std::vector<std::string> forkable_backends() {
+  std::vector<std::string> names;
+  for (const auto& name : backends())
+    if (name != "mpi" && name != "nccl") names.push_back(name);
+  return names;
+}
+
+class DDPOverBackend : public testing::TestWithParam<std::string> {};
 
 // Linear-ReLU-Linear, with an optional layer forward never uses (for find_unused_parameters), and an optional
 // different hidden size (for the construction check).
@@ -153,11 +165,11 @@ TEST(DDPBuckets, ReverseOrderFirstBucketSmallDtypesApart) {
 
 // N ranks on shards == one process on the batch: the averaged gradients of the first step and the parameters
 // after 5 SGD steps, on 2 and 3 ranks, overlap on and off.
-TEST(DDP, MatchesOneProcessOnTheWholeBatch) {
+TEST_P(DDPOverBackend, MatchesOneProcessOnTheWholeBatch) {
   for (int world : {2, 3}) {
     const std::string path = store_path("match" + std::to_string(world));
     auto results = run_ranks(world, [&](int rank) {
-      auto pg = make_group(path, rank, world);
+      auto pg = make_group(path, rank, world, GetParam());
       for (bool overlap : {true, false}) {
         auto model = make_mlp(7), grads_ref = make_mlp(7), ref = make_mlp(7);
         train_reference(*grads_ref, 1);  // (a fresh model whose .grad holds step 0's whole-batch gradients)
@@ -456,10 +468,10 @@ TEST(DDP, ConstructionAndForwardBroadcastFromRankZero) {
 
 // The same inputs twice give the same bits, and overlap on and off give the same bits (the same buffers and the
 // same collectives, only issued at other times), on every rank alike.
-TEST(DDP, DeterministicBitsOverlapOnAndOff) {
+TEST_P(DDPOverBackend, DeterministicBitsOverlapOnAndOff) {
   const std::string path = store_path("bits");
   auto results = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path, rank, 2);
+    auto pg = make_group(path, rank, 2, GetParam());
     std::vector<std::vector<Tensor>> finals;
     for (bool overlap : {true, true, false}) {
       auto model = make_mlp(11);
@@ -475,6 +487,9 @@ TEST(DDP, DeterministicBitsOverlapOnAndOff) {
   });
   expect_all_ok(results);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, DDPOverBackend, testing::ValuesIn(forkable_backends()),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace kiln::distributed

@@ -31,6 +31,7 @@
 #include "kiln/distributed/env.h"
 #include "kiln/distributed/launch.h"
 #include "kiln/tensor/error.h"
+#include "kiln/trainer/checkpoint.h"
 #include "tools/tools_test_util.h"
 
 namespace kiln::distributed {
@@ -307,6 +308,24 @@ TEST(LaunchCli, RunsTheCommandAfterTheDoubleDash) {
   EXPECT_TRUE(contains(r.out, "[rank 1] hi 1/2\n")) << r.out;
 }
 
+// --servers S --workers W: S + W ranks, the first S servers, each told S, and their lines named by role.
+TEST(LaunchCli, ServersAndWorkersOfAParameterServerJob) {
+  const auto r = tools::testing::run_kiln(
+      {"launch", "--servers", "2", "--workers", "3", "--", "sh", "-c", "echo \"$RANK/$WORLD_SIZE $KILN_PS_SERVERS\""});
+  EXPECT_EQ(r.status, 0) << r.err;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(contains(r.out, "[server " + std::to_string(k) + "] " + std::to_string(k) + "/5 2\n")) << r.out;
+  }
+  for (int w = 0; w < 3; ++w) {
+    EXPECT_TRUE(contains(r.out, "[worker " + std::to_string(w) + "] " + std::to_string(2 + w) + "/5 2\n")) << r.out;
+  }
+  EXPECT_TRUE(contains(r.err, "starting 2 servers and 3 workers")) << r.err;
+  using tools::testing::run_kiln;
+  EXPECT_EQ(run_kiln({"launch", "--servers", "2", "--", "true"}).status, 2);  // no --workers
+  EXPECT_EQ(run_kiln({"launch", "--servers", "1", "--workers", "1", "--nproc", "3", "--", "true"}).status, 2);
+  EXPECT_EQ(run_kiln({"launch", "--servers", "0", "--workers", "1", "--", "true"}).status, 2);
+}
+
 TEST(LaunchCli, ExitStatusAndUsageErrors) {
   using tools::testing::run_kiln;
   EXPECT_EQ(run_kiln({"launch", "--nproc", "2", "sh", "-c", "exit $((RANK * 4))"}).status, 4);
@@ -327,32 +346,68 @@ TEST(LaunchCli, ExitStatusAndUsageErrors) {
 // ---- the main job's command on two ranks ----
 
 #ifdef KILN_CLI_BINARY
-// `kiln launch --nproc 2 -- kiln train --set trainer.strategy=ddp` as a user runs it, on synthetic data: both
-// ranks train, rank 0 alone writes the run folder and reports the test accuracy, the launcher returns 0.
-TEST(LaunchCli, TheTrainerRunsDataParallelUnderKilnLaunch) {
-  const ScratchDir dir("ddp_train");
-  const std::string root = dir.path.string();
-  LaunchOptions o;
-  o.nproc = 2;
+// `kiln train` on synthetic data under the launcher, with `sets` added to the small run's settings: the
+// launcher's exit code and what the ranks printed (stdout, then stderr).
+struct TrainJob {
+  int code = 0;
+  std::string out, err;
+};
+TrainJob launch_train(LaunchOptions o, const std::string& root, const std::vector<std::string>& sets) {
   o.command = {KILN_CLI_BINARY, "train",
-               "--set", "trainer.strategy=ddp", "--set", "trainer.default_root_dir=" + root,
-               "--set", "trainer.max_epochs=2", "--set", "trainer.enable_progress_bar=false",
+               "--set", "trainer.default_root_dir=" + root, "--set", "trainer.enable_progress_bar=false",
                "--set", "model.name=mlp", "--set", "model.hidden=[32]",
                "--set", "data.name=synthetic", "--set", "data.num_samples=600", "--set", "data.num_features=8",
                "--set", "data.val_size=100", "--set", "data.batch_size=16", "--set", "data.num_classes=3",
                "--set", "optimizer.lr=0.01"};
+  o.command.insert(o.command.end(), sets.begin(), sets.end());
   std::FILE* out = std::tmpfile();
   std::FILE* err = std::tmpfile();
   o.out_fd = ::fileno(out);
   o.err_fd = ::fileno(err);
-  const int code = launch(o);
-  const std::string text = read_back(out), errors = read_back(err);
-  ASSERT_EQ(code, 0) << text << errors;
-  EXPECT_TRUE(contains(text, "[rank 0] final test accuracy")) << text;
-  EXPECT_FALSE(contains(text, "[rank 1] final test accuracy")) << text;
+  TrainJob job;
+  job.code = launch(o);
+  job.out = read_back(out);
+  job.err = read_back(err);
+  return job;
+}
+
+// `kiln launch --nproc 2 -- kiln train --set trainer.strategy=ddp` as a user runs it, on synthetic data: both
+// ranks train, rank 0 alone writes the run folder and reports the test accuracy, the launcher returns 0.
+TEST(LaunchCli, TheTrainerRunsDataParallelUnderKilnLaunch) {
+  const ScratchDir dir("ddp_train");
+  LaunchOptions o;
+  o.nproc = 2;
+  const TrainJob job = launch_train(o, dir.path.string(),
+                                    {"--set", "trainer.strategy=ddp", "--set", "trainer.max_epochs=2"});
+  ASSERT_EQ(job.code, 0) << job.out << job.err;
+  EXPECT_TRUE(contains(job.out, "[rank 0] final test accuracy")) << job.out;
+  EXPECT_FALSE(contains(job.out, "[rank 1] final test accuracy")) << job.out;
   EXPECT_TRUE(std::filesystem::exists(dir.path / "kiln" / "version_0" / "metrics.csv"));
   EXPECT_TRUE(std::filesystem::exists(dir.path / "kiln" / "version_0" / "checkpoints" / "last.ckpt"));
   EXPECT_FALSE(std::filesystem::exists(dir.path / "kiln" / "version_1"));
+}
+
+// `kiln launch --servers 1 --workers 2 -- kiln train --set trainer.strategy=parameter_server`, then the same
+// job resumed from its last checkpoint for one more epoch: worker 0 alone reports, the servers exit cleanly.
+TEST(LaunchCli, TheTrainerRunsOnAParameterServerUnderKilnLaunch) {
+  const ScratchDir dir("ps_train");
+  for (const std::string epochs : {"1", "2"}) {
+    LaunchOptions o;
+    o.nproc = 3;
+    o.servers = 1;
+    std::vector<std::string> sets{"--set", "trainer.strategy=parameter_server", "--set", "trainer.ps.mode=async",
+                                  "--set", "trainer.max_epochs=" + epochs};
+    if (epochs == "2") sets.insert(sets.end(), {"--ckpt", "last"});
+    const TrainJob job = launch_train(o, dir.path.string(), sets);
+    ASSERT_EQ(job.code, 0) << job.out << job.err;
+    EXPECT_TRUE(contains(job.out, "[worker 0] final test accuracy")) << job.out;
+    EXPECT_FALSE(contains(job.out, "[worker 1] final test accuracy")) << job.out;
+    EXPECT_FALSE(contains(job.out, "[server 0] final test accuracy")) << job.out;
+  }
+  const trainer::Checkpoint last =
+      trainer::load_checkpoint(dir.path / "kiln" / "version_0" / "checkpoints" / "last.ckpt");
+  EXPECT_EQ(last.get_int("trainer.epoch"), 2);
+  EXPECT_EQ(last.get_int("ps.num_servers"), 1);
 }
 #endif
 

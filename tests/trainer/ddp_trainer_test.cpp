@@ -2,14 +2,17 @@
 // variables `kiln launch` sets. Two ranks with batches of 4 each must train exactly what one process trains
 // with batches of 8 (the DistributedSampler deals examples 0, 2, 4, ... to rank 0 and 1, 3, 5, ... to rank 1,
 // so each global batch holds the same 8 examples), report the same epoch metrics, and leave one set of logs
-// and checkpoints, written by rank 0.
+// and checkpoints, written by rank 0. Under strategy "parameter_server" (sync), servers are forked ranks too and
+// the workers must train the same thing.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 
 #include "distributed/multiprocess.h"
 #include "kiln/distributed/launch.h"
+#include "kiln/distributed/process_group.h"
 #include "trainer/resume_net.h"
 #include "trainer/trainer_test_util.h"
 
@@ -53,53 +56,73 @@ std::vector<double> flat(const std::vector<std::vector<float>>& w) {
   return out;
 }
 
-TEST(TrainerDDP, TwoRanksTrainWhatOneProcessTrainsOnTheWholeBatch) {
-  TempDir dir;
-  // One process, batches of 8.
+// The oracle of the data-parallel tests: one process, batches of 8, 2 epochs.
+struct SingleRun {
+  std::vector<double> weights;
+  double val_loss = 0;
+};
+SingleRun train_single(const std::string& root) {
   manual_seed(3);
   Regressor single;
   auto train8 = loader(regression_data(32), 8);
   auto val8 = loader(regression_data(16, 9), 8);
-  trainer::TrainerOptions o = quiet(dir / "single");
+  trainer::TrainerOptions o = quiet(root);
   o.max_epochs = 2;
   trainer::Trainer t(o);
   t.fit(single, *train8, val8.get());
-  const std::vector<double> want = flat(weights_of(single));
-  const double want_val = t.callback_metrics().at("val/loss");
+  return {flat(weights_of(single)), t.callback_metrics().at("val/loss")};
+}
 
-  // Two ranks, batches of 4 each; rank 1 starts from other weights (DDP copies rank 0's).
-  const uint16_t port = distributed::find_free_port();
-  const std::string out = dir / "ddp";
-  const auto results = run_ranks(2, [&](int rank) {
-    set_rank_env(rank, 2, port);
-    manual_seed(rank == 0 ? 3 : 99);
-    Regressor m;
-    auto train4 = loader(regression_data(32), 4);
-    auto val4 = loader(regression_data(16, 9), 4);
-    trainer::TrainerOptions d = ddp_options(out);
-    d.logger = true;  // rank 0 only
-    trainer::Trainer tr(d);
-    tr.fit(m, *train4, val4.get());
-    rank_check(tr.global_step() == 8, "rank " + std::to_string(rank) + ": " + std::to_string(tr.global_step()) +
-                                          " steps, expected 8 (2 epochs of 4 global batches)");
-    write_numbers(out + "/weights." + std::to_string(rank), flat(weights_of(m)));
-    write_numbers(out + "/val." + std::to_string(rank), {tr.callback_metrics().at("val/loss")});
-  }, std::chrono::seconds(60));
-  expect_all_ok(results);
-
+// Ranks 0 and 1 (or workers 0 and 1) of a run under `out` wrote their weights and validation loss: both must be
+// the single process's (the epoch metric is the mean over every rank's examples).
+void expect_matches_single(const std::string& out, const SingleRun& want, const std::string& what) {
   for (int rank : {0, 1}) {
     const auto got = read_numbers(out + "/weights." + std::to_string(rank));
-    ASSERT_EQ(got.size(), want.size()) << "rank " << rank;
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << "rank " << rank << " weight " << i;
+    ASSERT_EQ(got.size(), want.weights.size()) << what << ", rank " << rank;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want.weights[i], 1e-5 * (1 + std::abs(want.weights[i])))
+          << what << ", rank " << rank << " weight " << i;
     }
-    // The epoch metric is the mean over every rank's examples: the single process's value.
-    EXPECT_NEAR(read_numbers(out + "/val." + std::to_string(rank)).at(0), want_val, 1e-5 * (1 + want_val));
+    EXPECT_NEAR(read_numbers(out + "/val." + std::to_string(rank)).at(0), want.val_loss, 1e-5 * (1 + want.val_loss))
+        << what << ", rank " << rank;
   }
-  // Rank 0 wrote the logs and the checkpoints; no rank wrote a second set.
-  EXPECT_TRUE(std::filesystem::exists(out + "/kiln/version_0/metrics.csv"));
-  EXPECT_FALSE(std::filesystem::exists(out + "/kiln/version_1"));
-  EXPECT_FALSE(std::filesystem::exists(out + "/checkpoints"));
+}
+
+TEST(TrainerDDP, TwoRanksTrainWhatOneProcessTrainsOnTheWholeBatch) {
+  TempDir dir;
+  const SingleRun want = train_single(dir / "single");
+
+  // Two ranks, batches of 4 each; rank 1 starts from other weights (DDP copies rank 0's). Over the tcp process
+  // group, and over gloo when this build has it (TrainerOptions::ddp_backend).
+  std::vector<std::string> backends{"tcp"};
+  for (const auto& name : distributed::backends())
+    if (name == "gloo") backends.push_back(name);
+  for (const std::string& backend : backends) {
+    const uint16_t port = distributed::find_free_port();
+    const std::string out = dir / ("ddp_" + backend);
+    const auto results = run_ranks(2, [&](int rank) {
+      set_rank_env(rank, 2, port);
+      manual_seed(rank == 0 ? 3 : 99);
+      Regressor m;
+      auto train4 = loader(regression_data(32), 4);
+      auto val4 = loader(regression_data(16, 9), 4);
+      trainer::TrainerOptions d = ddp_options(out);
+      d.logger = true;  // rank 0 only
+      d.ddp_backend = backend;
+      trainer::Trainer tr(d);
+      tr.fit(m, *train4, val4.get());
+      rank_check(tr.global_step() == 8, "rank " + std::to_string(rank) + ": " + std::to_string(tr.global_step()) +
+                                            " steps, expected 8 (2 epochs of 4 global batches)");
+      write_numbers(out + "/weights." + std::to_string(rank), flat(weights_of(m)));
+      write_numbers(out + "/val." + std::to_string(rank), {tr.callback_metrics().at("val/loss")});
+    }, std::chrono::seconds(60));
+    expect_all_ok(results);
+    expect_matches_single(out, want, backend);
+    // Rank 0 wrote the logs and the checkpoints; no rank wrote a second set.
+    EXPECT_TRUE(std::filesystem::exists(out + "/kiln/version_0/metrics.csv"));
+    EXPECT_FALSE(std::filesystem::exists(out + "/kiln/version_1"));
+    EXPECT_FALSE(std::filesystem::exists(out + "/checkpoints"));
+  }
 }
 
 TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
@@ -130,6 +153,40 @@ TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
 }
 
 
+// Throws "crash" after its at-th training batch (never when at < 0).
+struct CrashAt : trainer::Callback {
+  int64_t at = -1, seen = 0;
+  explicit CrashAt(int64_t batch) : at(batch) {}
+  std::string state_key() const override { return "CrashAt"; }
+  void on_train_batch_end(trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                          int64_t) override {
+    if (++seen == at) throw std::runtime_error("crash");
+  }
+};
+
+// One rank of a resumable run (ResumeNet, a checkpoint every step into <root>/last.ckpt) with the options
+// `configure` sets, crashing after batch crash_at; a training rank that finishes writes its weights to
+// "<out>.<rank>". A rank that crashed, or failed because another crashed, returns quietly.
+void resumable_rank(const ResumeRun& run, const std::string& root, int64_t crash_at, bool resume,
+                    const std::string& out, const std::function<void(trainer::TrainerOptions&)>& configure) {
+  manual_seed(42);
+  ResumeNet m;
+  auto train = resume_train_loader(run);
+  auto val = resume_val_loader();
+  trainer::TrainerOptions o = resume_options(root, run);
+  o.process_group_timeout = 30;
+  configure(o);
+  o.callbacks = {std::make_shared<SaveEveryStep>(root + "/last.ckpt"), std::make_shared<CrashAt>(crash_at)};
+  trainer::Trainer t(o);
+  try {
+    t.fit(m, *train, val.get(), resume ? root + "/last.ckpt" : "");
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find("crash") == std::string::npos) throw;
+    return;
+  }
+  if (!t.strategy().is_server()) write_numbers(out + "." + std::to_string(t.global_rank()), flat(weights_of(m)));
+}
+
 // A two-rank run that crashes (on both ranks, at the same batch) and resumes from rank 0's last checkpoint
 // ends with the weights of a two-rank run never stopped, bit for bit.
 TEST(TrainerDDP, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
@@ -139,32 +196,7 @@ TEST(TrainerDDP, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
     const uint16_t port = distributed::find_free_port();
     return run_ranks(2, [&](int rank) {
       set_rank_env(rank, 2, port);
-      manual_seed(42);
-      ResumeNet m;
-      auto train = resume_train_loader(run);
-      auto val = resume_val_loader();
-      trainer::TrainerOptions o = resume_options(root, run);
-      o.strategy = "ddp";
-      o.process_group_timeout = 30;
-      struct CrashAt : trainer::Callback {
-        int64_t at, seen = 0;
-        std::string state_key() const override { return "CrashAt"; }
-        void on_train_batch_end(trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&,
-                                int64_t) override {
-          if (++seen == at) throw std::runtime_error("crash");
-        }
-      };
-      auto crash = std::make_shared<CrashAt>();
-      crash->at = crash_at;
-      o.callbacks = {std::make_shared<SaveEveryStep>(root + "/last.ckpt"), crash};
-      trainer::Trainer t(o);
-      try {
-        t.fit(m, *train, val.get(), resume ? root + "/last.ckpt" : "");
-      } catch (const std::runtime_error& e) {
-        if (std::string(e.what()) != "crash") throw;
-        return;
-      }
-      write_numbers(out + "." + std::to_string(rank), flat(weights_of(m)));
+      resumable_rank(run, root, crash_at, resume, out, [](trainer::TrainerOptions& o) { o.strategy = "ddp"; });
     }, std::chrono::seconds(60));
   };
   expect_all_ok(fit(dir / "straight", -1, false, dir / "want"));
@@ -175,6 +207,91 @@ TEST(TrainerDDP, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
     const auto want = read_numbers(dir / ("want." + std::to_string(rank)));
     ASSERT_FALSE(want.empty());
     EXPECT_EQ(read_numbers(dir / ("got." + std::to_string(rank))), want) << "rank " << rank;
+  }
+}
+
+// ---- parameter_server ----
+
+trainer::TrainerOptions ps_options(const std::string& root, int servers, const std::string& placement) {
+  trainer::TrainerOptions o = ddp_options(root);
+  o.strategy = "parameter_server";
+  o.ps.servers = servers;
+  o.ps.optimizer = placement;
+  return o;
+}
+
+// S servers and 2 workers with batches of 4 train what one process trains with batches of 8, as DDP does.
+TEST(TrainerPS, SyncWorkersTrainWhatOneProcessTrainsOnTheWholeBatch) {
+  TempDir dir;
+  const SingleRun want = train_single(dir / "single");
+
+  for (const auto& [servers, placement] : std::vector<std::pair<int, std::string>>{{1, "server"}, {2, "server"},
+                                                                                   {2, "worker"}}) {
+    const std::string out = dir / ("ps_" + std::to_string(servers) + placement);
+    const uint16_t port = distributed::find_free_port();
+    const auto results = run_ranks(servers + 2, [&](int rank) {
+      set_rank_env(rank, servers + 2, port);
+      manual_seed(rank == servers ? 3 : 99);  // worker 0 has the single process's weights; the servers take them
+      Regressor m;
+      auto train4 = loader(regression_data(32), 4);
+      auto val4 = loader(regression_data(16, 9), 4);
+      trainer::TrainerOptions d = ps_options(out, servers, placement);
+      d.logger = true;  // worker 0 only
+      trainer::Trainer tr(d);
+      tr.fit(m, *train4, val4.get());
+      if (tr.strategy().is_server()) return;
+      rank_check(tr.global_step() == 8, "worker " + std::to_string(tr.global_rank()) + ": " +
+                                            std::to_string(tr.global_step()) + " steps, expected 8");
+      write_numbers(out + "/weights." + std::to_string(tr.global_rank()), flat(weights_of(m)));
+      write_numbers(out + "/val." + std::to_string(tr.global_rank()), {tr.callback_metrics().at("val/loss")});
+    }, std::chrono::seconds(60));
+    expect_all_ok(results);
+    expect_matches_single(out, want, out);
+    EXPECT_TRUE(std::filesystem::exists(out + "/kiln/version_0/metrics.csv"));
+    EXPECT_FALSE(std::filesystem::exists(out + "/kiln/version_1"));
+  }
+}
+
+// Workers that crash mid-epoch (the servers fail too, naming the crash) and a new job resumed from worker 0's
+// last checkpoint, which carries both servers' shards and Adam's state on them (or, with the optimizer on the
+// workers, the workers' own): the weights of a job never stopped, bit for bit.
+void resume_after_crash_on_a_parameter_server(const std::string& placement) {
+  TempDir dir;
+  const ResumeRun run{.epochs = 2, .workers = 0};
+  constexpr int kServers = 2, kWorld = 4;
+  auto fit = [&](const std::string& root, int64_t crash_at, bool resume, const std::string& out) {
+    const uint16_t port = distributed::find_free_port();
+    return run_ranks(kWorld, [&](int rank) {
+      set_rank_env(rank, kWorld, port);
+      resumable_rank(run, root, crash_at, resume, out, [&](trainer::TrainerOptions& o) {
+        o.strategy = "parameter_server";
+        o.ps.servers = kServers;
+        o.ps.optimizer = placement;
+      });
+    }, std::chrono::seconds(90));
+  };
+  expect_all_ok(fit(dir / "straight", -1, false, dir / "want"));
+  expect_all_ok(fit(dir / "stopped", 9, false, dir / "never"));
+  ASSERT_TRUE(std::filesystem::exists(dir / "stopped/last.ckpt"));
+  const trainer::Checkpoint ckpt = trainer::load_checkpoint(dir / "stopped/last.ckpt");
+  if (placement == "server") {
+    EXPECT_EQ(ckpt.get_int("ps.num_servers"), kServers);
+    EXPECT_TRUE(ckpt.tensors.count("ps.shard.1.values"));
+  } else {
+    EXPECT_FALSE(ckpt.has("ps.num_servers"));
+  }
+  expect_all_ok(fit(dir / "stopped", -1, true, dir / "got"));
+  for (int worker : {0, 1}) {
+    const auto want = read_numbers(dir / ("want." + std::to_string(worker)));
+    ASSERT_FALSE(want.empty());
+    EXPECT_EQ(read_numbers(dir / ("got." + std::to_string(worker))), want) << placement << ", worker " << worker;
+  }
+}
+
+TEST(TrainerPS, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
+  for (const std::string placement : {"server", "worker"}) {
+    SCOPED_TRACE("optimizer on the " + placement + "s");
+    resume_after_crash_on_a_parameter_server(placement);
   }
 }
 

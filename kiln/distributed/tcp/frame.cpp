@@ -65,6 +65,14 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::ReduceScatter: return "reduce_scatter";
     case OpKind::Barrier: return "barrier";
     case OpKind::SendRecv: return "send/recv";
+    case OpKind::PsInit: return "ps init";
+    case OpKind::PsPull: return "ps pull";
+    case OpKind::PsOptions: return "ps optimizer options";
+    case OpKind::PsPush: return "ps push";
+    case OpKind::PsFetch: return "ps fetch";
+    case OpKind::PsDone: return "ps done";
+    case OpKind::PsReply: return "ps reply";
+    case OpKind::PsState: return "ps optimizer state";
   }
   return "?";
 }

@@ -43,7 +43,11 @@ Handshake make_handshake(uint64_t job_id, int from, int to, int world_size, cons
 // on the accepting side); a kiln::Error naming both ranks and the field that differs.
 void check_handshake(const Handshake& got, const Handshake& mine, int me, int expected_from);
 
-enum class OpKind : uint8_t { Allreduce, Broadcast, Reduce, Allgather, ReduceScatter, Barrier, SendRecv };
+// The collectives, then the parameter server's messages (kiln/distributed/ps), which use the same frames.
+enum class OpKind : uint8_t {
+  Allreduce, Broadcast, Reduce, Allgather, ReduceScatter, Barrier, SendRecv,
+  PsInit, PsPull, PsOptions, PsPush, PsFetch, PsDone, PsReply, PsState
+};
 const char* op_kind_name(OpKind kind);
 // Whether messages of this kind carry a reduce op (allreduce, reduce, reduce_scatter).
 bool op_kind_reduces(OpKind kind);

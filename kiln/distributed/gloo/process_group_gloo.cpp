@@ -1,0 +1,237 @@
+// ProcessGroupGloo: kiln's store as Gloo's rendezvous, the mesh, and each op as Gloo calls. See the header.
+#include "kiln/distributed/gloo/process_group_gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kiln/distributed/tcp/reduce_kernels.h"
+#include "kiln/tensor/error.h"
+
+namespace kiln::distributed::gloo_backend {
+
+namespace {
+
+// Gloo's rendezvous store over kiln's: every key under `prefix`, every wait bounded by the group's timeout
+// (kiln's get alone would wait for the store's own, usually longer).
+class StoreAdapter : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<distributed::Store> store, std::string prefix, Duration timeout)
+      : store_(std::move(store)), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(prefix_ + key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    store_->wait({prefix_ + key}, timeout_);
+    const Bytes b = store_->get(prefix_ + key);
+    return {b.begin(), b.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const auto& k : keys) prefixed.push_back(prefix_ + k);
+    store_->wait(prefixed, timeout);
+  }
+
+ private:
+  std::shared_ptr<distributed::Store> store_;
+  std::string prefix_;
+  Duration timeout_;
+};
+
+// Point-to-point slots: the collectives use prefixes 0x01-0x08 (gloo/types.h); a tag gets a slot of its own.
+constexpr uint8_t kSendRecvSlotPrefix = 0x40;
+
+// Gloo's options take typed pointers; only the element width matters to it (the reduction is ours), so a
+// tensor goes in as unsigned integers of its dtype's size. set(ptr, count) is called with the typed pointer.
+template <typename Set>
+void with_element_width(DType dtype, void* data, size_t count, Set&& set) {
+  switch (dtype_size(dtype)) {
+    case 1: set(static_cast<uint8_t*>(data), count); return;
+    case 2: set(static_cast<uint16_t*>(data), count); return;
+    case 4: set(static_cast<uint32_t*>(data), count); return;
+    case 8: set(static_cast<uint64_t*>(data), count); return;
+  }
+  KILN_CHECK(false, "gloo: ", dtype_name(dtype), " has an element size Gloo cannot carry");
+}
+
+// out = a (op) b over n elements: the tcp backend's combine, so both backends reduce alike.
+std::function<void(void*, const void*, const void*, size_t)> reduce_function(DType dtype, ReduceOp op) {
+  return [dtype, op](void* out, const void* a, const void* b, size_t n) {
+    tcp::combine(out, a, b, static_cast<int64_t>(n), dtype, op);
+  };
+}
+
+// In-place allreduce of `count` elements at `data` (count > 0); avg divides afterwards.
+void allreduce_in_place(const std::shared_ptr<::gloo::Context>& context, void* data, int64_t count, DType dtype,
+                        ReduceOp op, Duration timeout, int size) {
+  ::gloo::AllreduceOptions o(context);
+  with_element_width(dtype, data, static_cast<size_t>(count), [&](auto* p, size_t n) { o.setOutput(p, n); });
+  o.setReduceFunction(reduce_function(dtype, op));
+  o.setTimeout(timeout);
+  ::gloo::allreduce(o);
+  if (op == ReduceOp::Avg) tcp::divide_by(data, count, dtype, size);
+}
+
+}  // namespace
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
+    : ProcessGroup(rank, size), options_(std::move(options)) {
+  KILN_CHECK(store != nullptr, "ProcessGroupGloo: no store");
+  KILN_CHECK(!options_.name.empty(), "ProcessGroupGloo: the group needs a name");
+  KILN_CHECK(options_.timeout.count() > 0, "ProcessGroupGloo: timeout must be positive, got ",
+             options_.timeout.count(), " ms");
+  // The n-th group of this name on this rank meets the n-th on the others, under keys of its own.
+  const int64_t incarnation = store->add(options_.name + "/gloo/rank" + std::to_string(rank) + "/made", 1);
+  StoreAdapter adapter(store, options_.name + "/gloo/" + std::to_string(incarnation) + "/", options_.timeout);
+  try {
+    ::gloo::transport::tcp::attr attr(options_.host.c_str());
+    auto device = ::gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(options_.timeout);
+    context->connectFullMesh(adapter, device);
+    context_ = std::move(context);
+  } catch (const std::exception& e) {
+    KILN_CHECK(false, "ProcessGroupGloo: rank ", rank, " of ", size, " could not connect group '", options_.name,
+               "' on ", options_.host, ": ", e.what());
+  }
+  worker_ = std::make_unique<OpWorker>("gloo", rank);
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() { worker_->stop(); }
+
+std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
+  check_cpu_tensor(tensor, "gloo", "allreduce");
+  tcp::check_reduce_op(op, tensor.dtype(), "allreduce");
+  return worker_->enqueue("allreduce", "", "", [this, tensor, op](const std::string&) -> Completion {
+    if (tensor.numel() > 0)
+      allreduce_in_place(context_, tensor.raw_data_ptr(), tensor.numel(), tensor.dtype(), op, options_.timeout, size_);
+    return {};
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::broadcast(Tensor tensor, int root) {
+  check_cpu_tensor(tensor, "gloo", "broadcast");
+  check_peer_rank(root, size_, "broadcast");
+  return worker_->enqueue("broadcast", "", " from rank " + std::to_string(root),
+                          [this, tensor, root](const std::string&) -> Completion {
+                            if (tensor.nbytes() == 0) return {};
+                            ::gloo::BroadcastOptions o(context_);
+                            o.setOutput(static_cast<uint8_t*>(tensor.raw_data_ptr()), tensor.nbytes());
+                            o.setRoot(root);
+                            o.setTimeout(options_.timeout);
+                            ::gloo::broadcast(o);
+                            return {};
+                          });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::reduce(Tensor tensor, int root, ReduceOp op) {
+  check_cpu_tensor(tensor, "gloo", "reduce");
+  check_peer_rank(root, size_, "reduce");
+  tcp::check_reduce_op(op, tensor.dtype(), "reduce");
+  return worker_->enqueue("reduce", "", " to rank " + std::to_string(root),
+                          [this, tensor, root, op](const std::string&) -> Completion {
+    if (tensor.numel() == 0) return {};
+    // Gloo's reduce works in its output buffer on every rank: a scratch one, so the others' tensors stay.
+    std::vector<uint8_t> result(tensor.nbytes());
+    ::gloo::ReduceOptions o(context_);
+    const size_t n = static_cast<size_t>(tensor.numel());
+    with_element_width(tensor.dtype(), tensor.raw_data_ptr(), n, [&](auto* p, size_t k) { o.setInput(p, k); });
+    with_element_width(tensor.dtype(), result.data(), n, [&](auto* p, size_t k) { o.setOutput(p, k); });
+    o.setRoot(root);
+    o.setReduceFunction(reduce_function(tensor.dtype(), op));
+    o.setTimeout(options_.timeout);
+    ::gloo::reduce(o);
+    if (rank_ == root) {
+      std::memcpy(tensor.raw_data_ptr(), result.data(), result.size());
+      if (op == ReduceOp::Avg) tcp::divide_by(tensor.raw_data_ptr(), tensor.numel(), tensor.dtype(), size_);
+    }
+    return {};
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::allgather(std::vector<Tensor> outputs, Tensor input) {
+  check_cpu_tensor(input, "gloo", "allgather");
+  check_tensor_list(outputs, input, size_, "gloo", "allgather", "output");
+  return worker_->enqueue("allgather", "", "", [this, outputs, input](const std::string&) -> Completion {
+    const size_t bytes = input.nbytes();
+    if (bytes == 0) return {};
+    std::vector<uint8_t> all(bytes * static_cast<size_t>(size_));
+    ::gloo::AllgatherOptions o(context_);
+    o.setInput(static_cast<uint8_t*>(input.raw_data_ptr()), bytes);
+    o.setOutput(all.data(), all.size());
+    o.setTimeout(options_.timeout);
+    ::gloo::allgather(o);
+    for (int r = 0; r < size_; ++r) std::memcpy(outputs[r].raw_data_ptr(), all.data() + r * bytes, bytes);
+    return {};
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) {
+  check_cpu_tensor(output, "gloo", "reduce_scatter");
+  tcp::check_reduce_op(op, output.dtype(), "reduce_scatter");
+  check_tensor_list(inputs, output, size_, "gloo", "reduce_scatter", "input");
+  return worker_->enqueue("reduce_scatter", "", "", [this, output, inputs, op](const std::string&) -> Completion {
+    const size_t bytes = output.nbytes();
+    if (bytes == 0) return {};
+    // No public reduce-scatter in Gloo: allreduce all the blocks, keep this rank's.
+    std::vector<uint8_t> all(bytes * static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) std::memcpy(all.data() + r * bytes, inputs[r].raw_data_ptr(), bytes);
+    allreduce_in_place(context_, all.data(), output.numel() * size_, output.dtype(), op, options_.timeout, size_);
+    std::memcpy(output.raw_data_ptr(), all.data() + rank_ * bytes, bytes);
+    return {};
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::barrier() {
+  return worker_->enqueue("barrier", "", "", [this](const std::string&) -> Completion {
+    ::gloo::BarrierOptions o(context_);
+    o.setTimeout(options_.timeout);
+    ::gloo::barrier(o);
+    return {};
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::send(Tensor tensor, int dst, int tag) {
+  check_cpu_tensor(tensor, "gloo", "send");
+  check_peer_rank(dst, size_, "send");
+  KILN_CHECK(dst != rank_, "send: rank ", rank_, " cannot send to itself");
+  const std::string suffix = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
+  return worker_->enqueue("send", "send " + std::to_string(dst), suffix,
+                          [this, tensor, dst, tag](const std::string&) -> Completion {
+    if (tensor.nbytes() == 0) return {};
+    // Posted here, in issue order; waited for on the completion thread (see op_worker.h).
+    std::shared_ptr<::gloo::transport::UnboundBuffer> buffer =
+        context_->createUnboundBuffer(tensor.raw_data_ptr(), tensor.nbytes());
+    buffer->send(dst, ::gloo::Slot::build(kSendRecvSlotPrefix, static_cast<uint32_t>(tag)));
+    const Duration timeout = options_.timeout;
+    return [buffer, tensor, timeout] { KILN_CHECK(buffer->waitSend(timeout), "Gloo aborted the send"); };
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::recv(Tensor tensor, int src, int tag) {
+  check_cpu_tensor(tensor, "gloo", "recv");
+  check_peer_rank(src, size_, "recv");
+  KILN_CHECK(src != rank_, "recv: rank ", rank_, " cannot receive from itself");
+  const std::string suffix = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+  return worker_->enqueue("recv", "recv " + std::to_string(src), suffix,
+                          [this, tensor, src, tag](const std::string&) -> Completion {
+    if (tensor.nbytes() == 0) return {};
+    auto buffer = context_->createUnboundBuffer(tensor.raw_data_ptr(), tensor.nbytes());
+    buffer->recv(src, ::gloo::Slot::build(kSendRecvSlotPrefix, static_cast<uint32_t>(tag)));
+    KILN_CHECK(buffer->waitRecv(options_.timeout), "Gloo aborted the recv");
+    return {};
+  });
+}
+
+}  // namespace kiln::distributed::gloo_backend

@@ -1,0 +1,175 @@
+// OpWorker: the queue, its two threads and the Work they complete. See the header.
+#include "kiln/distributed/op_worker.h"
+
+#include "kiln/tensor/error.h"
+
+namespace kiln::distributed {
+
+namespace {
+
+// A Work completed by the worker or the completer. A failure is kept as its message and wait() throws a fresh
+// kiln::Error from it in the waiting thread: no exception object crosses threads.
+class QueuedWork : public Work {
+ public:
+  explicit QueuedWork(std::string name) : name_(std::move(name)) {}
+
+  void wait(std::optional<Duration> timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout) {
+      KILN_CHECK(cv_.wait_for(lock, *timeout, [&] { return done_; }), "wait: ", name_, " is still running after ",
+                 timeout->count(), " ms (the op itself goes on until its own deadline)");
+    } else {
+      cv_.wait(lock, [&] { return done_; });
+    }
+    if (failed_) detail::throw_error(error_);
+  }
+
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+
+  void complete(bool failed, std::string error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true, failed_ = failed, error_ = std::move(error);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::string name_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false, failed_ = false;
+  std::string error_;
+};
+
+}  // namespace
+
+void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::string& what) {
+  KILN_CHECK(t.defined(), what, ": the tensor is undefined");
+  KILN_CHECK(t.device().is_cpu(), what, ": the ", backend, " backend needs CPU tensors, got one on ", t.device().str());
+  KILN_CHECK(t.is_contiguous(), what, ": the tensor must be contiguous (call .contiguous() first)");
+}
+
+void check_peer_rank(int r, int size, const std::string& what) {
+  KILN_CHECK(r >= 0 && r < size, what, ": rank ", r, " is not in a group of size ", size);
+}
+
+void check_tensor_list(const std::vector<Tensor>& tensors, const Tensor& like, int size, const std::string& backend,
+                       const std::string& what, const std::string& role) {
+  KILN_CHECK(static_cast<int>(tensors.size()) == size, what, ": expected ", size, " ", role,
+             " tensors (one per rank), got ", tensors.size());
+  for (size_t r = 0; r < tensors.size(); ++r) {
+    check_cpu_tensor(tensors[r], backend, what + " " + role + " " + std::to_string(r));
+    KILN_CHECK(tensors[r].dtype() == like.dtype() && tensors[r].numel() == like.numel(), what, ": ", role, " ", r,
+               " has ", tensors[r].numel(), " ", dtype_name(tensors[r].dtype()), " but the ",
+               role == "output" ? "input" : "output", " has ", like.numel(), " ", dtype_name(like.dtype()));
+  }
+}
+
+struct OpWorker::Task {
+  std::string name;
+  std::function<Completion(const std::string&)> body;
+  Completion completion;
+  std::shared_ptr<QueuedWork> work;
+};
+
+OpWorker::OpWorker(std::string backend, int rank) : backend_(std::move(backend)), rank_(rank) {
+  worker_ = std::thread([this] { run_worker(); });
+  completer_ = std::thread([this] { run_completer(); });
+}
+
+OpWorker::~OpWorker() { stop(); }
+
+void OpWorker::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (completer_.joinable()) completer_.join();
+}
+
+std::shared_ptr<Work> OpWorker::enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
+                                        std::function<Completion(const std::string&)> body) {
+  std::shared_ptr<QueuedWork> work;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string name = op + " #" + std::to_string(seq_[stream]++) + suffix;
+    KILN_CHECK(!stop_, backend_, " ", name, ": rank ", rank_, ": the process group is shutting down");
+    work = std::make_shared<QueuedWork>(name);
+    ops_.push_back(std::make_unique<Task>(Task{std::move(name), std::move(body), {}, work}));
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void OpWorker::fail(Task& task, const std::string& what) {
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.empty()) {
+      message = backend_ + " " + task.name + ": rank " + std::to_string(rank_) + ": " + what;
+      failure_ = message;
+    } else {
+      message = backend_ + " " + task.name + ": rank " + std::to_string(rank_) +
+                ": the group failed earlier (a failed " + backend_ + " group is not usable again): " + failure_;
+    }
+  }
+  task.work->complete(true, message);
+}
+
+void OpWorker::run_worker() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+    if (ops_.empty()) break;  // stopping, and nothing left
+    std::unique_ptr<Task> task = std::move(ops_.front());
+    ops_.pop_front();
+    const bool failed_before = !failure_.empty();
+    lock.unlock();
+    if (failed_before) {
+      fail(*task, "");
+    } else {
+      try {
+        task->completion = task->body(task->name);
+        task->body = nullptr;  // its captured tensors, released now
+        if (!task->completion) task->work->complete(false, {});
+      } catch (const std::exception& e) {
+        task->completion = nullptr;
+        fail(*task, e.what());
+      }
+    }
+    lock.lock();
+    if (task->completion) {
+      completions_.push_back(std::move(task));
+      cv_.notify_all();
+    }
+  }
+  worker_done_ = true;
+  cv_.notify_all();
+}
+
+void OpWorker::run_completer() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return worker_done_ || !completions_.empty(); });
+    if (completions_.empty()) return;  // the worker is done, and so is every completion
+    std::unique_ptr<Task> task = std::move(completions_.front());
+    completions_.pop_front();
+    lock.unlock();
+    try {
+      task->completion();
+      task->work->complete(false, {});
+    } catch (const std::exception& e) {
+      fail(*task, e.what());
+    }
+    task.reset();
+    lock.lock();
+  }
+}
+
+}  // namespace kiln::distributed

@@ -1,0 +1,80 @@
+// OpWorker: the op queue and threads of a process group built on another engine (mpi, gloo).
+//
+// A group checks an op's arguments on the caller's thread, then hands its body here; the worker thread runs
+// the bodies one at a time, in issue order, and each call gets a Work at once. A body either finishes its op
+// (a collective: the engine's call returns when it is done) or posts it and returns a Completion, the part
+// that waits for it (a send: waiting on the worker would hold up the recv behind it that the peer's send
+// needs; two ranks that send to each other before receiving would wait on each other forever). Completions
+// run on a second thread, in issue order too.
+//
+// Failure: a body or completion that throws fails its Work with "<op> #<seq>: rank R: <what>". The engines
+// cannot tell which later op is still safe after a failure (a collective that timed out may still be running
+// in MPI, a gloo pair that saw an error is closed), so the first failure sticks: every later op of the group
+// fails at once, naming it. A group that failed is not usable again.
+//
+// The simpler sibling of tcp's queue (tcp/process_group_tcp.cpp), which also runs ops on waiting callers'
+// threads: the engines here have their own threads and locks, so the op runs on the worker alone.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kiln/distributed/process_group.h"
+
+namespace kiln::distributed {
+
+// The waiting half of an op that a body posted (empty: the body finished the op itself).
+using Completion = std::function<void()>;
+
+// Argument checks every queued backend makes on the caller's thread, naming the backend and the op.
+void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::string& what);
+void check_peer_rank(int r, int size, const std::string& what);
+// tensors: size() tensors each with the dtype and element count of `like` (allgather's outputs, reduce_scatter's
+// inputs); `role` names them ("output", "input").
+void check_tensor_list(const std::vector<Tensor>& tensors, const Tensor& like, int size, const std::string& backend,
+                       const std::string& what, const std::string& role);
+
+class OpWorker {
+ public:
+  // `backend` and `rank` name this group in errors.
+  OpWorker(std::string backend, int rank);
+  // Runs what is queued (each op bounded by its own deadline), then joins the threads.
+  ~OpWorker();
+  OpWorker(const OpWorker&) = delete;
+  OpWorker& operator=(const OpWorker&) = delete;
+
+  // Queues `body` as "<op> #<seq><suffix>". Sequence numbers count per `stream` in issue order: "" for the
+  // collectives, e.g. "send 3" for the sends to rank 3 (point to point is matched per peer, not by the
+  // group's collectives). `body` receives the op's full name (for its own error messages).
+  std::shared_ptr<Work> enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
+                                std::function<Completion(const std::string& name)> body);
+
+  // Runs everything queued and joins the threads; later enqueues are errors. The group calls this before it
+  // tears down what the bodies use. Idempotent.
+  void stop();
+
+ private:
+  struct Task;
+  void run_worker();
+  void run_completer();
+  // Fails `task` (or, with a first failure, records it) and returns the message.
+  void fail(Task& task, const std::string& what);
+
+  std::string backend_;
+  int rank_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Task>> ops_, completions_;
+  bool stop_ = false, worker_done_ = false;
+  std::map<std::string, uint64_t> seq_;  // per stream
+  std::string failure_;                  // the first failure's message
+  std::thread worker_, completer_;
+};
+
+}  // namespace kiln::distributed

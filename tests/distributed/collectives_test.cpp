@@ -1,0 +1,175 @@
+// The checks every process-group backend shares (collective_checks.h), run over each backend of this build
+// whose ranks can be forked processes meeting through a FileStore ("tcp", and "gloo" when built; "mpi" needs
+// mpirun: mpi_process_group_test.cpp), and the same inputs through two backends giving the same results.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "distributed/collective_checks.h"
+#include "distributed/multiprocess.h"
+#include "kiln/distributed/process_group.h"
+#include "kiln/tensor/factories.h"
+
+namespace kiln::distributed {
+namespace {
+
+using kiln::test::rank_check;
+using kiln::test::run_ranks;
+
+// The backends of this build that run in forked processes: all but mpi (its ranks are mpirun's) and nccl (GPUs).
+std::vector<std::string> forkable_backends() {
+  std::vector<std::string> names;
+  for (const auto& name : backends())
+    if (name != "mpi" && name != "nccl") names.push_back(name);
+  return names;
+}
+
+bool has_backend(const std::string& name) {
+  const auto names = backends();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string store_path(const std::string& name) {
+  static int counter = 0;
+  return testing::TempDir() + "kiln_coll_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+}
+
+std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const std::string& path, int rank, int world,
+                                         const std::string& name = "default") {
+  auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(20);
+  o.name = name;
+  return new_group(backend, store, rank, world, o);
+}
+
+class Collectives : public testing::TestWithParam<std::string> {};
+
+TEST_P(Collectives, WorldOfOneAndArgumentChecks) {
+  const std::string backend = GetParam(), path = store_path(backend + "_one");
+  auto results = run_ranks(1, [&](int rank) {
+    auto pg = make_group(backend, path, rank, 1);
+    rank_check(pg->backend() == backend, "the backend's name");
+    kiln::test::check_world_of_one_and_argument_errors(*pg);
+  }, std::chrono::seconds(20));
+  kiln::test::expect_all_ok(results);
+}
+
+// Worlds 1..8: every op and core dtype on the counts around the world size.
+TEST_P(Collectives, AllreduceMatchesReferenceInWorldsOneToEight) {
+  const std::string backend = GetParam();
+  for (int world = 1; world <= 8; ++world) {
+    const std::string path = store_path(backend + "_allreduce" + std::to_string(world));
+    auto results = run_ranks(world, [&](int rank) {
+      auto pg = make_group(backend, path, rank, world);
+      kiln::test::check_allreduce_sweep(*pg);
+    }, std::chrono::seconds(60));
+    for (const auto& r : results) ASSERT_TRUE(r.ok()) << backend << ", world " << world << ": " << r.describe();
+  }
+}
+
+TEST_P(Collectives, AllreduceSixteenBitFloatsBytesAndBools) {
+  const std::string backend = GetParam(), path = store_path(backend + "_narrow");
+  auto results = run_ranks(5, [&](int rank) {
+    auto pg = make_group(backend, path, rank, 5);
+    kiln::test::check_allreduce_narrow_dtypes(*pg, true);
+    kiln::test::check_allreduce(*pg, kFloat32, (int64_t{1} << 18) + 3, ReduceOp::Sum);
+  }, std::chrono::seconds(60));
+  kiln::test::expect_all_ok(results);
+}
+
+TEST_P(Collectives, OtherCollectivesMatchReferences) {
+  const std::string backend = GetParam();
+  for (int world : {1, 2, 3, 4, 7, 8}) {
+    const std::string path = store_path(backend + "_others" + std::to_string(world));
+    auto results = run_ranks(world, [&](int rank) {
+      auto pg = make_group(backend, path, rank, world);
+      kiln::test::check_other_collectives(*pg);
+    }, std::chrono::seconds(60));
+    for (const auto& r : results) ASSERT_TRUE(r.ok()) << backend << ", world " << world << ": " << r.describe();
+  }
+}
+
+// Two groups with ops issued back to back without waiting, interleaved: each group keeps its own order.
+TEST_P(Collectives, TwoGroupsInterleaved) {
+  const std::string backend = GetParam(), path = store_path(backend + "_two_groups");
+  auto results = run_ranks(4, [&](int rank) {
+    auto a = make_group(backend, path, rank, 4, "a");
+    auto b = make_group(backend, path, rank, 4, "b");
+    std::vector<Tensor> ta, tb;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < 6; ++i) {
+      ta.push_back(full({300 + i}, static_cast<double>(rank + i), kFloat64));
+      tb.push_back(full({5000 + i}, static_cast<double>(2 * rank - i), kFloat64));
+      works.push_back(a->allreduce(ta.back()));
+      works.push_back(b->allreduce(tb.back(), ReduceOp::Max));
+    }
+    for (auto& w : works) w->wait();
+    for (int i = 0; i < 6; ++i) {
+      rank_check(ta[i].to_vector<double>() == std::vector<double>(300 + i, 6.0 + 4 * i), "group a, op " + std::to_string(i));
+      rank_check(tb[i].to_vector<double>() == std::vector<double>(5000 + i, 6.0 - i), "group b, op " + std::to_string(i));
+    }
+  }, std::chrono::seconds(30));
+  kiln::test::expect_all_ok(results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Collectives, testing::ValuesIn(forkable_backends()),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The same inputs through tcp and gloo, in the same processes: the same results (integers exactly, floats
+// within rounding), worlds 2, 3 and 4.
+TEST(CrossBackend, TcpAndGlooGiveTheSameResults) {
+  if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
+  for (int world : {2, 3, 4}) {
+    const std::string path = store_path("cross" + std::to_string(world));
+    auto results = run_ranks(world, [&](int rank) {
+      auto tcp = make_group("tcp", path, rank, world, "cross_tcp");
+      auto gloo = make_group("gloo", path, rank, world, "cross_gloo");
+      kiln::test::compare_results(kiln::test::collective_results(*tcp), kiln::test::collective_results(*gloo),
+                                  "tcp against gloo, world " + std::to_string(world), world);
+    }, std::chrono::seconds(60));
+    for (const auto& r : results) ASSERT_TRUE(r.ok()) << "world " << world << ": " << r.describe();
+  }
+}
+
+// A gloo op that runs past its deadline (its peer never calls it) fails naming the backend, op, sequence
+// number and rank, and the group fails every later op at once.
+TEST(CrossBackend, GlooTimeoutNamesTheOpAndStaysFailed) {
+  if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
+  const std::string path = store_path("gloo_timeout");
+  auto results = run_ranks(2, [&](int rank) {
+    auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
+    ProcessGroupOptions o;
+    o.timeout = std::chrono::milliseconds(1500);
+    auto pg = new_group("gloo", store, rank, 2, o);
+    pg->barrier()->wait();
+    if (rank == 1) {
+      store->wait({"rank0_done"}, std::chrono::seconds(20));
+      return;
+    }
+    Tensor t = ones({10});
+    std::string message;
+    try {
+      pg->allreduce(t)->wait();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    rank_check(message.find("gloo allreduce #1: rank 0") != std::string::npos, "the timeout's error: " + message);
+    message.clear();
+    try {
+      pg->barrier()->wait();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    rank_check(message.find("gloo barrier #2: rank 0") != std::string::npos &&
+                   message.find("failed earlier") != std::string::npos,
+               "a later op fails at once: " + message);
+    store->set("rank0_done", "1");
+  }, std::chrono::seconds(30));
+  kiln::test::expect_all_ok(results);
+}
+
+}  // namespace
+}  // namespace kiln::distributed
