@@ -63,7 +63,8 @@ class OpWorker {
   struct Task;
   void run_worker();
   void run_completer();
-  // Fails `task` (or, with a first failure, records it) and returns the message.
+  // Fails `task`'s Work with "<backend> <op>: rank R: <what>", or, after an earlier failure, with one naming
+  // that first failure; the first failure is recorded for every later op.
   void fail(Task& task, const std::string& what);
 
   std::string backend_;

@@ -19,6 +19,7 @@
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/factories.h"
 #if KILN_WITH_CUDA
+#include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/stream.h"
 #endif
 
@@ -45,6 +46,10 @@ int gpu_count() {
   return count;
 }
 
+// Rank r's GPU. worlds() keeps every world within the GPUs there are, so this is r itself; the modulo only keeps
+// the mapping defined.
+int device_of(int rank) { return rank % std::max(gpu_count(), 1); }
+
 // The worlds this machine can run: 1, and as many ranks as GPUs (up to 4) when there are several.
 std::vector<int> worlds() {
   std::vector<int> w{1};
@@ -69,9 +74,19 @@ class NcclTest : public ::testing::Test {
     if (!nccl_built()) GTEST_SKIP() << "this build has no nccl backend";
     if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   }
-  // Runs body(rank) in each of `world` ranks (rank r on cuda:r) and expects every rank to succeed.
+  // Runs body(rank) in each of `world` ranks (rank r on cuda:device_of(r)) and expects every rank to succeed.
+  // Each rank makes its GPU current before its first op: an op without a tensor (barrier) runs on the current
+  // device, which would be cuda:0 in every rank, and NCCL refuses two ranks on one GPU.
   void run(int world, const std::function<void(int)>& body) {
-    kiln::test::expect_all_ok(run_ranks(world, body, std::chrono::seconds(120)));
+    kiln::test::expect_all_ok(run_ranks(
+        world,
+        [&](int rank) {
+#if KILN_WITH_CUDA
+          cuda::DeviceGuard guard(device_of(rank));
+#endif
+          body(rank);
+        },
+        std::chrono::seconds(120)));
   }
 };
 
@@ -175,12 +190,12 @@ TEST_F(NcclTest, AllreduceEveryDTypeAndOp) {
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product}) {
           if (op == ReduceOp::Avg && !is_floating(dt)) continue;
           const int64_t count = 1029;  // not a multiple of anything NCCL splits by
-          Tensor t = on_gpu(input_values(dt, count, rank, op), dt, rank);
+          Tensor t = on_gpu(input_values(dt, count, rank, op), dt, device_of(rank));
           pg->allreduce(t, op)->wait();
           check_close(t, reference(dt, count, world, op), dt, world, describe("allreduce", dt, world, op));
         }
       }
-      expect_error([&] { pg->allreduce(zeros({4}, TensorOptions(kInt32).device(Device::cuda(rank))), ReduceOp::Avg); },
+      expect_error([&] { pg->allreduce(zeros({4}, TensorOptions(kInt32).device(Device::cuda(device_of(rank)))), ReduceOp::Avg); },
                    "avg needs a floating dtype");
     });
   }
@@ -194,11 +209,11 @@ TEST_F(NcclTest, BroadcastAndReduceFromEveryRoot) {
       for (DType dt : kDTypes) {
         for (int root = 0; root < world; ++root) {
           const std::vector<double> mine = input_values(dt, 300, rank, ReduceOp::Sum);
-          Tensor t = on_gpu(mine, dt, rank);
+          Tensor t = on_gpu(mine, dt, device_of(rank));
           pg->broadcast(t, root)->wait();
           check_close(t, input_values(dt, 300, root, ReduceOp::Sum), dt, world, describe("broadcast", dt, world));
           for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
-            Tensor u = on_gpu(input_values(dt, 300, rank, op), dt, rank);
+            Tensor u = on_gpu(input_values(dt, 300, rank, op), dt, device_of(rank));
             pg->reduce(u, root, op)->wait();
             // Only root gets the reduction; the others keep their input.
             check_close(u, rank == root ? reference(dt, 300, world, op) : input_values(dt, 300, rank, op), dt, world,
@@ -216,11 +231,11 @@ TEST_F(NcclTest, AllgatherAndReduceScatterDirectAndStaged) {
     const std::string path = store_path("gather");
     run(world, [&](int rank) {
       auto pg = make_group(path, rank, world);
-      const TensorOptions gpu = TensorOptions(kFloat32).device(Device::cuda(rank));
+      const TensorOptions gpu = TensorOptions(kFloat32).device(Device::cuda(device_of(rank)));
       for (DType dt : kDTypes) {
         for (bool direct : {true, false}) {
           const std::string how = direct ? " (one buffer)" : " (separate tensors)";
-          Tensor input = on_gpu(input_values(dt, 77, rank, ReduceOp::Sum), dt, rank);
+          Tensor input = on_gpu(input_values(dt, 77, rank, ReduceOp::Sum), dt, device_of(rank));
           Tensor rows = empty({world, 77}, gpu.dtype(dt));
           std::vector<Tensor> outputs;
           for (int r = 0; r < world; ++r) outputs.push_back(direct ? rows.select(0, r) : empty({77}, gpu.dtype(dt)));
@@ -233,7 +248,7 @@ TEST_F(NcclTest, AllgatherAndReduceScatterDirectAndStaged) {
             std::vector<Tensor> inputs;
             Tensor in_rows = empty({world, 77}, gpu.dtype(dt));
             for (int j = 0; j < world; ++j) {
-              Tensor src = on_gpu(input_values(dt, 77, rank * world + j, op), dt, rank);
+              Tensor src = on_gpu(input_values(dt, 77, rank * world + j, op), dt, device_of(rank));
               if (direct) in_rows.select(0, j).copy_(src);
               inputs.push_back(direct ? in_rows.select(0, j) : src);
             }
@@ -260,13 +275,13 @@ TEST_F(NcclTest, BarrierSendRecvAndArgumentErrors) {
     const std::string path = store_path("p2p");
     run(world, [&](int rank) {
       auto pg = make_group(path, rank, world);
-      const TensorOptions gpu = TensorOptions(kFloat32).device(Device::cuda(rank));
+      const TensorOptions gpu = TensorOptions(kFloat32).device(Device::cuda(device_of(rank)));
       pg->barrier()->wait();
       // A ring: even ranks send first, odd ranks receive first, so no two ranks wait on each other's send.
       if (world > 1) {
         for (DType dt : kDTypes) {
           const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
-          Tensor out = on_gpu(input_values(dt, 500, rank, ReduceOp::Sum), dt, rank);
+          Tensor out = on_gpu(input_values(dt, 500, rank, ReduceOp::Sum), dt, device_of(rank));
           Tensor in = empty({500}, gpu.dtype(dt));
           if (rank % 2 == 0) pg->send(out, next)->wait(), pg->recv(in, prev)->wait();
           else pg->recv(in, prev)->wait(), pg->send(out, next)->wait();
@@ -287,16 +302,18 @@ TEST_F(NcclTest, BarrierSendRecvAndArgumentErrors) {
 #if KILN_WITH_CUDA
 // An op that cannot finish (the caller's stream is held by a host callback longer than the group's timeout):
 // a bounded wait() says it is still running, the full wait() aborts the communicator and names op, rank and
-// sequence number, and the group refuses later ops.
+// sequence number, and the group refuses later ops. The op that finished before stays finished, through the
+// abort and the group's destruction.
 TEST_F(NcclTest, TimeoutAbortsTheCommunicator) {
   const std::string path = store_path("timeout");
   run(1, [&](int rank) {
     ProcessGroupOptions o;
     o.timeout = std::chrono::milliseconds(500);
     auto pg = make_group(path, rank, 1, o);
-    Tensor t = zeros({16}, TensorOptions(kFloat32).device(Device::cuda(rank)));
-    pg->allreduce(t)->wait();  // seq 0: makes the communicator
-    const cudaStream_t caller = cuda::current_stream(rank).handle;
+    Tensor t = zeros({16}, TensorOptions(kFloat32).device(Device::cuda(device_of(rank))));
+    auto finished = pg->allreduce(t);  // seq 0: makes the communicator
+    finished->wait();
+    const cudaStream_t caller = cuda::current_stream(device_of(rank)).handle;
     rank_check(cudaLaunchHostFunc(caller, [](void*) { std::this_thread::sleep_for(std::chrono::seconds(2)); },
                                   nullptr) == cudaSuccess,
                "cudaLaunchHostFunc");
@@ -305,6 +322,10 @@ TEST_F(NcclTest, TimeoutAbortsTheCommunicator) {
     expect_error([&] { work->wait(std::chrono::milliseconds(50)); }, "is still running after 50 ms");
     expect_error([&] { work->wait(); }, "allreduce #1: rank 0: not done after 500 ms");
     expect_error([&] { pg->allreduce(t); }, "the nccl group failed earlier");
+    finished->wait();  // done before the abort: no error
+    pg.reset();
+    finished->wait();
+    rank_check(finished->is_completed(), "a finished op reports not completed after the group was destroyed");
   });
 }
 #endif

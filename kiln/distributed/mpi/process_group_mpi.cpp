@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -24,6 +25,9 @@ struct Runtime {
   int provided = MPI_THREAD_SINGLE;
   bool serialize = true;  // less than MPI_THREAD_MULTIPLE: every call under `mutex`
   std::mutex mutex;
+  // Some group gave up on a request MPI may still be working on: MPI_Finalize could wait on it forever (the
+  // peer that never answered), so kiln's exit handler skips it.
+  std::atomic<bool> abandoned{false};
 };
 
 Runtime& runtime() {
@@ -36,10 +40,11 @@ Runtime& runtime() {
     } else {
       MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &rt->provided);
       // Finalized at exit only because kiln initialized it; a program that called MPI_Init finalizes itself.
+      // Not after an abandoned request (Runtime::abandoned): the process exits without finalizing instead.
       std::atexit([] {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized) MPI_Finalize();
+        if (!finalized && !runtime().abandoned.load()) MPI_Finalize();
       });
     }
     rt->serialize = rt->provided < MPI_THREAD_MULTIPLE;
@@ -52,6 +57,36 @@ Runtime& runtime() {
 std::unique_lock<std::mutex> mpi_lock() {
   Runtime& rt = runtime();
   return rt.serialize ? std::unique_lock<std::mutex>(rt.mutex) : std::unique_lock<std::mutex>();
+}
+
+// Whether MPI was finalized (the program's own MPI_Finalize, or kiln's at exit). MPI_Finalized is one of the
+// few calls MPI allows at any time, from any thread.
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// An op's body about to call MPI: after MPI_Finalize every MPI call is erroneous (most libraries crash), so the
+// op fails here instead (a group still running or destroying queued ops at exit, say).
+void check_not_finalized(const char* what) {
+  KILN_CHECK(!mpi_finalized(), what, ": MPI was finalized already (MPI_Finalize ran, by the program or at exit): "
+             "the mpi backend cannot call MPI any more; finish or destroy the group before MPI_Finalize");
+}
+
+// The buffers and tensors of requests that were given up on while MPI may still read or write them. Never
+// freed, on purpose: MPI cannot cancel a collective, so releasing this memory could let MPI write into memory
+// that was handed out again (a use after free in another op, or in the caller's next tensors). A leak, bounded
+// by the ops that timed out, and a group that timed out is not usable again anyway.
+struct Abandoned {
+  std::mutex mutex;
+  std::vector<Tensor> tensors;
+  std::vector<std::vector<uint8_t>> buffers;
+};
+
+Abandoned& abandoned_memory() {
+  static auto* a = new Abandoned;  // never destroyed: MPI may still use it while static destructors run
+  return *a;
 }
 
 void check_mpi(int rc, const char* call) {
@@ -107,23 +142,36 @@ void check_reduction(const Tensor& t, ReduceOp op, const char* what) {
 
 struct ProcessGroupMPI::Comm {
   MPI_Comm comm = MPI_COMM_NULL;
-  bool abandoned = false;  // an op ran past its deadline: MPI may still use the communicator
+  // An op ran past its deadline: MPI may still use the communicator. Read by the destructor's thread, written
+  // by the worker's or the completer's.
+  std::atomic<bool> abandoned{false};
   int rank = 0;
 
   // Polls `request` until it completes or `timeout` passes. The first polls only yield (a small op completes in
   // microseconds); then the thread sleeps between polls, so a long wait does not take a core from the ranks.
-  MPI_Status wait(MPI_Request& request, Duration timeout) {
+  // `tensors` and `buffer` (may be null): what the request reads or writes. When the wait gives up, the request
+  // is still live in MPI: they move to abandoned_memory(), never freed (see there), and `*buffer` is left empty.
+  MPI_Status wait(MPI_Request& request, Duration timeout, std::vector<Tensor> tensors,
+                  std::vector<uint8_t>* buffer = nullptr) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     MPI_Status status;
     for (int polls = 0;; ++polls) {
       int done = 0;
       {
         auto lock = mpi_lock();
+        check_not_finalized("MPI_Test");
         check_mpi(MPI_Test(&request, &done, &status), "MPI_Test");
       }
       if (done) return status;
       if (std::chrono::steady_clock::now() > deadline) {
+        {
+          Abandoned& a = abandoned_memory();
+          std::lock_guard<std::mutex> lock(a.mutex);
+          for (Tensor& t : tensors) a.tensors.push_back(std::move(t));
+          if (buffer != nullptr) a.buffers.push_back(std::move(*buffer));
+        }
         abandoned = true;
+        runtime().abandoned = true;
         KILN_CHECK(false, "did not finish within ", timeout.count(),
                    " ms (a rank died, stopped, or called something else). MPI cannot cancel a collective: this "
                    "group is unusable now");
@@ -138,7 +186,16 @@ ProcessGroupMPI::ProcessGroupMPI(int rank, int size, ProcessGroupOptions options
     : ProcessGroup(rank, size), options_(std::move(options)) {
   KILN_CHECK(options_.timeout.count() > 0, "ProcessGroupMPI: timeout must be positive, got ", options_.timeout.count(),
              " ms");
-  runtime();
+  const Runtime& rt = runtime();
+  // MPI_THREAD_FUNNELED or SINGLE would allow only the thread that initialized MPI to call it, and kiln calls
+  // MPI from the group's worker threads.
+  KILN_CHECK(rt.provided >= MPI_THREAD_SERIALIZED,
+             "ProcessGroupMPI: MPI runs at thread level ", rt.provided, " (MPI_THREAD_SINGLE is ", MPI_THREAD_SINGLE,
+             ", MPI_THREAD_FUNNELED ", MPI_THREAD_FUNNELED, "), but kiln calls MPI from its own threads and needs "
+             "MPI_THREAD_SERIALIZED or better: initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) "
+             "(or MPI_THREAD_SERIALIZED), not MPI_Init, or let kiln initialize it");
+  KILN_CHECK(!mpi_finalized(), "ProcessGroupMPI: MPI was finalized already; a group must be made before "
+             "MPI_Finalize");
   int world_rank = 0, world_size = 0;
   comm_ = std::make_shared<Comm>();
   comm_->rank = rank;
@@ -173,12 +230,13 @@ std::shared_ptr<Work> ProcessGroupMPI::allreduce(Tensor tensor, ReduceOp op) {
     MPI_Request request;
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Iallreduce");
       check_mpi(MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data_ptr(), static_cast<int>(tensor.numel()),
                                reduction_type(tensor.dtype(), name), reduction_op(tensor.dtype(), op), comm_->comm,
                                &request),
                 "MPI_Iallreduce");
     }
-    comm_->wait(request, options_.timeout);
+    comm_->wait(request, options_.timeout, {tensor});
     if (op == ReduceOp::Avg) tcp::divide_by(tensor.raw_data_ptr(), tensor.numel(), tensor.dtype(), size_);
     return {};
   });
@@ -193,11 +251,12 @@ std::shared_ptr<Work> ProcessGroupMPI::broadcast(Tensor tensor, int root) {
     MPI_Request request;
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Ibcast");
       check_mpi(MPI_Ibcast(tensor.raw_data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, comm_->comm,
                            &request),
                 "MPI_Ibcast");
     }
-    comm_->wait(request, options_.timeout);
+    comm_->wait(request, options_.timeout, {tensor});
     return {};
   });
 }
@@ -211,13 +270,14 @@ std::shared_ptr<Work> ProcessGroupMPI::reduce(Tensor tensor, int root, ReduceOp 
     void* data = tensor.raw_data_ptr();
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Ireduce");
       // The root reduces in place; the others only send, their tensors stay as they were.
       check_mpi(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, rank_ == root ? data : nullptr,
                             static_cast<int>(tensor.numel()), reduction_type(tensor.dtype(), name),
                             reduction_op(tensor.dtype(), op), root, comm_->comm, &request),
                 "MPI_Ireduce");
     }
-    comm_->wait(request, options_.timeout);
+    comm_->wait(request, options_.timeout, {tensor});
     if (op == ReduceOp::Avg && rank_ == root) tcp::divide_by(data, tensor.numel(), tensor.dtype(), size_);
     return {};
   });
@@ -233,11 +293,12 @@ std::shared_ptr<Work> ProcessGroupMPI::allgather(std::vector<Tensor> outputs, Te
     MPI_Request request;
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Iallgather");
       check_mpi(MPI_Iallgather(input.raw_data_ptr(), static_cast<int>(bytes), MPI_BYTE, all.data(),
                                static_cast<int>(bytes), MPI_BYTE, comm_->comm, &request),
                 "MPI_Iallgather");
     }
-    comm_->wait(request, options_.timeout);
+    comm_->wait(request, options_.timeout, {input}, &all);
     for (int r = 0; r < size_; ++r)
       if (bytes > 0) std::memcpy(outputs[r].raw_data_ptr(), all.data() + r * bytes, bytes);
     return {};
@@ -256,12 +317,13 @@ std::shared_ptr<Work> ProcessGroupMPI::reduce_scatter(Tensor output, std::vector
     MPI_Request request;
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Ireduce_scatter_block");
       check_mpi(MPI_Ireduce_scatter_block(all.data(), output.raw_data_ptr(), static_cast<int>(output.numel()),
                                           reduction_type(output.dtype(), name), reduction_op(output.dtype(), op),
                                           comm_->comm, &request),
                 "MPI_Ireduce_scatter_block");
     }
-    comm_->wait(request, options_.timeout);
+    comm_->wait(request, options_.timeout, {output}, &all);
     if (op == ReduceOp::Avg) tcp::divide_by(output.raw_data_ptr(), output.numel(), output.dtype(), size_);
     return {};
   });
@@ -272,9 +334,10 @@ std::shared_ptr<Work> ProcessGroupMPI::barrier() {
     MPI_Request request;
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Ibarrier");
       check_mpi(MPI_Ibarrier(comm_->comm, &request), "MPI_Ibarrier");
     }
-    comm_->wait(request, options_.timeout);
+    comm_->wait(request, options_.timeout, {});
     return {};
   });
 }
@@ -301,11 +364,12 @@ std::shared_ptr<Work> ProcessGroupMPI::send(Tensor tensor, int dst, int tag) {
     auto request = std::make_shared<MPI_Request>();
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Isend");
       check_mpi(MPI_Isend(tensor.raw_data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, tag, comm_->comm,
                           request.get()),
                 "MPI_Isend");
     }
-    return [comm = comm_, request, tensor, timeout = options_.timeout] { comm->wait(*request, timeout); };
+    return [comm = comm_, request, tensor, timeout = options_.timeout] { comm->wait(*request, timeout, {tensor}); };
   });
 }
 
@@ -321,13 +385,17 @@ std::shared_ptr<Work> ProcessGroupMPI::recv(Tensor tensor, int src, int tag) {
     MPI_Request request;
     {
       auto lock = mpi_lock();
+      check_not_finalized("MPI_Irecv");
       check_mpi(MPI_Irecv(tensor.raw_data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, src, tag, comm_->comm,
                           &request),
                 "MPI_Irecv");
     }
-    MPI_Status status = comm_->wait(request, options_.timeout);
+    MPI_Status status = comm_->wait(request, options_.timeout, {tensor});
     int got = 0;
-    MPI_Get_count(&status, MPI_BYTE, &got);
+    {
+      auto lock = mpi_lock();
+      check_mpi(MPI_Get_count(&status, MPI_BYTE, &got), "MPI_Get_count");
+    }
     KILN_CHECK(static_cast<size_t>(got) == tensor.nbytes(), "rank ", src, " sent ", got,
                " bytes, this recv expects ", tensor.nbytes(), " (", tensor.numel(), " ", dtype_name(tensor.dtype()),
                ")");

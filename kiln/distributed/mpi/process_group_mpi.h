@@ -9,13 +9,17 @@
 //
 // Threads: each group issues its MPI calls from its worker (and, for sends, its completion thread; see
 // op_worker.h), so a process with two groups calls MPI from several threads. That needs MPI_THREAD_MULTIPLE;
-// when the library grants less (MPI_THREAD_SERIALIZED, say), every MPI call of the process goes through one
-// mutex instead.
+// when the library grants less (MPI_THREAD_SERIALIZED), every MPI call of the process goes through one mutex
+// instead. Below MPI_THREAD_SERIALIZED (a program that called MPI_Init, or MPI_Init_thread with
+// MPI_THREAD_FUNNELED, before making a group) only one thread may call MPI, and the group refuses to start.
 //
 // Deadline: every op is non-blocking (MPI_Iallreduce, MPI_Isend, ...) and polled with MPI_Test until
 // ProcessGroupOptions::timeout, then fails naming the op, its sequence number and this rank. MPI cannot cancel a
 // collective: the group is not usable after that (its later ops fail at once) and its communicator is left
-// as it is. MPI's own errors return as codes (MPI_ERRORS_RETURN) and become kiln::Errors with MPI's text.
+// as it is. The tensors and buffers of the request given up on are kept alive until the process ends (MPI may
+// still write them), and kiln no longer finalizes MPI at exit (MPI_Finalize could wait on the stuck peer). MPI's
+// own errors return as codes (MPI_ERRORS_RETURN) and become kiln::Errors with MPI's text. Ops that run after
+// MPI_Finalize (a group still alive at exit) fail at once instead of calling MPI.
 //
 // Dtypes: the reductions map float32, float64, int32, int64, uint8 and bool (sum/max: MPI_LOR, product/min:
 // MPI_LAND) to MPI's types; MPI has no 16-bit floats, so reductions of float16 and bfloat16 are errors (the

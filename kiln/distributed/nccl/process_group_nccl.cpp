@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <thread>
 
@@ -32,6 +33,16 @@ namespace kiln::distributed::nccl {
 
 using Clock = std::chrono::steady_clock;
 
+// One op's "done" event, shared by its Work and, until it is seen to have happened, by its DeviceComm.
+struct OpEvent {
+  cudaEvent_t event = nullptr;
+  uint64_t index = 0;  // the op's place among its communicator's ops
+  // NOTE: destroying an event still pending is allowed: CUDA frees it once it has happened.
+  ~OpEvent() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
 struct DeviceComm {
   int device = 0;
   ncclComm_t comm = nullptr;    // nullptr once aborted or destroyed
@@ -41,12 +52,30 @@ struct DeviceComm {
   std::mutex mutex;             // one thread at a time calls NCCL on `comm`; guards the members below
   std::string failure;          // the first error; every later op fails at once
   bool aborted = false;
+  // Completion, recorded apart from `aborted`: after an abort the kernels return early and every event
+  // happens, done or not, so an op counts as done only if its event happened before the abort. Ops finish in
+  // issue order (one stream), so one count says which: ops [0, finished) are done.
+  uint64_t launched = 0, finished = 0;
+  std::deque<std::shared_ptr<OpEvent>> in_flight;  // launched, not yet seen done, in issue order
 };
 
 namespace {
 
-// Aborts the communicator (once) and keeps the first failure. `c.mutex` must be held.
+// Moves `finished` past the ops whose events have happened. Only before an abort (see DeviceComm::finished).
+// `c.mutex` must be held.
+void note_finished_locked(DeviceComm& c) {
+  if (c.aborted) return;
+  while (!c.in_flight.empty() && cudaEventQuery(c.in_flight.front()->event) == cudaSuccess) {
+    c.finished = c.in_flight.front()->index + 1;
+    c.in_flight.pop_front();
+  }
+  cudaGetLastError();  // cudaErrorNotReady is not an error: leave nothing behind
+}
+
+// Aborts the communicator (once) and keeps the first failure; the ops done by then stay done. `c.mutex` must
+// be held.
 void abort_locked(DeviceComm& c, const std::string& message) {
+  note_finished_locked(c);
   if (c.failure.empty()) c.failure = message;
   if (c.comm != nullptr) ncclCommAbort(c.comm);  // best effort: the error being reported is `message`
   c.comm = nullptr;
@@ -58,31 +87,32 @@ class WorkNCCL : public Work {
   WorkNCCL(std::string name, int rank, std::shared_ptr<DeviceComm> comm, std::vector<Tensor> tensors,
            Duration timeout)
       : name_(std::move(name)), rank_(rank), comm_(std::move(comm)), tensors_(std::move(tensors)),
-        timeout_(timeout), deadline_(Clock::now() + timeout) {
-    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), name_);
+        timeout_(timeout), deadline_(Clock::now() + timeout), op_(std::make_shared<OpEvent>()) {
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&op_->event, cudaEventDisableTiming), name_);
   }
-  // NOTE: destroying an event still pending is allowed: CUDA frees it once it has happened.
-  ~WorkNCCL() override { cudaEventDestroy(done_); }
 
-  cudaEvent_t done_event() const { return done_; }
+  const std::shared_ptr<OpEvent>& op() const { return op_; }
 
   void wait(std::optional<Duration> timeout) override {
     {
       cuda::DeviceGuard guard(comm_->device);
-      KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(comm_->device).handle, done_, 0),
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(comm_->device).handle, op_->event, 0),
                       name_ + ": wait");
     }
     const auto started = Clock::now();
     for (int polls = 0;; ++polls) {
-      const cudaError_t state = cudaEventQuery(done_);
+      const cudaError_t state = cudaEventQuery(op_->event);
       if (state != cudaErrorNotReady) KILN_CUDA_CHECK(state, name_ + ": wait");
       cudaGetLastError();  // cudaErrorNotReady is not an error: leave nothing behind
       const auto now = Clock::now();
       {
         std::lock_guard<std::mutex> lock(comm_->mutex);
-        // An aborted communicator's kernels return early, so their events happen without the op being done.
+        // Done first: an op that finished stays finished whatever failed after it (a later op's timeout, the
+        // group's destruction). An aborted communicator's kernels return early, so their events happen without
+        // the op being done: after an abort only the count taken before it (DeviceComm::finished) says done.
+        if (op_->index < comm_->finished) return;
+        if (!comm_->aborted && state == cudaSuccess) return;
         KILN_CHECK(!comm_->aborted, name_, ": rank ", rank_, ": the nccl group failed: ", comm_->failure);
-        if (state == cudaSuccess) return;
         ncclResult_t async = ncclSuccess;
         if (comm_->comm != nullptr) KILN_NCCL_CHECK(ncclCommGetAsyncError(comm_->comm, &async), name_ + ": wait");
         if (async != ncclSuccess && async != ncclInProgress) {
@@ -109,9 +139,9 @@ class WorkNCCL : public Work {
   bool is_completed() override {
     {
       std::lock_guard<std::mutex> lock(comm_->mutex);
-      if (comm_->aborted) return true;  // wait() throws the failure
+      if (comm_->aborted) return true;  // wait() returns (done before the abort) or throws the failure
     }
-    const cudaError_t state = cudaEventQuery(done_);
+    const cudaError_t state = cudaEventQuery(op_->event);
     cudaGetLastError();
     return state != cudaErrorNotReady;  // an error is "completed" too: wait() reports it
   }
@@ -123,7 +153,7 @@ class WorkNCCL : public Work {
   std::vector<Tensor> tensors_;  // alive until the op is done, whatever the caller drops
   Duration timeout_;
   Clock::time_point deadline_;
-  cudaEvent_t done_ = nullptr;
+  std::shared_ptr<OpEvent> op_;  // its event happens when the op is done (or the communicator was aborted)
 };
 
 ncclDataType_t nccl_dtype(DType dtype, const std::string& what) {
@@ -189,7 +219,9 @@ bool check_parts(const std::vector<Tensor>& ts, const Tensor& like, int size, co
 }
 
 // Queues one op on c's stream after the caller's current work, and returns its Work. `tensors`: every tensor
-// the op touches (kept alive by the Work); body: the NCCL calls.
+// the op touches (kept alive by the Work); body: the NCCL calls. A failure while queueing (an NCCL call that
+// returns an error, a CUDA call that fails) leaves the communicator in a state kiln cannot know: it fails the
+// group as a timeout does (the communicator is aborted, every later op fails naming this first error).
 std::shared_ptr<Work> launch(const std::shared_ptr<DeviceComm>& c, const std::string& name, int rank,
                              Duration timeout, std::vector<Tensor> tensors,
                              const std::function<void(ncclComm_t, cudaStream_t)>& body) {
@@ -205,10 +237,20 @@ std::shared_ptr<Work> launch(const std::shared_ptr<DeviceComm>& c, const std::st
     }
   }
   auto work = std::make_shared<WorkNCCL>(name, rank, c, std::move(tensors), timeout);
-  KILN_CUDA_CHECK(cudaEventRecord(c->ready, cuda::current_stream(c->device).handle), name);
-  KILN_CUDA_CHECK(cudaStreamWaitEvent(c->stream.handle, c->ready, 0), name);
-  body(c->comm, c->stream.handle);
-  KILN_CUDA_CHECK(cudaEventRecord(work->done_event(), c->stream.handle), name);
+  note_finished_locked(*c);  // keeps in_flight short
+  try {
+    KILN_CUDA_CHECK(cudaEventRecord(c->ready, cuda::current_stream(c->device).handle), name);
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(c->stream.handle, c->ready, 0), name);
+    body(c->comm, c->stream.handle);
+    work->op()->index = c->launched;
+    KILN_CUDA_CHECK(cudaEventRecord(work->op()->event, c->stream.handle), name);
+  } catch (const std::exception& e) {
+    abort_locked(*c, std::string(e.what()) + " (rank " + std::to_string(rank) + "; the communicator on cuda:" +
+                         std::to_string(c->device) + " was aborted)");
+    throw;
+  }
+  ++c->launched;
+  c->in_flight.push_back(work->op());
   return work;
 }
 
@@ -222,6 +264,7 @@ void close_comm(DeviceComm& c, Duration timeout) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   cudaGetLastError();
+  note_finished_locked(c);  // the ops done by now stay done for their Works
   if (c.comm != nullptr) {
     if (state == cudaSuccess) ncclCommDestroy(c.comm);
     else abort_locked(c, "the process group was destroyed while an op was still running");

@@ -17,13 +17,24 @@
 // done, polling the event and the communicator's asynchronous error (PyTorch's "blocking wait"). Past the
 // op's deadline (ProcessGroupOptions::timeout, counted from when it was issued) the communicator is aborted
 // and wait() throws a kiln::Error naming the op, the rank and the sequence number; every later op on that
-// communicator fails at once (make a new group).
+// communicator fails at once (make a new group). An error while an op is queued (an NCCL call that returns one,
+// a failed CUDA call) is thrown by the op's call and fails the communicator the same way: it is aborted, and
+// every later op fails naming that first error. An op that finished before such a failure (or before the
+// group was destroyed) still waits without error.
+//
+// Avg is NCCL's ncclAvg. NOTE: NCCL scales each rank's input by 1/size() and then sums, so the result is not
+// bit-identical to the tcp, mpi and gloo backends' sum-then-divide (it differs in the last bits).
 //
 // Point to point: NCCL has no tags, so only tag 0 is accepted, and a recv from src matches src's sends to
-// this rank in issue order.
+// this rank in issue order. Sends and recvs are queued on the communicator's one stream like the collectives,
+// so they run one after the other: two ranks that each send to the other before receiving deadlock once the
+// messages are too large for NCCL to buffer (each send waits for a recv queued behind it). Order them (one
+// rank sends first, the other receives first), as with blocking sockets.
 //
-// NOTE: an NCCL call blocks while it connects to its peers (the first op on a communicator): a peer that never
-// issues that op hangs the caller inside NCCL, before any Work exists to time out.
+// NOTE: known gaps in the deadline. ncclCommInitRank (in the first op on a device) blocks until every rank has
+// joined, with no deadline: a rank that never issues its first op hangs the others inside NCCL. And an NCCL
+// call blocks while it connects to its peers (the first op on a communicator): a peer that never issues that op
+// hangs the caller inside NCCL, before any Work exists to time out.
 #pragma once
 
 #include <memory>
