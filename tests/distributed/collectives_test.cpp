@@ -98,19 +98,7 @@ TEST_P(Collectives, TwoGroupsInterleaved) {
   auto results = run_ranks(4, [&](int rank) {
     auto a = make_group(backend, path, rank, 4, "a");
     auto b = make_group(backend, path, rank, 4, "b");
-    std::vector<Tensor> ta, tb;
-    std::vector<std::shared_ptr<Work>> works;
-    for (int i = 0; i < 6; ++i) {
-      ta.push_back(full({300 + i}, static_cast<double>(rank + i), kFloat64));
-      tb.push_back(full({5000 + i}, static_cast<double>(2 * rank - i), kFloat64));
-      works.push_back(a->allreduce(ta.back()));
-      works.push_back(b->allreduce(tb.back(), ReduceOp::Max));
-    }
-    for (auto& w : works) w->wait();
-    for (int i = 0; i < 6; ++i) {
-      rank_check(ta[i].to_vector<double>() == std::vector<double>(300 + i, 6.0 + 4 * i), "group a, op " + std::to_string(i));
-      rank_check(tb[i].to_vector<double>() == std::vector<double>(5000 + i, 6.0 - i), "group b, op " + std::to_string(i));
-    }
+    kiln::test::check_two_groups_interleaved(*a, *b);
   }, std::chrono::seconds(30));
   kiln::test::expect_all_ok(results);
 }

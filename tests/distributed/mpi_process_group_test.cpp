@@ -120,21 +120,7 @@ TEST(ProcessGroupMPI, OtherCollectivesMatchReferences) {
 TEST(ProcessGroupMPI, TwoGroupsInterleaved) {
   run_checked([] {
     auto a = mpi_group("a"), b = mpi_group("b");
-    const int rank = a->rank(), world = a->size();
-    std::vector<Tensor> ta, tb;
-    std::vector<std::shared_ptr<Work>> works;
-    for (int i = 0; i < 6; ++i) {
-      ta.push_back(full({300 + i}, static_cast<double>(rank + i), kFloat64));
-      tb.push_back(full({5000 + i}, static_cast<double>(2 * rank - i), kFloat64));
-      works.push_back(a->allreduce(ta.back()));
-      works.push_back(b->allreduce(tb.back(), ReduceOp::Max));
-    }
-    for (auto& w : works) w->wait();
-    for (int i = 0; i < 6; ++i) {
-      const double sum = world * (world - 1) / 2.0 + world * i, max = 2.0 * (world - 1) - i;
-      rank_check(ta[i].to_vector<double>() == std::vector<double>(300 + i, sum), "group a, op " + std::to_string(i));
-      rank_check(tb[i].to_vector<double>() == std::vector<double>(5000 + i, max), "group b, op " + std::to_string(i));
-    }
+    kiln::test::check_two_groups_interleaved(*a, *b);
   });
 }
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <thread>
 
+#include "distributed/collective_checks.h"
 #include "distributed/multiprocess.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/tensor/cuda/cuda.h"
@@ -90,15 +91,7 @@ class NcclTest : public ::testing::Test {
   }
 };
 
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-  } catch (const Error& e) {
-    rank_check(std::string(e.what()).find(part) != std::string::npos, std::string("unexpected error: ") + e.what());
-    return;
-  }
-  rank_check(false, "no error (expected one with '" + part + "')");
-}
+using kiln::test::expect_error;
 
 const std::vector<DType> kDTypes = {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool};
 
