@@ -301,16 +301,21 @@ TEST(MaxPoolOps, MatchesLoopsWithTiesNaNPaddingDilation) {
       {{1, 2, 7, 7}, 3, 1, 1, 1},           // overlapping windows, padding
       {{2, 2, 9, 8}, 3, 2, 1, 2},           // dilated
       {{5, 1, 5, 6}, {3, 2}, {1, 2}, {1, 1}, {1, 2}},
+      // Unpadded windows take the vectorized path: overlapping, dilated, rectangular.
+      {{2, 3, 7, 9}, 3, 1, 0, 1},
+      {{2, 2, 9, 8}, 3, 2, 0, 2},
+      {{3, 2, 5, 7}, {3, 2}, {1, 2}, {0, 0}, {1, 2}},
   };
   uint64_t seed = 700;
   for (const PoolCase& c : cases) {
     Pool2dParams p = pool_params(c.k, c.s, c.p, c.d);
     int64_t oh = ops::conv_out_size(c.x[2], c.k.h, c.s.h, c.p.h, c.d.h);
     int64_t ow = ops::conv_out_size(c.x[3], c.k.w, c.s.w, c.p.w, c.d.w);
-    // Values rounded to a coarse grid so that windows hold ties; one NaN and a plane of -inf.
+    // Values rounded to a coarse grid so that windows hold ties; two NaNs and a plane of -inf.
     std::vector<double> xv = randn64(c.x, seed++).to_vector<double>();
     for (double& v : xv) v = std::round(2 * v);
-    xv[xv.size() / 3] = std::numeric_limits<double>::quiet_NaN();
+    xv[xv.size() / 3] = std::numeric_limits<double>::quiet_NaN();  // and a second one beside it: the first wins
+    xv[xv.size() / 3 + 1] = std::numeric_limits<double>::quiet_NaN();
     int64_t plane = c.x[2] * c.x[3];
     if (c.x[0] * c.x[1] > 1)
       for (int64_t i = 0; i < plane; ++i) xv[xv.size() - 1 - i] = -std::numeric_limits<double>::infinity();

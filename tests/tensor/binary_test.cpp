@@ -172,6 +172,38 @@ TEST(Binary, WhereMaskedFillLerp) {
   }
 }
 
+// Three inputs with broadcast scalars among them run in chunks over a buffer of the scalar: runs longer than a
+// chunk and not a multiple of it, the scalar in each position, against a plain loop.
+TEST(Binary, WhereAndLerpWithScalarsOverLongRuns) {
+  std::mt19937 rng(13);
+  const int64_t n = 1000 + 7;
+  for (DType d : test::kFloatDTypes) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor a = test::random_tensor({n}, d, rng), b = test::random_tensor({n}, d, rng);
+    Tensor cond = test::random_tensor({n}, kFloat32, rng) > 0;
+    std::vector<double> av = test::values(a), bv = test::values(b), cv = test::values(cond);
+    std::vector<double> w1(n), w2(n), w3(n), w4(n);
+    for (int64_t i = 0; i < n; ++i) {
+      w1[i] = cv[i] != 0 ? av[i] : 0;
+      w2[i] = cv[i] != 0 ? -2 : bv[i];
+      w3[i] = av[i] + 0.25 * (bv[i] - av[i]);
+      w4[i] = 1 + bv[i] * (av[i] - 1);
+    }
+    EXPECT_EQ(test::values(where(cond, a, 0)), w1);
+    EXPECT_EQ(test::values(where(cond, -2.0, b)), w2);
+    test::expect_tensor_near(lerp(a, b, 0.25), w3, {n}, 4 * test::tolerance(d), 4 * test::tolerance(d), "lerp");
+    test::expect_tensor_near(lerp(full({}, 1.0, d), a, b), w4, {n}, 8 * test::tolerance(d), 8 * test::tolerance(d),
+                             "lerp, scalar start");
+    // The condition itself broadcast (a scalar true, then a row against a column).
+    EXPECT_EQ(test::values(where(full({}, true, kBool), a, b)), av);
+    Tensor col = tensor(std::vector<bool>{true, false}).reshape({2, 1});
+    std::vector<double> want;
+    for (int r = 0; r < 2; ++r)
+      for (int64_t i = 0; i < n; ++i) want.push_back(r == 0 ? av[i] : -1.0);
+    EXPECT_EQ(test::values(where(col, a.reshape({1, n}), -1.0)), want);
+  }
+}
+
 TEST(Binary, NanPropagatesThroughMaximum) {
   Tensor a = tensor({NAN, 1.0}), b = tensor({0.0, NAN});
   std::vector<double> mx = test::values(maximum(a, b)), mn = test::values(minimum(a, b));

@@ -17,16 +17,34 @@ std::pair<SavedTensor, SavedTensor> save_for_product(const Tensor& a, const Tens
   return {requires_grad(b) ? SavedTensor(a, false) : SavedTensor(),
           requires_grad(a) ? SavedTensor(b, false) : SavedTensor()};
 }
+
+// Whether the matrix x lies in memory as its transpose does (column-major), as w.t() does in linear.
+bool transposed_layout(const Tensor& x) {
+  return x.dim() == 2 && x.size(0) > 1 && x.size(1) > 1 && x.stride(0) == 1 && x.stride(1) == x.size(0);
+}
 }  // namespace
 
-// mm: a (M, K), b (K, N), g (M, N): da = g b^T (M, K), db = a^T g (K, N)
+// mm: a (M, K), b (K, N), g (M, N): da = g b^T (M, K), db = a^T g (K, N). An operand that is a transposed view
+// gets its gradient as the transpose of the transposed product (db = (g^T a)^T), so that the gradient has the
+// operand's layout: for linear's weight, seen here as w.t(), it then reaches w contiguous, and accumulating it
+// takes the tensor instead of copying a transpose (that copy was ~15% of the W2 MLP step).
 Tensor mm(const Tensor& a, const Tensor& b) {
   Tensor out = ops::mm(a, b);
   if (should_record(a, b)) {
-    record("mm", out, {a, b}, [s = save_for_product(a, b)](const Tensor& g, const OpNode& n) {
-      return TensorList{n.needs_input_grad(0) ? mm(g, s.second.get(n).t()) : Tensor(),
-                        n.needs_input_grad(1) ? mm(s.first.get(n).t(), g) : Tensor()};
-    });
+    record("mm", out, {a, b},
+           [s = save_for_product(a, b), a_t = transposed_layout(a), b_t = transposed_layout(b)](const Tensor& g,
+                                                                                               const OpNode& n) {
+             Tensor ga, gb;
+             if (n.needs_input_grad(0)) {
+               Tensor b = s.second.get(n);
+               ga = a_t ? mm(b, g.t()).t() : mm(g, b.t());
+             }
+             if (n.needs_input_grad(1)) {
+               Tensor a = s.first.get(n);
+               gb = b_t ? mm(g.t(), a).t() : mm(a.t(), g);
+             }
+             return TensorList{ga, gb};
+           });
   }
   return out;
 }
