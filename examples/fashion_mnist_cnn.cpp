@@ -21,10 +21,12 @@ int main(int argc, char** argv) {
   int epochs = argc > 2 ? std::atoi(argv[2]) : 3;
   try {
     const Device device = argc > 3 ? Device(argv[3]) : kCPU;
-    auto [x_train, y_train, x_test, y_test] = fashion_mnist::load(dir);
-    x_train = x_train.view({-1, 1, 28, 28});
-    x_test = x_test.view({-1, 1, 28, 28});
+    // The images stay uint8 and each batch is prepared as it is taken: that keeps 165 MB of float32 copies
+    // out of memory, and costs tens of microseconds a batch.
+    auto [x_train, y_train, x_test, y_test] = fashion_mnist::load_raw(dir);
+    auto images = [](const Tensor& raw) { return fashion_mnist::prepare(raw).view({-1, 1, 28, 28}); };
     const int64_t batch = 64, n = x_train.size(0);
+    const int64_t eval_batch = 500;  // faster than 64 a batch; the first convolution's output is then 50 MB
 
     auto model = nn::Sequential(
         nn::Conv2d(1, 32, 3, nn::Conv2dOptions{.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),   // (B, 32, 14, 14)
@@ -45,7 +47,8 @@ int main(int argc, char** argv) {
       int64_t batches = 0;
       for (int64_t start = 0; start < n; start += batch) {
         Tensor idx = order.narrow(0, start, std::min(batch, n - start));
-        Tensor loss = nn::F::cross_entropy(model(index_select(x_train, 0, idx)), index_select(y_train, 0, idx));
+        Tensor loss =
+            nn::F::cross_entropy(model(images(index_select(x_train, 0, idx))), index_select(y_train, 0, idx));
         opt.zero_grad();
         loss.backward();
         opt.step();
@@ -57,9 +60,9 @@ int main(int argc, char** argv) {
       int64_t correct = 0;
       {
         NoGradGuard no_grad;
-        for (int64_t start = 0; start < x_test.size(0); start += 1000) {
-          Tensor logits = model(x_test.narrow(0, start, 1000));
-          correct += (argmax(logits, 1) == y_test.narrow(0, start, 1000)).sum().item<int64_t>();
+        for (int64_t start = 0; start < x_test.size(0); start += eval_batch) {
+          Tensor logits = model(images(x_test.narrow(0, start, eval_batch)));
+          correct += (argmax(logits, 1) == y_test.narrow(0, start, eval_batch)).sum().item<int64_t>();
         }
       }
       std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s\n", epoch, loss_sum / batches,

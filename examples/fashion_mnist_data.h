@@ -53,14 +53,25 @@ inline Tensor prepare(const Tensor& images) {
 
 
 struct Data {
-  Tensor x_train, y_train, x_test, y_test;  // x: (N, 784) float32, y: (N) int64
+  Tensor x_train, y_train, x_test, y_test;  // x: (N, 784) float32 (uint8 from load_raw), y: (N) int64
 };
 
-inline Data load(const std::string& dir) {
-  return {prepare(read_idx_gz(dir + "/train-images-idx3-ubyte.gz", 3)),
+// The images as stored, (N, 784) uint8: a quarter of the memory of float32 (55 MB instead of 220 MB for
+// both sets), for programs that prepare each batch as they take it.
+inline Data load_raw(const std::string& dir) {
+  auto flat = [](const Tensor& images) { return images.reshape({images.size(0), -1}); };
+  return {flat(read_idx_gz(dir + "/train-images-idx3-ubyte.gz", 3)),
           read_idx_gz(dir + "/train-labels-idx1-ubyte.gz", 1).to(kInt64),
-          prepare(read_idx_gz(dir + "/t10k-images-idx3-ubyte.gz", 3)),
+          flat(read_idx_gz(dir + "/t10k-images-idx3-ubyte.gz", 3)),
           read_idx_gz(dir + "/t10k-labels-idx1-ubyte.gz", 1).to(kInt64)};
+}
+
+// The images prepared once, float32.
+inline Data load(const std::string& dir) {
+  Data d = load_raw(dir);
+  d.x_train = prepare(d.x_train);
+  d.x_test = prepare(d.x_test);
+  return d;
 }
 
 }  // namespace fashion_mnist

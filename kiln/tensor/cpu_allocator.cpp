@@ -7,12 +7,19 @@
 // handing them out again removes that cost. Blocks of 1 MiB and more are cached, keyed by their size
 // rounded up to 64 KiB, up to a limit; blocks of 4 MiB and more are 2 MiB aligned and advised as
 // transparent huge pages, which makes first touches 512 times rarer.
+//
+// A block freed into a full cache pushes the oldest cached blocks out (they go back to the system), rather
+// than being refused: sizes used once (loading a dataset, one evaluation pass) then do not hold the cache
+// for good while the sizes of the training step go uncached, and the cache's bytes, which count in the
+// process's resident memory, stay bounded by the limit.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <list>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "kiln/tensor/allocator.h"
 #include "kiln/tensor/error.h"
@@ -43,7 +50,8 @@ class CpuAllocator final : public Allocator {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = free_.find(size);
       if (it != free_.end()) {
-        void* p = it->second;
+        void* p = it->second->ptr;
+        age_.erase(it->second);
         free_.erase(it);
         cached_bytes_ -= size;
         ++hits_;
@@ -60,34 +68,44 @@ class CpuAllocator final : public Allocator {
     if (ptr == nullptr) return;
     if (nbytes >= kCacheMinBytes) {
       size_t size = round_up(nbytes, kCacheGranule);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (cached_bytes_ + size <= limit_) {
-        free_.emplace(size, ptr);
-        cached_bytes_ += size;
-        return;
+      std::vector<void*> evicted;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (size <= limit_) {
+          age_.push_back({size, ptr});
+          free_.emplace(size, std::prev(age_.end()));
+          cached_bytes_ += size;
+          while (cached_bytes_ > limit_) evicted.push_back(evict_oldest());
+          ptr = nullptr;
+        }
       }
+      for (void* p : evicted) std::free(p);  // outside the lock
+      if (ptr == nullptr) return;
     }
     std::free(ptr);
   }
 
   CpuCacheStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return {cached_bytes_, free_.size(), hits_, misses_};
+    return {cached_bytes_, age_.size(), hits_, misses_};
   }
 
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [size, p] : free_) std::free(p);
+    for (const Block& b : age_) std::free(b.ptr);
+    age_.clear();
     free_.clear();
     cached_bytes_ = 0;
   }
 
   void set_limit(size_t bytes) {
+    std::vector<void*> evicted;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       limit_ = bytes;
+      while (cached_bytes_ > limit_) evicted.push_back(evict_oldest());
     }
-    if (stats().cached_bytes > bytes) empty_cache();
+    for (void* p : evicted) std::free(p);
   }
 
  private:
@@ -103,8 +121,29 @@ class CpuAllocator final : public Allocator {
     return p;
   }
 
+  struct Block {
+    size_t size;
+    void* ptr;
+  };
+  using Age = std::list<Block>;
+
+  // Drops the block cached longest ago from the cache and returns it, for the caller to free. Lock held.
+  void* evict_oldest() {
+    Block b = age_.front();
+    auto [lo, hi] = free_.equal_range(b.size);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == age_.begin()) {
+        free_.erase(it);
+        break;
+      }
+    age_.pop_front();
+    cached_bytes_ -= b.size;
+    return b.ptr;
+  }
+
   std::mutex mutex_;
-  std::multimap<size_t, void*> free_;
+  Age age_;                                  // the cached blocks, oldest first
+  std::multimap<size_t, Age::iterator> free_;  // the same blocks by size
   size_t cached_bytes_ = 0;
   size_t limit_ = default_cache_limit();
   uint64_t hits_ = 0, misses_ = 0;

@@ -15,24 +15,33 @@ std::vector<int64_t> slice(const std::vector<int64_t>& v, int64_t begin, int64_t
   return {v.begin() + begin, v.begin() + end};
 }
 
-// Standardizes x (N, ...) with the mean and std of `ref` (N', ...): over everything for images
+// Standardizes float32 x (N, ...) in place with the mean and std of `ref` (N', ...): over everything for images
 // (per_column = false), column by column for features (N, F). A constant column is left centred, not divided.
-// Computed in the data's float32: a float64 copy of Fashion-MNIST's training images alone would be 376 MB.
+// Computed in float32 (a float64 copy of Fashion-MNIST's training images alone would be 376 MB), and the
+// squared deviations a block of rows at a time: over the whole set at once they were two more 172 MB copies
+// of Fashion-MNIST's training images, the largest part of `kiln train`'s peak memory.
 struct Standardizer {
   Tensor mean, std;
   Standardizer(const Tensor& ref, bool per_column) {
-    const Tensor r = ref.to(kFloat32);
+    KILN_ASSERT(ref.dtype() == kFloat32, "Standardizer: float32 data expected, got ", ref.dtype());
+    constexpr int64_t kRows = 4096;
+    const int64_t n = ref.size(0);
+    mean = per_column ? ref.mean({0}, true) : ref.mean();
+    Tensor squares = zeros(mean.sizes(), kFloat64);
+    for (int64_t start = 0; start < n; start += kRows) {
+      const Tensor d = ref.narrow(0, start, std::min(kRows, n - start)) - mean;
+      Tensor block = d * d;
+      squares.add_(per_column ? sum(block, {0}, true, kFloat64) : sum(block, {}, false, kFloat64));
+    }
+    const int64_t count = per_column ? n : ref.numel();  // the elements behind each mean
+    std = (squares / static_cast<double>(count)).sqrt().to(kFloat32);
     if (per_column) {
-      mean = r.mean({0}, true);
-      std = (r - mean).pow(2).mean({0}, true).sqrt();
       std = where(std > 0, std, ones_like(std));
     } else {
-      mean = r.mean();
-      std = (r - mean).pow(2).mean().sqrt();
       KILN_CHECK(std.item<double>() > 0, "data: the training images are all one value; nothing to learn");
     }
   }
-  Tensor operator()(const Tensor& x) const { return (x.to(kFloat32) - mean) / std; }
+  void apply_(Tensor& x) const { x.sub_(mean).div_(std); }
 };
 
 int64_t count_classes(const std::vector<Tensor>& labels, const std::string& what) {
@@ -58,23 +67,36 @@ std::shared_ptr<data::Dataset> dataset_of(const Tensor& x, const Tensor& y) {
   return std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y});
 }
 
+// float32 features from what a loader read: uint8 images become value / 255, anything else float32.
+Tensor features(const Tensor& x) {
+  if (x.dtype() != kUInt8) return x.to(kFloat32);
+  Tensor f = x.to(kFloat32);
+  f.div_(full({}, 255.0, kFloat32));
+  return f;
+}
+
 // Splits (x, y) of a training set into train and validation parts (val_size examples, chosen by seed), and
-// standardizes everything by the training part.
+// standardizes everything by the training part. x and x_test may be uint8 images (see features): the rows
+// are taken before they widen to float32, and x is released once they are, so that no full float32 copy of
+// the training set lives beside the one kept.
 DataSplits finish(const RunConfig::Data& c, Tensor x, Tensor y, Tensor x_test, Tensor y_test, bool per_column,
                   const std::string& what) {
   const int64_t n = x.size(0);
   KILN_CHECK(c.val_size >= 0 && c.val_size < n, "data.val_size = ", c.val_size, ": ", what, " has ", n,
              " training examples; hold out between 0 and ", n - 1);
+  const Shape input_shape(x.shape().begin() + 1, x.shape().end());
   const std::vector<int64_t> perm = data::random_permutation(n, c.seed);
   const std::vector<int64_t> val_rows = slice(perm, 0, c.val_size), train_rows = slice(perm, c.val_size, n);
-  Tensor x_train = take(x, train_rows), y_train = take(y, train_rows);
-  Tensor x_val = take(x, val_rows), y_val = take(y, val_rows);
+  Tensor x_train = features(take(x, train_rows)), y_train = take(y, train_rows);
+  Tensor x_val = features(take(x, val_rows)), y_val = take(y, val_rows);
+  x = Tensor();
+  x_test = features(x_test);
   if (c.normalize) {
     const Standardizer s(x_train, per_column);
-    x_train = s(x_train), x_val = s(x_val), x_test = s(x_test);
+    s.apply_(x_train), s.apply_(x_val), s.apply_(x_test);
   }
   DataSplits out;
-  out.info.input_shape = Shape(x.shape().begin() + 1, x.shape().end());
+  out.info.input_shape = input_shape;
   out.info.num_classes = count_classes({y_train, y_val, y_test}, what);
   out.train = dataset_of(x_train, y_train);
   if (c.val_size > 0) out.val = dataset_of(x_val, y_val);
@@ -99,9 +121,11 @@ DataSplits finish(const RunConfig::Data& c, Tensor x, Tensor y, Tensor x_test, T
 
 DataSplits mnist_style(const RunConfig::Data& c) {
   const std::string dir = data_path(c);
-  auto train = data::load_mnist(dir, data::MnistSplit::Train);
-  auto test = data::load_mnist(dir, data::MnistSplit::Test);
-  return finish(c, train->tensors()[0], train->tensors()[1], test->tensors()[0], test->tensors()[1],
+  // The pixels as stored (uint8, a quarter of float32's size); finish widens them split by split.
+  const data::MnistOptions raw{.float_images = false};
+  std::vector<Tensor> train = data::load_mnist(dir, data::MnistSplit::Train, raw)->tensors();
+  std::vector<Tensor> test = data::load_mnist(dir, data::MnistSplit::Test, raw)->tensors();
+  return finish(c, std::move(train[0]), std::move(train[1]), std::move(test[0]), std::move(test[1]),
                 /*per_column=*/false, c.name + " (" + dir + ")");
 }
 

@@ -78,7 +78,7 @@ void declare_data(Schema<R>& s) {
   d.add_enum("name", &D::name, {"fashion-mnist", "mnist", "idx", "csv", "synthetic"}, "the dataset");
   d.add("path", &D::path, "a folder (fashion-mnist, mnist, idx) or file (csv) (null: the dataset's standard place)");
   d.add("batch_size", &D::batch_size, "training batch size").at_least(1);
-  d.add("val_batch_size", &D::val_batch_size, "validation and test batch size (null: 1000)").at_least(1);
+  d.add("val_batch_size", &D::val_batch_size, "validation and test batch size (null: batch_size)").at_least(1);
   d.add("num_workers", &D::num_workers, "loader threads (0: load in the training thread)").at_least(0);
   d.add("shuffle", &D::shuffle, "shuffle the training set every epoch");
   d.add("val_size", &D::val_size, "examples held out of the training set for validation").at_least(0);

@@ -76,7 +76,7 @@ struct RunConfig {
     std::string name = "fashion-mnist";  // fashion-mnist | mnist | idx | csv | synthetic
     std::optional<std::string> path;  // null: the dataset's standard place (see data_path)
     int64_t batch_size = 64;
-    std::optional<int64_t> val_batch_size;  // null: 1000
+    std::optional<int64_t> val_batch_size;  // null: batch_size
     int64_t num_workers = 0;
     bool shuffle = true;
     int64_t val_size = 5000;

@@ -174,5 +174,37 @@ TEST(CpuAllocator, ReusesFreedLargeBlocksUpToItsLimit) {
   EXPECT_EQ(cpu_cache_stats().cached_bytes, 0u);
 }
 
+// A block freed into a full cache pushes out the blocks cached longest ago, so sizes used once do not keep
+// the sizes in use now out of the cache.
+TEST(CpuAllocator, AFullCacheEvictsItsOldestBlocks) {
+  cpu_empty_cache();
+  set_cpu_cache_limit(size_t{20} << 20);  // room for two of the 8 MiB blocks below, not three
+  void* c_ptr = nullptr;
+  {
+    Tensor a = empty({2 << 20}), b = empty({(2 << 20) + 16384}), c = empty({(2 << 20) + 32768});  // ~8 MiB each
+    c_ptr = c.raw_data_ptr();
+    a = Tensor();  // freed first: the oldest in the cache
+    b = Tensor();
+    EXPECT_EQ(cpu_cache_stats().cached_blocks, 2u);
+  }  // c freed: a goes back to the system
+  CpuCacheStats s = cpu_cache_stats();
+  EXPECT_EQ(s.cached_blocks, 2u);
+  EXPECT_LE(s.cached_bytes, size_t{20} << 20);
+  uint64_t hits = s.hits;
+  Tensor c2 = empty({(2 << 20) + 32768});  // c's size is still cached...
+  EXPECT_EQ(c2.raw_data_ptr(), c_ptr);
+  EXPECT_EQ(cpu_cache_stats().hits, hits + 1);
+  Tensor a2 = empty({2 << 20});  // ... a's is not
+  EXPECT_EQ(cpu_cache_stats().hits, hits + 1);
+  // A block larger than the whole limit is not cached and evicts nothing.
+  { Tensor huge = empty({6 << 20}); }
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 1u);
+  // Lowering the limit evicts down to it.
+  set_cpu_cache_limit(size_t{4} << 20);
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 0u);
+  set_cpu_cache_limit(size_t{1} << 30);
+  cpu_empty_cache();
+}
+
 }  // namespace
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "kiln/kiln.h"
@@ -186,6 +187,47 @@ TEST(Datasets, SyntheticWithoutValidation) {
   const DataSplits d = make_data(c);
   EXPECT_EQ(d.val, nullptr);
   EXPECT_EQ(d.train->size() + d.test->size(), 600);
+}
+
+// MNIST-style images are standardized over all their pixels: value / 255, then minus the training part's mean
+// and over its (population) std.
+TEST(Datasets, MnistStyleImagesAreStandardizedOverAllPixels) {
+  testing::TempDir dir;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto write = [&](const std::string& stem, int64_t n) {
+    std::vector<uint8_t> px(static_cast<size_t>(n * 784)), lab(static_cast<size_t>(n));
+    for (auto& v : px) v = static_cast<uint8_t>(byte(rng) / 4 * (byte(rng) % 2));  // dark, half zeros
+    for (size_t i = 0; i < lab.size(); ++i) lab[i] = static_cast<uint8_t>(i % 10);
+    Tensor images = empty({n, 28, 28}, kUInt8), labels = empty({n}, kUInt8);
+    std::copy(px.begin(), px.end(), images.data_ptr<uint8_t>());
+    std::copy(lab.begin(), lab.end(), labels.data_ptr<uint8_t>());
+    data::write_idx(dir / (stem + "-images-idx3-ubyte"), images);
+    data::write_idx(dir / (stem + "-labels-idx1-ubyte"), labels);
+    return images;
+  };
+  const Tensor train_px = write("train", 300);
+  const Tensor test_px = write("t10k", 40);
+  RunConfig::Data c;
+  c.name = "mnist";
+  c.path = dir.path().string();
+  c.val_size = 50;
+  const DataSplits d = make_data(c);
+  ASSERT_EQ(features(d.train).shape(), (Shape{250, 1, 28, 28}));
+  // The training part, standardized over all its pixels: mean 0, population std 1.
+  const Tensor x = features(d.train).to(kFloat64);
+  EXPECT_NEAR(x.mean().item<double>(), 0.0, 1e-5);
+  EXPECT_NEAR((x * x).mean().item<double>(), 1.0, 1e-4);
+  // The test images, mapped by that same affine map: (raw / 255 - mean) / std with one mean and std for every
+  // pixel (fitted on two pixels here, then checked on all), which sends a raw 0 where the training part's 0s
+  // went (its smallest value).
+  const std::vector<double> raw = test_px.to(kFloat64).reshape({-1}).to_vector<double>();
+  const std::vector<double> got = features(d.test).to(kFloat64).reshape({-1}).to_vector<double>();
+  size_t a = 0, b = 1;
+  while (raw[b] == raw[a]) ++b;
+  const double stdev = (raw[a] - raw[b]) / 255.0 / (got[a] - got[b]), mean = raw[a] / 255.0 - got[a] * stdev;
+  for (size_t i = 0; i < raw.size(); ++i) ASSERT_NEAR(got[i], (raw[i] / 255.0 - mean) / stdev, 1e-5) << i;
+  EXPECT_NEAR(x.min().item<double>(), -mean / stdev, 1e-5);
 }
 
 class CsvData : public ::testing::Test {
