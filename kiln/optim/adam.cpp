@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kiln/optim/fused_cpu.h"
 #include "kiln/optim/option_util.h"
 
 namespace kiln::optim {
@@ -62,6 +63,12 @@ void Adam::step() {
         if (o.amsgrad) st.tensors["max_exp_avg_sq"] = zeros_like(p);
       }
       double step = ++st.scalars["step"];
+      if (!o.amsgrad && fused::applies(p, {&p.grad(), &st.tensors["exp_avg"], &st.tensors["exp_avg_sq"]})) {
+        fused::adam(p, p.grad(), st.tensors["exp_avg"], st.tensors["exp_avg_sq"],  // one pass; see fused_cpu.h
+                    {.lr = o.lr, .beta1 = beta1, .beta2 = beta2, .eps = o.eps, .weight_decay = o.weight_decay,
+                     .decoupled = decoupled_, .maximize = o.maximize, .step = step});
+        continue;
+      }
       if (o.weight_decay != 0) {
         if (decoupled_) p.mul_(1.0 - o.lr * o.weight_decay);
         else g = add(g, p, o.weight_decay);

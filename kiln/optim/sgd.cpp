@@ -1,6 +1,7 @@
 // SGD's update; see sgd.h for the formula.
 #include "kiln/optim/sgd.h"
 
+#include "kiln/optim/fused_cpu.h"
 #include "kiln/optim/option_util.h"
 
 namespace kiln::optim {
@@ -42,6 +43,22 @@ void SGD::step() {
     SGDOptions o = from_map(group.options);
     for (auto& p : group.params) {
       if (!p.grad().defined()) continue;
+      if (fused::applies(p, {&p.grad()})) {  // one pass over what the ops below compute; see fused_cpu.h
+        Tensor buf;                             // the momentum buffer; undefined without momentum
+        bool first = false;
+        if (o.momentum != 0) {
+          auto& state = mutable_state(p).tensors;
+          auto it = state.find("momentum_buffer");
+          if ((first = it == state.end())) it = state.emplace("momentum_buffer", empty_like(p)).first;
+          buf = it->second;
+        }
+        if (!buf.defined() || fused::applies(p, {&buf})) {  // a loaded buffer may be laid out otherwise
+          fused::sgd(p, p.grad(), buf,
+                     {.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening, .weight_decay = o.weight_decay,
+                      .nesterov = o.nesterov, .maximize = o.maximize, .first = first});
+          continue;
+        }
+      }
       Tensor g = o.maximize ? neg(p.grad()) : p.grad();
       if (o.weight_decay != 0) g = add(g, p, o.weight_decay);
       if (o.momentum != 0) {

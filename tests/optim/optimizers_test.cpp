@@ -1,6 +1,8 @@
 // SGD, Adam, AdamW, RMSprop and Adagrad against float64 scalar code written out from torch.optim's formulas.
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <random>
 
 #include "optim/optim_test_util.h"
 
@@ -314,6 +316,74 @@ TEST(Optimizer, StepDoesNotRecordHistory) {
   EXPECT_TRUE(p.is_leaf());
   EXPECT_TRUE(p.requires_grad());
   EXPECT_EQ(p.grad_fn(), nullptr);
+}
+
+// ---- the fused CPU loops (kiln/optim/fused_cpu.h) ----
+
+// Two copies of one parameter step side by side with the same gradients: one gradient contiguous (the fused
+// loop), the other the same values as a transposed view (the chain of tensor ops). Every option that changes
+// the update, both float dtypes. The compiler may fuse a multiply and an add across what are two kernels in
+// the chain, so the last bit may differ: within ~16 units of rounding after four steps.
+template <typename Opt, typename Options>
+void expect_fused_equals_chain(const Options& options, const std::string& what) {
+  for (DType d : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(what + " " + dtype_name(d));
+    std::mt19937 rng(31);
+    const std::vector<double> init = random_values(20, d, rng);
+    Tensor fused_p = make_tensor(init, {4, 5}, d).requires_grad_(), chain_p = make_tensor(init, {4, 5}, d).requires_grad_();
+    Opt fused_opt({fused_p}, options), chain_opt({chain_p}, options);
+    for (int t = 0; t < 4; ++t) {
+      const std::vector<double> g = random_values(20, d, rng);
+      fused_p.set_grad(make_tensor(g, {4, 5}, d));
+      std::vector<double> gt(20);  // g transposed, so that gt viewed as (5, 4)^T is g
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 5; ++j) gt[j * 4 + i] = g[i * 5 + j];
+      Tensor strided = make_tensor(gt, {5, 4}, d).t();
+      ASSERT_FALSE(strided.is_contiguous());
+      chain_p.set_grad(strided);
+      fused_opt.step();
+      chain_opt.step();
+      const double rtol = d == kFloat32 ? 1e-6 : 1e-14;
+      expect_tensor_near(fused_p, values(chain_p), {4, 5}, rtol, rtol / 10, "step " + std::to_string(t + 1));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(FusedCpu, SgdEqualsTheOpChain) {
+  using O = optim::SGDOptions;
+  expect_fused_equals_chain<optim::SGD>(O{.lr = 0.1}, "plain");
+  expect_fused_equals_chain<optim::SGD>(O{.lr = 0.1, .momentum = 0.9}, "momentum");
+  expect_fused_equals_chain<optim::SGD>(O{.lr = 0.05, .momentum = 0.8, .dampening = 0.3, .weight_decay = 0.01},
+                                        "dampening, weight decay");
+  expect_fused_equals_chain<optim::SGD>(O{.lr = 0.1, .momentum = 0.9, .nesterov = true, .maximize = true},
+                                        "nesterov, maximize");
+}
+
+TEST(FusedCpu, AdamEqualsTheOpChain) {
+  using O = optim::AdamOptions;
+  expect_fused_equals_chain<optim::Adam>(O{.lr = 1e-2}, "defaults");
+  expect_fused_equals_chain<optim::Adam>(O{.lr = 1e-2, .betas = {0.3, 0.5}, .eps = 1e-3, .weight_decay = 0.1},
+                                         "beta1 < 0.5 (lerp's other form), weight decay");
+  expect_fused_equals_chain<optim::Adam>(O{.lr = 1e-2, .maximize = true}, "maximize");
+  expect_fused_equals_chain<optim::AdamW>(optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1}, "AdamW");
+}
+
+// The fused loops write through raw pointers; they must still bump the version, so that a graph that saved
+// the parameter before the step refuses to run backward after it.
+TEST(FusedCpu, TheStepBumpsTheParameterVersion) {
+  for (int which = 0; which < 2; ++which) {
+    Tensor p = tensor(std::vector<float>{1, 2, 3}).requires_grad_();
+    std::unique_ptr<optim::Optimizer> opt;
+    if (which == 0) opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = 0.1});
+    Tensor y = (p * p).sum();
+    p.set_grad(tensor(std::vector<float>{1, 1, 1}));
+    const uint64_t before = p.version();
+    opt->step();
+    EXPECT_GT(p.version(), before);
+    expect_error([&] { y.backward(); }, {"modified"});
+  }
 }
 
 // ---- bad arguments ----
