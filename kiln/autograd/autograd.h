@@ -2,6 +2,7 @@
 // (engine.h), grad modes (grad_mode.h), custom functions (function.h), gradcheck and the graph in DOT.
 #pragma once
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/function.h"
 #include "kiln/autograd/functions.h"

@@ -213,6 +213,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (autocast::wants_float32({&x, &weight, &bias}))  // float32 under autocast
+    return group_norm(autocast::float32(x), num_groups, autocast::float32(weight), autocast::float32(bias), eps);
   KILN_CHECK(x.dim() >= 2 && num_groups > 0 && x.size(1) % num_groups == 0, "group_norm: ", x.dim() >= 2 ? x.size(1) : 0,
              " channels cannot be split into ", num_groups, " groups (input ", shape_str(x.sizes()), ")");
   const int64_t N = x.size(0), C = x.size(1);

@@ -49,6 +49,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
 }
 
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  if (autocast::wants_float32({&x, &weight, &bias}))
+    return layer_norm(autocast::float32(x), normalized_shape, autocast::float32(weight), autocast::float32(bias), eps);
   int64_t k = static_cast<int64_t>(normalized_shape.size());
   KILN_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", shape_str(normalized_shape),
              " does not fit input of shape ", shape_str(x.sizes()));
@@ -128,10 +130,20 @@ Tensor nll(const char* op, const Tensor& input_in, const Tensor& target_in, cons
 }  // namespace
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, const NllLossOptions& options) {
+  if (autocast::wants_float32({&input, &options.weight})) {
+    NllLossOptions o = options;
+    o.weight = autocast::float32(o.weight);
+    return nll_loss(autocast::float32(input), target, o);
+  }
   return nll("nll_loss", input, target, options);
 }
 
 Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const CrossEntropyOptions& options) {
+  if (autocast::wants_float32({&input_in, &target_in, &options.weight})) {  // float32 under autocast
+    CrossEntropyOptions o = options;
+    o.weight = autocast::float32(o.weight);
+    return cross_entropy(autocast::float32(input_in), autocast::float32(target_in), o);
+  }
   KILN_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
              "cross_entropy: label_smoothing must be in [0, 1], got ", options.label_smoothing);
   bool single = unbatched(input_in);
@@ -187,17 +199,23 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const Cros
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast::wants_float32({&input, &target}))
+    return mse_loss(autocast::float32(input), autocast::float32(target), reduction);
   check_same_shape("mse_loss", input, target);
   Tensor d = input - target;
   return reduce(d * d, reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (autocast::wants_float32({&input, &target}))
+    return l1_loss(autocast::float32(input), autocast::float32(target), reduction);
   check_same_shape("l1_loss", input, target);
   return reduce(abs(input - target), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  if (autocast::wants_float32({&input, &target}))
+    return smooth_l1_loss(autocast::float32(input), autocast::float32(target), reduction, beta);
   check_same_shape("smooth_l1_loss", input, target);
   KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   Tensor d = abs(input - target);
@@ -206,6 +224,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  if (autocast::wants_float32({&input, &target}))
+    return huber_loss(autocast::float32(input), autocast::float32(target), reduction, delta);
   check_same_shape("huber_loss", input, target);
   KILN_CHECK(delta > 0, "huber_loss: delta must be positive, got ", delta);
   Tensor d = abs(input - target);
@@ -213,6 +233,9 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 }
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  if (autocast::wants_float32({&input, &target, &weight}))
+    return binary_cross_entropy(autocast::float32(input), autocast::float32(target), autocast::float32(weight),
+                                reduction);
   check_same_shape("binary_cross_entropy", input, target);
   KILN_CHECK(ops::all(ops::logical_and(ops::ge(input, 0), ops::le(input, 1))).item<bool>(),
              "binary_cross_entropy: input must hold probabilities in [0, 1] (for logits use "
@@ -226,6 +249,9 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
                                         const Tensor& pos_weight, Reduction reduction) {
+  if (autocast::wants_float32({&input, &target, &weight, &pos_weight}))
+    return binary_cross_entropy_with_logits(autocast::float32(input), autocast::float32(target),
+                                            autocast::float32(weight), autocast::float32(pos_weight), reduction);
   check_same_shape("binary_cross_entropy_with_logits", input, target);
   // -[p t log s(x) + (1 - t) log(1 - s(x))] = (1 - t) x + (1 + (p - 1) t) softplus(-x), with softplus(-x) =
   // log(1 + exp(-x)) computed without overflow.
@@ -237,6 +263,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target, bool batchmean) {
+  if (autocast::wants_float32({&input, &target}))
+    return kl_div(autocast::float32(input), autocast::float32(target), reduction, log_target, batchmean);
   check_same_shape("kl_div", input, target);
   Tensor loss = log_target ? exp(target) * (target - input)
                            // t log t is 0 at t = 0 (its limit), not NaN

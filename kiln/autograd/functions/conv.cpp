@@ -2,6 +2,7 @@
 // call the backward kernels directly, which are not themselves recorded: first-order gradients only. A
 // backward run with create_graph reaching one of these rules stops with an error rather than return
 // gradients that silently lack their own history.
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/record.h"
 
 namespace kiln {
@@ -23,6 +24,8 @@ void check_first_order(const char* op) {
 // conv2d: x (N, Cin, H, W), w (Cout, Cin / G, KH, KW), b (Cout), g (N, Cout, OH, OW):
 // dx = conv2d_backward_input(g, w), dw = conv2d_backward_weight(g, x), db = g summed over (N, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  if (autocast::wants_lower({&x, &weight, &bias}))
+    return conv2d(autocast::lower(x), autocast::lower(weight), autocast::lower(bias), p);
   Tensor out = ops::conv2d(x, weight, bias, p);
   if (should_record(x, weight, bias)) {
     // x is needed only for dw and w only for dx

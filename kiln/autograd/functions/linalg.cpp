@@ -1,5 +1,6 @@
 // Differentiable matrix products. mm, bmm and matmul have hand-written rules (they are the hot ops); mv, dot,
 // outer, addmm and baddbmm are composites of them.
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/record.h"
 
 namespace kiln {
@@ -29,6 +30,7 @@ bool transposed_layout(const Tensor& x) {
 // operand's layout: for linear's weight, seen here as w.t(), it then reaches w contiguous, and accumulating it
 // takes the tensor instead of copying a transpose (that copy was ~15% of the W2 MLP step).
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (autocast::wants_lower({&a, &b})) return mm(autocast::lower(a), autocast::lower(b));
   Tensor out = ops::mm(a, b);
   if (should_record(a, b)) {
     record("mm", out, {a, b},
@@ -51,6 +53,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 
 // bmm: a (B, M, K), b (B, K, N), g (B, M, N): da = g b^T, db = a^T g, per batch
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (autocast::wants_lower({&a, &b})) return bmm(autocast::lower(a), autocast::lower(b));
   Tensor out = ops::bmm(a, b);
   if (should_record(a, b)) {
     record("bmm", out, {a, b}, [s = save_for_product(a, b)](const Tensor& g, const OpNode& n) {
@@ -65,6 +68,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 // column (K, 1), whose added dim the output drops; the rule puts those dims back on g, computes
 // da = g b^T and db = a^T g with matmul, and drops them again. Broadcast batch dims are summed by the engine.
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::wants_lower({&a, &b})) return matmul(autocast::lower(a), autocast::lower(b));
   Tensor out = ops::matmul(a, b);
   if (should_record(a, b)) {
     record("matmul", out, {a, b}, [s = save_for_product(a, b), a_dim = a.dim(), b_dim = b.dim()](const Tensor& g,
@@ -127,11 +131,15 @@ Tensor add_product(const char* name, const Tensor& c, const Tensor& product, con
 }  // namespace
 
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  if (autocast::wants_lower({&c, &a, &b}))
+    return addmm(autocast::lower(c), autocast::lower(a), autocast::lower(b), beta, alpha);
   if (!should_record(c, a, b)) return ops::addmm(c, a, b, beta, alpha);
   return add_product("addmm", c, mm(a, b), beta, alpha);
 }
 
 Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  if (autocast::wants_lower({&c, &a, &b}))
+    return baddbmm(autocast::lower(c), autocast::lower(a), autocast::lower(b), beta, alpha);
   if (!should_record(c, a, b)) return ops::baddbmm(c, a, b, beta, alpha);
   return add_product("baddbmm", c, bmm(a, b), beta, alpha);
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/autograd/record.h"
 
 namespace kiln {
@@ -183,6 +184,7 @@ Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim) {
 
 // softmax: y = softmax(x); dx = y (g - sum(g y))
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (autocast::wants_float32({&x})) return softmax(autocast::float32(x), dim);
   Tensor y = ops::softmax(x, dim);
   if (should_record(x)) {
     record("softmax", y, {x}, [sy = SavedTensor(y, true), dim](const Tensor& g, const OpNode& n) {
@@ -195,6 +197,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 
 // log_softmax: y = log_softmax(x); dx = g - exp(y) sum(g)
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (autocast::wants_float32({&x})) return log_softmax(autocast::float32(x), dim);
   Tensor y = ops::log_softmax(x, dim);
   if (should_record(x)) {
     record("log_softmax", y, {x}, [sy = SavedTensor(y, true), dim](const Tensor& g, const OpNode& n) {
