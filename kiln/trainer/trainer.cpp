@@ -73,8 +73,9 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   KILN_CHECK(o.precision == "32" || o.precision == "32-true" || o.precision == "16-mixed" ||
                  o.precision == "bf16-mixed",
              "Trainer: precision '", o.precision, "': expected '32', '16-mixed' or 'bf16-mixed'");
-  KILN_CHECK(o.precision == "32" || o.precision == "32-true", "Trainer: precision '", o.precision,
-             "' needs autocast, which kiln does not have yet; use '32'");
+  KILN_CHECK(o.precision != "16-mixed" || o.strategy != "parameter_server", "Trainer: precision '16-mixed' ",
+             "with strategy 'parameter_server': the loss scaler skips the steps whose gradients overflow, and "
+             "the servers, which step, cannot see that; use 'bf16-mixed' (no scaler needed) or '32'");
   KILN_CHECK(o.accumulate_grad_batches >= 1, "Trainer: accumulate_grad_batches = ", o.accumulate_grad_batches,
              ": expected >= 1");
   KILN_CHECK(o.gradient_clip_val >= 0, "Trainer: gradient_clip_val = ", o.gradient_clip_val,
@@ -310,6 +311,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     }
     optimizers_ = std::move(setup.optimizers);
     schedulers_ = std::move(setup.schedulers);
+    scaler_ = options_.precision == "16-mixed" ? std::make_unique<optim::GradScaler>() : nullptr;
     if (strategy_->optimizers_ready(module, optimizers_)) {
       // A parameter server's server: it has served the workers' whole fit.
       call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
@@ -483,7 +485,10 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
   {
     HookScope scope(*this, LogContext::TrainStep);
     strategy_->before_training_step();
-    loss = module_->training_step(batch, batch_idx);
+    {
+      const auto autocast = autocast_guard();
+      loss = module_->training_step(batch, batch_idx);
+    }
     strategy_->after_training_step(loss);
   }
   if (loss.defined()) {
@@ -498,7 +503,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     call_hooks([&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
     // Under ddp a backward that does not end the accumulation window keeps its gradients local.
     const bool ends_window = accumulated_ + 1 >= acc || last_in_epoch;
-    strategy_->backward(scaled, ends_window);
+    strategy_->backward(scaler_ ? scaler_->scale(scaled) : scaled, ends_window);
     last_backward_synced_ = ends_window;
     call_hooks([&](Callback& c) { c.on_after_backward(*this, *module_); });
     ++accumulated_;
@@ -521,6 +526,8 @@ void Trainer::optimizer_step() {
   strategy_->before_optimizer_step(*module_, last_backward_synced_);
   last_backward_synced_ = true;
   for (auto& opt : optimizers_) {
+    // 16-mixed: the hooks and clipping see the true gradients, as in Lightning.
+    if (scaler_) scaler_->unscale_(*opt);
     call_hooks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
     if (options_.gradient_clip_val > 0) {
       std::vector<Tensor> params;
@@ -533,13 +540,23 @@ void Trainer::optimizer_step() {
         optim::clip_grad_value_(params, options_.gradient_clip_val);
       }
     }
-    if (!strategy_->step_optimizer(*opt)) opt->step();
+    // A gradient that overflowed float16: the step is skipped (the same on every ddp rank, whose gradients
+    // are the same after the all-reduce); the scaler backs off below.
+    const bool skip = scaler_ && scaler_->found_inf(*opt);
+    if (!skip && !strategy_->step_optimizer(*opt)) opt->step();
     call_hooks([&](Callback& c) { c.on_before_zero_grad(*this, *module_, *opt); });
     opt->zero_grad();
   }
+  if (scaler_) scaler_->update();
   accumulated_ = 0;
   ++global_step_;
   step_schedulers("step");
+}
+
+std::optional<AutocastGuard> Trainer::autocast_guard() const {
+  if (options_.precision == "16-mixed") return std::optional<AutocastGuard>(std::in_place, device_.type, kFloat16);
+  if (options_.precision == "bf16-mixed") return std::optional<AutocastGuard>(std::in_place, device_.type, kBFloat16);
+  return std::nullopt;
 }
 
 void Trainer::step_schedulers(const std::string& interval) {

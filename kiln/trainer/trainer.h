@@ -21,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "kiln/autograd/autocast.h"
 #include "kiln/data/dataloader.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/trainer/batch_limit.h"
 #include "kiln/trainer/callback.h"
 #include "kiln/trainer/checkpoint.h"
@@ -59,7 +61,9 @@ struct TrainerOptions {
   // ddp: the process-group backend the ranks form ("tcp"; "gloo" and "mpi" when built, mpi under mpirun).
   std::string ddp_backend = "tcp";
   ParameterServerOptions ps;
-  // "32"; "16-mixed" and "bf16-mixed" come with autocast.
+  // "32"; or mixed precision: "bf16-mixed" (forward passes under autocast with bfloat16) and "16-mixed"
+  // (float16, with a GradScaler scaling the loss and skipping the steps whose gradients overflow; its state is
+  // in the checkpoints). On the CPU the 16-bit kernels run through float32: mixed precision is for the GPU.
   std::string precision = "32";
 
   int64_t accumulate_grad_batches = 1;
@@ -149,6 +153,8 @@ class Trainer {
   // The first logger's run folder, else default_root_dir: where checkpoints and the config go by default.
   std::string log_dir() const;
   const std::vector<std::shared_ptr<optim::Optimizer>>& optimizers() const { return optimizers_; }
+  // The loss scaler of precision "16-mixed" (null otherwise), from fit()'s start.
+  const optim::GradScaler* grad_scaler() const { return scaler_.get(); }
   const std::vector<SchedulerConfig>& schedulers() const { return schedulers_; }
   // Seconds since fit() started (including the time before a resume).
   double elapsed_seconds() const;
@@ -212,8 +218,12 @@ class Trainer {
   // The batch's size for weighting epoch means: dim 0 of its first field (1 for a field without dims).
   static int64_t batch_size_of(const data::Batch& batch);
 
+  // The guard a forward pass runs under: autocast when precision is mixed, nothing otherwise.
+  std::optional<AutocastGuard> autocast_guard() const;
+
   TrainerOptions options_;
   std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<optim::GradScaler> scaler_;  // precision "16-mixed" only
   TrainModule* module_ = nullptr;
   Stage stage_ = Stage::Fit;
   Device device_ = kCPU;

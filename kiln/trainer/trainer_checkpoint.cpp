@@ -84,6 +84,8 @@ Checkpoint Trainer::build_checkpoint() {
   for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
     for (const auto& [k, v] : cb->checkpoint_state()) c.set("callbacks." + key + "." + k, v);
   }
+  if (scaler_)
+    for (const auto& [k, v] : scaler_->state_dict()) c.set_double("grad_scaler." + k, v);
   strategy_->save_state(c);
   call_hooks([&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
   return c;
@@ -155,6 +157,13 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
                                                               : train.state().seed;
   train.set_state({static_cast<uint64_t>(epoch_), batch_in_epoch_, loader_seed});
 
+  // 16-mixed: the loss scale goes on from where it was (a checkpoint of a run in another precision has none:
+  // the scaler starts from its initial scale).
+  if (scaler_ && c.has("grad_scaler.scale")) {
+    std::map<std::string, double> st;
+    for (const auto& [k, v] : c.section("grad_scaler")) st[k] = c.get_double("grad_scaler." + k);
+    scaler_->load_state_dict(st);
+  }
   strategy_->load_state(c);
   for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
     cb->load_checkpoint_state(c.section("callbacks." + key));

@@ -31,7 +31,11 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
         validating ? c.on_validation_batch_start(*this, *module_, batch, idx)
                    : c.on_test_batch_start(*this, *module_, batch, idx);
       });
-      const Tensor out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
+      Tensor out;
+      {
+        const auto autocast = autocast_guard();
+        out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
+      }
       call_hooks([&](Callback& c) {
         validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
                    : c.on_test_batch_end(*this, *module_, out, batch, idx);
@@ -107,7 +111,11 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
       for (const data::Batch& raw : loader) {
         const data::Batch batch = to_device(raw);
         call_hooks([&](Callback& c) { c.on_predict_batch_start(*this, module, batch, idx); });
-        Tensor out = module.predict_step(batch, idx);
+        Tensor out;
+        {
+          const auto autocast = autocast_guard();
+          out = module.predict_step(batch, idx);
+        }
         call_hooks([&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
         outputs.push_back(out.defined() ? out.cpu() : out);
         if (++idx >= num_eval_batches_) break;

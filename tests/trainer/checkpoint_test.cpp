@@ -194,6 +194,53 @@ TEST(ExactResume, ResumingAfterACrashAnywhereGivesTheSameWeightsBitForBit) {
   }
 }
 
+// precision 16-mixed: the loss scale is part of the state. Float16 overflows in the first steps here (the
+// scaled gradients of this regression exceed 65504), so steps are skipped and the scale backs off; a resume
+// that started the scale over would skip other steps and end elsewhere.
+TEST(ExactResume, A16MixedRunResumesItsLossScale) {
+  ResumeRun run;
+  run.precision = "16-mixed";
+  run.workers = 0;
+  TempDir ref_dir;
+  double final_scale = 0;
+  std::vector<std::vector<float>> want;
+  {
+    manual_seed(42);
+    ResumeNet m;
+    auto train = resume_train_loader(run);
+    auto val = resume_val_loader();
+    auto o = resume_options(ref_dir.str(), run);
+    trainer::Trainer t(o);
+    t.fit(m, *train, val.get());
+    ASSERT_NE(t.grad_scaler(), nullptr);
+    final_scale = t.grad_scaler()->get_scale();
+    want = weights_of(m);
+  }
+  EXPECT_LT(final_scale, 65536.0);  // it backed off: the state this test is about
+  for (int64_t crash_at : {6, 20}) {
+    TempDir dir;
+    const std::string ckpt = dir / "last.ckpt";
+    {
+      manual_seed(42);
+      ResumeNet m;
+      auto train = resume_train_loader(run);
+      auto val = resume_val_loader();
+      auto o = resume_options(dir.str(), run);
+      o.callbacks = {std::make_shared<SaveEveryStep>(ckpt), std::make_shared<CrashAt>(crash_at)};
+      EXPECT_THROW(trainer::Trainer(o).fit(m, *train, val.get()), Interrupt);
+    }
+    EXPECT_TRUE(trainer::load_checkpoint(ckpt).has("grad_scaler.scale"));
+    manual_seed(999);
+    ResumeNet m;
+    auto train = resume_train_loader(run);
+    auto val = resume_val_loader();
+    trainer::Trainer t(resume_options(dir.str(), run));
+    t.fit(m, *train, val.get(), ckpt);
+    EXPECT_EQ(t.grad_scaler()->get_scale(), final_scale) << "crashed at batch " << crash_at;
+    EXPECT_EQ(weights_of(m), want) << "crashed at batch " << crash_at;
+  }
+}
+
 TEST(ExactResume, LastFindsTheNewestCheckpointAndACorruptOneStopsTheRun) {
   const ResumeRun run;
   TempDir dir;

@@ -54,6 +54,7 @@ struct ResumeRun {
   int epochs = 3;
   int workers = 2;
   int64_t train_size = 96, batch = 8;  // 12 batches, 6 optimizer steps per epoch
+  std::string precision = "32";
 };
 
 inline trainer::TrainerOptions resume_options(const std::string& root, const ResumeRun& run) {
@@ -63,6 +64,7 @@ inline trainer::TrainerOptions resume_options(const std::string& root, const Res
   o.val_check_interval = 0.5;
   o.seed = 1234;
   o.deterministic = true;
+  o.precision = run.precision;
   return o;
 }
 

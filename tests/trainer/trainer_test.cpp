@@ -364,6 +364,49 @@ TEST(TrainerLogging, LoggingOutsideATrainerIsAnError) {
 
 // ---- errors ----
 
+// ---- precision ----
+
+// Records the autocast state its steps ran under.
+struct AutocastProbe : Regressor {
+  std::vector<AutocastState> train_states, val_states;
+  std::vector<DType> output_dtypes;
+  Tensor training_step(const data::Batch& b, int64_t i) override {
+    train_states.push_back(autocast_state());
+    output_dtypes.push_back(fc(b[0]).dtype());
+    return Regressor::training_step(b, i);
+  }
+  Tensor validation_step(const data::Batch& b, int64_t i) override {
+    val_states.push_back(autocast_state());
+    return Regressor::validation_step(b, i);
+  }
+};
+
+TEST(TrainerPrecision, MixedPrecisionRunsTheStepsUnderAutocastAndLearns) {
+  for (const auto& [precision, dtype] : {std::pair{"bf16-mixed", kBFloat16}, std::pair{"16-mixed", kFloat16}}) {
+    SCOPED_TRACE(precision);
+    TempDir dir;
+    AutocastProbe m;
+    auto o = quiet(dir.str());
+    o.max_epochs = 4;
+    o.precision = precision;
+    auto train = loader(regression_data(64), 8), val = loader(regression_data(16, 9), 8);
+    trainer::Trainer t(o);
+    const double before = nn::F::mse_loss(m.fc(regression_data(64)->tensors()[0]),
+                                          regression_data(64)->tensors()[1]).item<double>();
+    t.fit(m, *train, val.get());
+    ASSERT_FALSE(m.train_states.empty());
+    for (const AutocastState& s : m.train_states) EXPECT_TRUE(s.enabled && s.dtype == dtype && s.device == DeviceType::CPU);
+    for (const AutocastState& s : m.val_states) EXPECT_TRUE(s.enabled && s.dtype == dtype);
+    for (DType d : m.output_dtypes) EXPECT_EQ(d, dtype);  // the linear layer ran in 16 bits
+    EXPECT_FALSE(autocast_state().enabled);             // and nothing leaks out of the steps
+    for (const Tensor& p : m.parameters()) EXPECT_EQ(p.dtype(), kFloat32);
+    const double after = nn::F::mse_loss(m.fc(regression_data(64)->tensors()[0]),
+                                         regression_data(64)->tensors()[1]).item<double>();
+    EXPECT_LT(after, before / 4) << "from " << before << " to " << after;
+    EXPECT_EQ(t.grad_scaler() != nullptr, std::string(precision) == "16-mixed");
+  }
+}
+
 TEST(TrainerErrors, BadOptionsAreRejectedWithTheirName) {
   auto expect_error = [](trainer::TrainerOptions o, const std::string& needle) {
     try {
@@ -377,7 +420,8 @@ TEST(TrainerErrors, BadOptionsAreRejectedWithTheirName) {
   o.logger = false;
   auto with = [&](auto f) { auto c = o; f(c); return c; };
   expect_error(with([](auto& c) { c.accumulate_grad_batches = 0; }), "accumulate_grad_batches");
-  expect_error(with([](auto& c) { c.precision = "16-mixed"; }), "autocast");
+  expect_error(with([](auto& c) { c.precision = "16-mixed", c.strategy = "parameter_server"; }),
+               "'16-mixed' with strategy 'parameter_server'");
   expect_error(with([](auto& c) { c.precision = "fp8"; }), "precision 'fp8'");
   expect_error(with([](auto& c) { c.strategy = "ddp"; }), "kiln launch");  // no rank in this process
   expect_error(with([](auto& c) { c.strategy = "parameter_server"; }), "parameter_server");
