@@ -112,9 +112,12 @@ class DDPStrategy : public GroupStrategy {
 
   void setup(TrainModule& module) override {
     if (group_ == nullptr) {
-      store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
-          .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
-          .world_size = info_.world_size, .timeout = timeout_});
+      // mpi needs no store (its ranks are mpirun's): no TCPStore, no port taken, no MASTER_ADDR needed.
+      if (backend_ != "mpi") {
+        store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
+            .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
+            .world_size = info_.world_size, .timeout = timeout_});
+      }
       group_ = distributed::new_group(backend_, store_, info_.rank, info_.world_size,
                                       {.timeout = timeout_, .name = "trainer"});
     }

@@ -14,6 +14,8 @@
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/env.h"
 #include "kiln/distributed/process_group.h"
+#include "kiln/kiln.h"
+#include "kiln/trainer/trainer.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/sgd.h"
 #include "kiln/tensor/factories.h"
@@ -36,16 +38,10 @@ ProcessGroupOptions named(const std::string& name) {
   return o;
 }
 
-// The mpi backend takes no store, but new_group wants one: a private file nobody else opens.
-std::shared_ptr<Store> unused_store() {
-  static auto store =
-      std::make_shared<FileStore>(testing::TempDir() + "kiln_mpi_unused_" + std::to_string(getpid()));
-  return store;
-}
-
+// The mpi backend takes no store: new_group accepts none for it.
 std::shared_ptr<ProcessGroup> mpi_group(const std::string& name = "default") {
   const RankInfo info = job();
-  return new_group("mpi", unused_store(), info.rank, info.world_size, named(name));
+  return new_group("mpi", nullptr, info.rank, info.world_size, named(name));
 }
 
 // A FileStore every rank of this mpirun job shares: rank 0 picks a fresh path, the mpi group broadcasts it.
@@ -77,7 +73,7 @@ TEST(ProcessGroupMPI, IsRegisteredAndMatchesTheWorld) {
   EXPECT_EQ(pg->size(), job().world_size);
   // A size other than MPI_COMM_WORLD's is an error pointing at mpirun.
   try {
-    new_group("mpi", unused_store(), 0, job().world_size + 1, named("wrong"));
+    new_group("mpi", nullptr, 0, job().world_size + 1, named("wrong"));
     ADD_FAILURE() << "no error for a size that is not the world's";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mpirun"), std::string::npos) << e.what();
@@ -170,6 +166,50 @@ TEST(ProcessGroupMPI, DDPMatchesOneProcessOnTheWholeBatch) {
         rank_check(std::abs(a[i] - b[i]) <= 1e-6 * (1 + std::abs(b[i])),
                    "DDP over mpi, parameter " + std::to_string(k) + " element " + std::to_string(i) + ": " +
                        std::to_string(a[i]) + " against " + std::to_string(b[i]));
+    }
+  });
+}
+
+// The Trainer's strategy ddp over mpi (trainer.ddp_backend: mpi) takes its ranks from mpirun and needs no
+// store: with MASTER_ADDR naming a host that does not exist (a store could not even start), every rank
+// trains, and all of them end with the weights rank 0 ends with.
+TEST(ProcessGroupMPI, TheTrainersDdpRunsWithoutAStore) {
+  run_checked([] {
+    setenv("MASTER_ADDR", "no-such-host.invalid", 1);
+    const std::string root = testing::TempDir() + "kiln_mpi_trainer_" + std::to_string(getpid());
+    manual_seed(5 + static_cast<uint64_t>(job().rank));  // different starting weights: ddp copies rank 0's
+    auto model = std::make_shared<nn::SequentialImpl>(nn::Linear(4, 3), nn::ReLU(), nn::Linear(3, 1));
+    struct Module : trainer::TrainModule {
+      std::shared_ptr<nn::SequentialImpl> net;
+      explicit Module(std::shared_ptr<nn::SequentialImpl> n) : TrainModule("Net"), net(std::move(n)) {
+        register_module("net", net);
+      }
+      Tensor forward(const Tensor& x) override { return (*net)(x); }
+      Tensor training_step(const data::Batch& b, int64_t) override {
+        return nn::functional::mse_loss((*net)(b[0]), b[1]);
+      }
+      trainer::OptimizerSetup configure_optimizers() override {
+        return {{std::make_shared<optim::SGD>(parameters(), optim::SGDOptions{.lr = 0.05})}};
+      }
+    } m(model);
+    Generator gen(3);
+    Tensor x = randn({32, 4}, {}, &gen), y = x.sum({1}, true);
+    data::DataLoader train(std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y}), {.batch_size = 4});
+    trainer::TrainerOptions o;
+    o.max_epochs = 2, o.strategy = "ddp", o.ddp_backend = "mpi", o.process_group_timeout = 60;
+    o.logger = false, o.enable_checkpointing = false, o.enable_progress_bar = false,
+    o.enable_model_summary = false, o.default_root_dir = root;
+    trainer::Trainer t(o);
+    t.fit(m, train);
+    const int64_t per_rank = (32 + job().world_size - 1) / job().world_size;  // the sampler pads to equal shards
+    rank_check(t.global_step() == 2 * ((per_rank + 3) / 4),
+               "rank " + std::to_string(job().rank) + ": " + std::to_string(t.global_step()) + " steps");
+    auto pg = mpi_group("trainer_check");
+    for (const Tensor& p : m.parameters()) {
+      Tensor mine = p.detach().contiguous().clone(), rank0 = mine.clone();
+      pg->broadcast(rank0, 0)->wait();
+      rank_check(mine.to_vector<double>() == rank0.to_vector<double>(),
+                 "rank " + std::to_string(job().rank) + ": weights differ from rank 0's");
     }
   });
 }
