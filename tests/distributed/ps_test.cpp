@@ -547,6 +547,29 @@ TEST(PSFaults, KilledServerFailsEveryoneElsePromptly) {
   EXPECT_TRUE(f.results[0].exited && f.results[0].status == 1) << f.results[0].describe();
 }
 
+// Async: nothing waits on a worker's steps, so a worker that stops answering (SIGSTOP) was waited for forever
+// by the servers. Once the other workers have finished, the server gives it the deadline, then fails naming it.
+TEST(PSFaults, AStoppedWorkerIsCaughtAtTheDeadlineOnceTheOthersAreDone) {
+  Job job;
+  job.servers = 1, job.workers = 2;
+  job.o = options(Mode::Async);
+  job.o.timeout = std::chrono::milliseconds(1500);
+  job.timeout = std::chrono::seconds(8);  // the harness's: the stopped worker is killed then
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_job(job, [&](Worker& worker, nn::Module& net, optim::Optimizer& opt) {
+    train_steps(worker, net, opt, 0, 3);
+    if (worker.role().index == 1) raise(SIGSTOP);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto& server = results[0];
+  EXPECT_TRUE(server.exited && server.status == 1 && !server.timed_out) << server.describe();
+  EXPECT_NE(server.message.find("worker 1 sent nothing"), std::string::npos) << server.message;
+  EXPECT_NE(server.message.find("worker 0 had finished"), std::string::npos) << server.message;
+  EXPECT_TRUE(results[1].ok()) << results[1].describe();  // worker 0 finished before
+  EXPECT_TRUE(results[2].timed_out) << results[2].describe();
+  EXPECT_LT(seconds, 9.0);
+}
+
 // A model of two tiny tensors on three servers: one server holds nothing, and serves anyway.
 TEST(PSAsync, AServerWithoutSlicesServesNothingAndEveryPushIsApplied) {
   const std::string store_path = temp_path("store"), out = temp_path("empty");

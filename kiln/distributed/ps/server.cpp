@@ -2,9 +2,11 @@
 // parameter_server.h for the modes; wire.h for the messages.
 #include <poll.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -296,9 +298,29 @@ struct Server::Impl {
     reply(w, h.seq, Tensor());
   }
 
+  // Waits until worker w's next request can be read. A worker may rightly be silent for long between requests
+  // (it validates, it checkpoints), so this has no deadline as such. But once another worker has finished, one
+  // silent for a whole deadline is stopped or hung: in async and ssp mode nothing else would ever end this
+  // server's wait for it (in sync mode the others' steps would wait on it, and fail at their deadline).
+  void await_request(int w) {
+    std::optional<Clock::time_point> since;  // when this thread first saw another worker done
+    for (;;) {
+      pollfd p{links[w].socket.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 200) != 0) return;  // readable, closed or broken: recv_header tells which
+      std::lock_guard<std::mutex> lock(mu);
+      KILN_CHECK(failure.empty(), me, ": ", failure);
+      const auto finished = std::find(done.begin(), done.end(), true);
+      if (!since && finished != done.end()) since = Clock::now();
+      KILN_CHECK(!since || Clock::now() - *since < o.timeout, me, ": ", worker_name(w), " sent nothing for ",
+                 o.timeout.count(), " ms (the deadline) after ", worker_name(static_cast<int>(finished - done.begin())),
+                 " had finished: it is stopped or hung");
+    }
+  }
+
   void serve(int w) {
     const detail::Link& l = links[w];
     for (;;) {
+      await_request(w);
       const FrameHeader h = l.recv_header("its next request", /*idle=*/true);
       switch (h.kind) {
         case OpKind::PsInit: handle_init(w, h); break;
