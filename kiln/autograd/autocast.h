@@ -8,7 +8,8 @@
 //   - lower precision (the guard's dtype, float16 or bfloat16): mm, bmm, matmul, addmm, baddbmm, conv2d, and so
 //     linear, conv1d and attention's products;
 //   - float32: softmax, log_softmax, the losses (cross_entropy, nll_loss, mse, l1, smooth_l1, huber,
-//     binary_cross_entropy[_with_logits], kl_div), layer_norm and group_norm;
+//     binary_cross_entropy[_with_logits], kl_div), layer_norm, group_norm and batch_norm (whose output then
+//     stays float32, where PyTorch's cuDNN batch norm returns the input's dtype);
 //   - everything else runs in its inputs' dtype, as outside a guard (mixed inputs promote as always).
 // A cast touches floating tensors on the guard's device that are not float64 and not already in the target
 // dtype; others pass as they are. The casts are ordinary recorded ops (Tensor::to), so gradients flow back in

@@ -178,6 +178,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, Pair output_size) {
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  // Under autocast: the statistics (and the running ones they update) in float32, as PyTorch computes them.
+  // NOTE: the output is float32 here, where PyTorch's is the input's dtype; the next product casts it back.
+  if (autocast::wants_float32({&x, &weight, &bias}))
+    return batch_norm(autocast::float32(x), running_mean, running_var, autocast::float32(weight),
+                      autocast::float32(bias), training, momentum, eps);
   KILN_CHECK(x.dim() >= 2, "batch_norm: expected input (N, C, ...), got ", shape_str(x.sizes()));
   const int64_t C = x.size(1);
   Shape stat_shape(static_cast<size_t>(x.dim()), 1);

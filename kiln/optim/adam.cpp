@@ -54,7 +54,6 @@ void Adam::step() {
     auto [beta1, beta2] = o.betas;
     for (auto& p : group.params) {
       if (!p.grad().defined()) continue;
-      Tensor g = o.maximize ? neg(p.grad()) : p.grad();
       ParamState& st = mutable_state(p);
       if (st.tensors.empty()) {
         st.scalars["step"] = 0;
@@ -69,6 +68,7 @@ void Adam::step() {
                      .decoupled = decoupled_, .maximize = o.maximize, .step = step});
         continue;
       }
+      Tensor g = o.maximize ? neg(p.grad()) : p.grad();
       if (o.weight_decay != 0) {
         if (decoupled_) p.mul_(1.0 - o.lr * o.weight_decay);
         else g = add(g, p, o.weight_decay);

@@ -36,6 +36,9 @@ void GradScaler::unscale_(Optimizer& opt) {
     for (const Tensor& p : group.params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
+      KILN_CHECK(g.dtype() != kFloat16 && g.dtype() != kBFloat16, "GradScaler::unscale_: a gradient of ",
+                 g.dtype(), " (shape ", shape_str(g.sizes()), "): unscaled in 16 bits its small values would ",
+                 "underflow to 0; keep the parameters float32 and run the forward under AutocastGuard");
       g.mul_(1.0 / scale_);
       Tensor any_bad = ops::any(ops::logical_not(ops::isfinite(g)));
       auto it = std::find_if(bad.begin(), bad.end(), [&](const auto& d) { return d.first == g.device(); });
@@ -53,7 +56,10 @@ bool GradScaler::step(Optimizer& opt) {
     opt.step();
     return true;
   }
+  KILN_CHECK(!records_[&opt].stepped, "GradScaler::step: already called for this ", opt.name(),
+             " since the last update(); call update() once per iteration");
   if (!records_[&opt].unscaled) unscale_(opt);
+  records_[&opt].stepped = true;
   if (records_[&opt].found_inf) return false;
   opt.step();
   return true;

@@ -43,9 +43,11 @@ class GradScaler {
   Tensor scale(const Tensor& loss) const;
   // Divides opt's gradients by the scale, in place, and notes whether any is infinite or NaN. At most once per
   // optimizer between two update() calls (a second call is an error: the gradients would be divided twice).
+  // The gradients must be float32 or float64 (as autocast leaves those of float32 parameters): unscaled in
+  // float16, the small ones the scale was there to keep would underflow to 0 again, so that is an error.
   void unscale_(Optimizer& opt);
   // Unscales opt's gradients if unscale_ has not, then runs opt.step() unless a gradient was not finite.
-  // Returns whether the step ran.
+  // Returns whether the step ran. Once per optimizer between two update() calls.
   bool step(Optimizer& opt);
   // After the step(s) of an iteration: the scale backs off if any optimizer found a non-finite gradient, grows
   // after growth_interval clean iterations in a row, and the per-optimizer records start over.
@@ -63,7 +65,7 @@ class GradScaler {
 
  private:
   struct Record {
-    bool unscaled = false, found_inf = false;
+    bool unscaled = false, found_inf = false, stepped = false;
   };
   GradScalerOptions options_;
   double scale_;

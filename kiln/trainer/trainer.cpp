@@ -500,10 +500,12 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     // NOTE: dividing by the window keeps an accumulated step equal to one on a batch acc times larger (for
     // losses that are means over the batch).
     Tensor scaled = acc > 1 ? loss / static_cast<double>(acc) : loss;
+    // 16-mixed: times the loss scale; the hook sees the loss backward runs on, as in Lightning.
+    if (scaler_) scaled = scaler_->scale(scaled);
     call_hooks([&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
     // Under ddp a backward that does not end the accumulation window keeps its gradients local.
     const bool ends_window = accumulated_ + 1 >= acc || last_in_epoch;
-    strategy_->backward(scaler_ ? scaler_->scale(scaled) : scaled, ends_window);
+    strategy_->backward(scaled, ends_window);
     last_backward_synced_ = ends_window;
     call_hooks([&](Callback& c) { c.on_after_backward(*this, *module_); });
     ++accumulated_;

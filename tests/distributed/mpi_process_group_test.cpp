@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 
 #include "distributed/collective_checks.h"
@@ -175,7 +176,14 @@ TEST(ProcessGroupMPI, DDPMatchesOneProcessOnTheWholeBatch) {
 // trains, and all of them end with the weights rank 0 ends with.
 TEST(ProcessGroupMPI, TheTrainersDdpRunsWithoutAStore) {
   run_checked([] {
+    const char* had = std::getenv("MASTER_ADDR");
+    const std::string saved = had ? had : "";
     setenv("MASTER_ADDR", "no-such-host.invalid", 1);
+    struct Restore {
+      bool had;
+      std::string value;
+      ~Restore() { had ? setenv("MASTER_ADDR", value.c_str(), 1) : unsetenv("MASTER_ADDR"); }
+    } restore{had != nullptr, saved};
     const std::string root = testing::TempDir() + "kiln_mpi_trainer_" + std::to_string(getpid());
     manual_seed(5 + static_cast<uint64_t>(job().rank));  // different starting weights: ddp copies rank 0's
     auto model = std::make_shared<nn::SequentialImpl>(nn::Linear(4, 3), nn::ReLU(), nn::Linear(3, 1));

@@ -35,6 +35,20 @@ TEST(Autocast, LowerPrecisionOpsFloat32OpsAndTheRest) {
     EXPECT_EQ(F::cross_entropy(h, y).dtype(), kFloat32);
     EXPECT_EQ(F::mse_loss(h, h.detach()).dtype(), kFloat32);
     EXPECT_EQ(F::layer_norm(h, {3}, Tensor(), Tensor(), 1e-5).dtype(), kFloat32);
+    // Every loss and norm of the float32 list, on 16-bit inputs.
+    Tensor p16 = sigmoid(h), t16 = sigmoid(h * 0.5).detach();
+    EXPECT_EQ(F::nll_loss(log_softmax(h, 1).to(low), y).dtype(), kFloat32);
+    EXPECT_EQ(F::l1_loss(h, t16).dtype(), kFloat32);
+    EXPECT_EQ(F::smooth_l1_loss(h, t16).dtype(), kFloat32);
+    EXPECT_EQ(F::huber_loss(h, t16).dtype(), kFloat32);
+    EXPECT_EQ(F::binary_cross_entropy(p16, t16).dtype(), kFloat32);
+    EXPECT_EQ(F::binary_cross_entropy_with_logits(h, t16).dtype(), kFloat32);
+    EXPECT_EQ(F::kl_div(log_softmax(h, 1).to(low), softmax(h, 1).to(low)).dtype(), kFloat32);
+    Tensor c16 = F::conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    EXPECT_EQ(F::group_norm(c16, 2, Tensor(), Tensor(), 1e-5).dtype(), kFloat32);
+    Tensor rm = zeros({4}), rv = ones({4});
+    EXPECT_EQ(F::batch_norm(c16, rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5).dtype(), kFloat32);
+    EXPECT_EQ(rm.dtype(), kFloat32);
     // float64 is never cast.
     EXPECT_EQ(mm(a.to(kFloat64), b.to(kFloat64)).dtype(), kFloat64);
   }

@@ -73,10 +73,16 @@ TEST(GradScaler, UnscaleOncePerIteration) {
   expect_error([&] { scaler.unscale_(opt); }, {"unscale_", "already", "SGD"});
   EXPECT_TRUE(scaler.step(opt));  // no second division
   EXPECT_EQ(values(p), (std::vector<double>{1.0}));
+  expect_error([&] { scaler.step(opt); }, {"step", "already", "update()"});
   scaler.update();
   p.set_grad(tensor(std::vector<float>{16.0f}));
   scaler.unscale_(opt);  // a new iteration
   EXPECT_EQ(values(p.grad()), (std::vector<double>{2.0}));
+  // 16-bit gradients are refused, as PyTorch refuses them.
+  Tensor h = tensor(std::vector<float>{1.0f}).to(kFloat16).requires_grad_();
+  optim::SGD hopt({h}, {.lr = 1.0});
+  h.set_grad(tensor(std::vector<float>{8.0f}).to(kFloat16));
+  expect_error([&] { scaler.unscale_(hopt); }, {"unscale_", "float16", "underflow"});
 }
 
 TEST(GradScaler, StateDictResumesTheScaleAndTheGrowthCount) {

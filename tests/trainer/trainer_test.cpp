@@ -381,6 +381,38 @@ struct AutocastProbe : Regressor {
   }
 };
 
+// Under 16-mixed, on_before_optimizer_step (and clipping after it) sees the true gradients, not the scaled ones.
+struct UnscaledProbe : Callback {
+  std::vector<double> max_grad, scale;
+  void on_before_optimizer_step(Trainer& t, TrainModule& m, optim::Optimizer&) override {
+    double mx = 0;
+    for (const Tensor& p : m.parameters()) mx = std::max(mx, p.grad().abs().max().item<double>());
+    max_grad.push_back(mx);
+    scale.push_back(t.grad_scaler() ? t.grad_scaler()->get_scale() : 1.0);
+  }
+};
+
+TEST(TrainerPrecision, HooksAndClippingSeeUnscaledGradients) {
+  TempDir dir;
+  Regressor m;
+  auto probe = std::make_shared<UnscaledProbe>();
+  auto o = quiet(dir.str());
+  o.max_epochs = 2;
+  o.precision = "16-mixed";
+  o.callbacks = {probe};
+  auto train = loader(regression_data(64), 8);
+  trainer::Trainer(o).fit(m, *train);
+  ASSERT_EQ(probe->max_grad.size(), 16u);
+  int finite = 0;
+  for (size_t i = 0; i < probe->max_grad.size(); ++i) {
+    if (!std::isfinite(probe->max_grad[i])) continue;  // an overflowed step: skipped
+    ++finite;
+    EXPECT_GE(probe->scale[i], 1024.0);
+    EXPECT_LT(probe->max_grad[i], 500.0) << "step " << i << ": the gradients are still scaled";
+  }
+  EXPECT_GT(finite, 8);
+}
+
 TEST(TrainerPrecision, MixedPrecisionRunsTheStepsUnderAutocastAndLearns) {
   for (const auto& [precision, dtype] : {std::pair{"bf16-mixed", kBFloat16}, std::pair{"16-mixed", kFloat16}}) {
     SCOPED_TRACE(precision);

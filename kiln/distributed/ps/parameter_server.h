@@ -77,6 +77,11 @@ struct PSOptions {
   int staleness = 0;  // ssp: how many pushes a worker may be ahead of the slowest
   Placement optimizer = Placement::Server;
   Duration timeout = kDefaultTimeout;
+  // async and ssp: once a worker has finished, how long a server waits for another worker's next request
+  // before it calls that worker stopped or hung and fails the job. Generous by default: a worker may validate
+  // or checkpoint for long between two requests. (In sync mode the other workers' waits, with `timeout`,
+  // catch a silent worker.)
+  Duration idle_timeout = std::chrono::hours(1);
   // The name of this parameter server in the store (two in one job need different names).
   std::string name = "ps";
   // The address each server listens on and publishes.

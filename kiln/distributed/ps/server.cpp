@@ -299,9 +299,10 @@ struct Server::Impl {
   }
 
   // Waits until worker w's next request can be read. A worker may rightly be silent for long between requests
-  // (it validates, it checkpoints), so this has no deadline as such. But once another worker has finished, one
-  // silent for a whole deadline is stopped or hung: in async and ssp mode nothing else would ever end this
-  // server's wait for it (in sync mode the others' steps would wait on it, and fail at their deadline).
+  // (it validates, it checkpoints), so this has no deadline as such. But in async and ssp mode, once another
+  // worker has finished, nothing else would ever end this server's wait for a worker that is stopped or hung:
+  // one silent for o.idle_timeout after that fails the job. (In sync mode the other workers' steps wait on it,
+  // and fail at their deadline.)
   void await_request(int w) {
     std::optional<Clock::time_point> since;  // when this thread first saw another worker done
     for (;;) {
@@ -309,11 +310,12 @@ struct Server::Impl {
       if (::poll(&p, 1, 200) != 0) return;  // readable, closed or broken: recv_header tells which
       std::lock_guard<std::mutex> lock(mu);
       KILN_CHECK(failure.empty(), me, ": ", failure);
+      if (o.mode == Mode::Sync) continue;
       const auto finished = std::find(done.begin(), done.end(), true);
       if (!since && finished != done.end()) since = Clock::now();
-      KILN_CHECK(!since || Clock::now() - *since < o.timeout, me, ": ", worker_name(w), " sent nothing for ",
-                 o.timeout.count(), " ms (the deadline) after ", worker_name(static_cast<int>(finished - done.begin())),
-                 " had finished: it is stopped or hung");
+      KILN_CHECK(!since || Clock::now() - *since < o.idle_timeout, me, ": ", worker_name(w), " sent nothing for ",
+                 o.idle_timeout.count(), " ms (idle_timeout) after ",
+                 worker_name(static_cast<int>(finished - done.begin())), " had finished: it is stopped or hung");
     }
   }
 
