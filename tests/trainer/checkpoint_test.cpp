@@ -158,6 +158,17 @@ std::vector<std::vector<float>> run_uninterrupted(const std::string& root, const
   return weights_of(m);
 }
 
+// The run from the start, saving `ckpt` after every step, until it crashes at the end of batch `crash_at`.
+void crash_run(const ResumeRun& run, const std::string& root, const std::string& ckpt, int64_t crash_at) {
+  manual_seed(42);
+  ResumeNet m;
+  auto train = resume_train_loader(run);
+  auto val = resume_val_loader();
+  auto o = resume_options(root, run);
+  o.callbacks = {std::make_shared<SaveEveryStep>(ckpt), std::make_shared<CrashAt>(crash_at)};
+  EXPECT_THROW(trainer::Trainer(o).fit(m, *train, val.get()), Interrupt);
+}
+
 TEST(ExactResume, ResumingAfterACrashAnywhereGivesTheSameWeightsBitForBit) {
   const ResumeRun run;
   TempDir ref_dir;
@@ -167,15 +178,7 @@ TEST(ExactResume, ResumingAfterACrashAnywhereGivesTheSameWeightsBitForBit) {
   for (int64_t crash_at : {1, 12, 13, 18, 30}) {
     TempDir dir;
     const std::string ckpt = dir / "last.ckpt";
-    {
-      manual_seed(42);
-      ResumeNet m;
-      auto train = resume_train_loader(run);
-      auto val = resume_val_loader();
-      auto o = resume_options(dir.str(), run);
-      o.callbacks = {std::make_shared<SaveEveryStep>(ckpt), std::make_shared<CrashAt>(crash_at)};
-      EXPECT_THROW(trainer::Trainer(o).fit(m, *train, val.get()), Interrupt);
-    }
+    crash_run(run, dir.str(), ckpt, crash_at);
     if (!std::filesystem::exists(ckpt)) {
       ASSERT_EQ(crash_at, 1);  // crashed before the first optimizer step: nothing to resume, start over
     }
@@ -220,15 +223,7 @@ TEST(ExactResume, A16MixedRunResumesItsLossScale) {
   for (int64_t crash_at : {6, 20}) {
     TempDir dir;
     const std::string ckpt = dir / "last.ckpt";
-    {
-      manual_seed(42);
-      ResumeNet m;
-      auto train = resume_train_loader(run);
-      auto val = resume_val_loader();
-      auto o = resume_options(dir.str(), run);
-      o.callbacks = {std::make_shared<SaveEveryStep>(ckpt), std::make_shared<CrashAt>(crash_at)};
-      EXPECT_THROW(trainer::Trainer(o).fit(m, *train, val.get()), Interrupt);
-    }
+    crash_run(run, dir.str(), ckpt, crash_at);
     EXPECT_TRUE(trainer::load_checkpoint(ckpt).has("grad_scaler.scale"));
     manual_seed(999);
     ResumeNet m;
