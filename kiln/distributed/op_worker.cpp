@@ -53,10 +53,6 @@ void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::st
   KILN_CHECK(t.is_contiguous(), what, ": the tensor must be contiguous (call .contiguous() first)");
 }
 
-void check_peer_rank(int r, int size, const std::string& what) {
-  KILN_CHECK(r >= 0 && r < size, what, ": rank ", r, " is not in a group of size ", size);
-}
-
 void check_tensor_list(const std::vector<Tensor>& tensors, const Tensor& like, int size, const std::string& backend,
                        const std::string& what, const std::string& role) {
   KILN_CHECK(static_cast<int>(tensors.size()) == size, what, ": expected ", size, " ", role,

@@ -34,7 +34,6 @@ using Completion = std::function<void()>;
 
 // Argument checks every queued backend makes on the caller's thread, naming the backend and the op.
 void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::string& what);
-void check_peer_rank(int r, int size, const std::string& what);
 // tensors: size() tensors each with the dtype and element count of `like` (allgather's outputs, reduce_scatter's
 // inputs); `role` names them ("output", "input").
 void check_tensor_list(const std::vector<Tensor>& tensors, const Tensor& like, int size, const std::string& backend,

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "kiln/distributed/tcp/process_group_tcp.h"
 #ifdef KILN_WITH_MPI
@@ -33,6 +34,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::string, BackendFactory> factories;
+  std::set<std::string> storeless;  // backends whose ranks meet without a store (mpi: mpirun's)
 };
 
 // The built-in backends register here, on first use: a static initializer in a backend's own file would be
@@ -58,6 +60,7 @@ void register_builtin_backends(Registry& r) {
   r.factories["mpi"] = [](std::shared_ptr<Store>, int rank, int size, const ProcessGroupOptions& options) {
     return std::make_shared<mpi::ProcessGroupMPI>(rank, size, options);
   };
+  r.storeless.insert("mpi");
 #endif
 #ifdef KILN_WITH_GLOO
   // gloo: Gloo's tcp transport on options.host, meeting through the store.
@@ -75,11 +78,19 @@ void register_builtin_backends(Registry& r) {
 
 }  // namespace
 
-void register_backend(const std::string& name, BackendFactory factory) {
+void register_backend(const std::string& name, BackendFactory factory, bool needs_store) {
   KILN_CHECK(!name.empty() && factory, "register_backend: a backend needs a name and a factory");
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.factories[name] = std::move(factory);
+  if (needs_store) r.storeless.erase(name);
+  else r.storeless.insert(name);
+}
+
+bool backend_needs_store(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.storeless.count(name) == 0;
 }
 
 std::vector<std::string> backends() {
@@ -90,10 +101,18 @@ std::vector<std::string> backends() {
   return names;
 }
 
+void ProcessGroup::check_rank_in_group(int r, const std::string& what) const {
+  KILN_CHECK(r >= 0 && r < size_, what, ": rank ", r, " is not in a group of size ", size_);
+}
+
+void ProcessGroup::check_peer(int peer, bool sending, const std::string& what) const {
+  check_rank_in_group(peer, what);
+  KILN_CHECK(peer != rank_, what, ": rank ", rank_, sending ? " cannot send to itself" : " cannot receive from itself");
+}
+
 std::shared_ptr<ProcessGroup> new_group(const std::string& backend, std::shared_ptr<Store> store, int rank, int size,
                                         ProcessGroupOptions options) {
-  // Every backend but mpi meets its peers through the store; mpi's ranks are mpirun's, and it has none.
-  KILN_CHECK(store != nullptr || backend == "mpi", "new_group(\"", backend, "\"): no store");
+  KILN_CHECK(store != nullptr || !backend_needs_store(backend), "new_group(\"", backend, "\"): no store");
   KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "new_group(\"", backend, "\"): rank ", rank,
              " is not in a world of size ", size);
   BackendFactory factory;

@@ -84,13 +84,22 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> recv(Tensor tensor, int src, int tag = 0) = 0;
 
  protected:
+  // Argument checks every backend runs, so that all word them alike. `what` names the op ("broadcast").
+  // A root (or any rank an op names) outside the group:
+  void check_rank_in_group(int r, const std::string& what) const;
+  // A send's destination or a recv's source: in the group, and not this rank.
+  void check_peer(int peer, bool sending, const std::string& what) const;
+
   int rank_, size_;
 };
 
 using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(std::shared_ptr<Store> store, int rank, int size,
                                                                    const ProcessGroupOptions& options)>;
-// Adds (or replaces) a backend under `name`.
-void register_backend(const std::string& name, BackendFactory factory);
+// Adds (or replaces) a backend under `name`. needs_store = false: its ranks meet without a store (new_group then
+// accepts none), as mpi's, which are mpirun's.
+void register_backend(const std::string& name, BackendFactory factory, bool needs_store = true);
+// Whether new_group(name, ...) needs a store (true for a name no backend has: new_group reports that one).
+bool backend_needs_store(const std::string& name);
 // The names of the backends this build has.
 std::vector<std::string> backends();
 // A group of `size` ranks over `backend`, meeting through `store`; an unknown backend is an error listing

@@ -112,8 +112,8 @@ class DDPStrategy : public GroupStrategy {
 
   void setup(TrainModule& module) override {
     if (group_ == nullptr) {
-      // mpi needs no store (its ranks are mpirun's): no TCPStore, no port taken, no MASTER_ADDR needed.
-      if (backend_ != "mpi") {
+      // A backend that needs no store (mpi: its ranks are mpirun's) gets none: no port taken, no MASTER_ADDR.
+      if (distributed::backend_needs_store(backend_)) {
         store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
             .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
             .world_size = info_.world_size, .timeout = timeout_});

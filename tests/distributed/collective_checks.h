@@ -208,6 +208,10 @@ inline void check_world_of_one_and_argument_errors(ProcessGroup& pg) {
   expect_error([&] { pg.allreduce(zeros({4}, kInt32), ReduceOp::Avg); }, "avg needs a floating dtype");
   expect_error([&] { pg.allreduce(zeros({4, 3}).t()); }, "must be contiguous");
   expect_error([&] { pg.broadcast(t, 1); }, "rank 1 is not in a group of size 1");
+  expect_error([&] { pg.reduce(t, -1); }, "reduce: rank -1 is not in a group of size 1");
+  expect_error([&] { pg.send(t, 1); }, "send: rank 1 is not in a group of size 1");
+  expect_error([&] { pg.send(t, 0); }, "send: rank 0 cannot send to itself");
+  expect_error([&] { pg.recv(t, 0); }, "recv: rank 0 cannot receive from itself");
   expect_error([&] { pg.allgather({t, t}, t); }, "expected 1 output tensors");
   expect_error([&] { pg.reduce_scatter(t, {zeros({4})}); }, "input 0 has 4 float32 but the output has 3 float32");
 }

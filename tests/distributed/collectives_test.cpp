@@ -57,6 +57,37 @@ TEST_P(Collectives, WorldOfOneAndArgumentChecks) {
   kiln::test::expect_all_ok(results);
 }
 
+// A backend registered as needing no store gets none from new_group, and others still must have one.
+TEST(BackendRegistry, AStorelessBackendTakesNoStoreAndTheOthersNeedOne) {
+  EXPECT_TRUE(backend_needs_store("tcp"));
+  EXPECT_TRUE(backend_needs_store("no such backend"));
+  if (has_backend("mpi")) EXPECT_FALSE(backend_needs_store("mpi"));
+  try {
+    new_group("tcp", nullptr, 0, 1);
+    ADD_FAILURE() << "tcp without a store";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no store"), std::string::npos) << e.what();
+  }
+  // A world of one over tcp that brings its own store, registered as storeless.
+  const std::string path = store_path("storeless");
+  register_backend(
+      "tcp-own-store",
+      [path](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& o) {
+        EXPECT_EQ(store, nullptr);
+        return new_group("tcp", std::make_shared<FileStore>(path, -1, std::chrono::seconds(30)), rank, size, o);
+      },
+      /*needs_store=*/false);
+  EXPECT_FALSE(backend_needs_store("tcp-own-store"));
+  auto pg = new_group("tcp-own-store", nullptr, 0, 1);
+  Tensor t = full({3}, 2.0);
+  pg->allreduce(t)->wait();
+  EXPECT_EQ(t.to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  register_backend("tcp-own-store", [](std::shared_ptr<Store> s, int r, int n, const ProcessGroupOptions& o) {
+    return new_group("tcp", std::move(s), r, n, o);
+  });  // registered again, needing a store now
+  EXPECT_TRUE(backend_needs_store("tcp-own-store"));
+}
+
 // Worlds 1..8: every op and core dtype on the counts around the world size.
 TEST_P(Collectives, AllreduceMatchesReferenceInWorldsOneToEight) {
   const std::string backend = GetParam();

@@ -287,6 +287,8 @@ TEST_F(NcclTest, BarrierSendRecvAndArgumentErrors) {
       expect_error([&] { pg->recv(t, (rank + 1) % world, 3); }, "NCCL has no tags");
       expect_error([&] { pg->allreduce(zeros({4, 3}, gpu).t()); }, "needs contiguous tensors");
       expect_error([&] { pg->broadcast(t, world); }, "is not in a group of size");
+      expect_error([&] { pg->send(t, rank); }, "cannot send to itself");
+      expect_error([&] { pg->recv(t, rank); }, "cannot receive from itself");
       expect_error([&] { pg->allgather({t}, zeros({5}, gpu)); }, world == 1 ? "but expected 5" : "output tensors");
     });
   }

@@ -122,7 +122,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast(Tensor tensor, int root) {
   check_cpu_tensor(tensor, "gloo", "broadcast");
-  check_peer_rank(root, size_, "broadcast");
+  check_rank_in_group(root, "broadcast");
   return worker_->enqueue("broadcast", "", " from rank " + std::to_string(root),
                           [this, tensor, root](const std::string&) -> Completion {
                             if (tensor.nbytes() == 0) return {};
@@ -137,7 +137,7 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast(Tensor tensor, int root) {
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce(Tensor tensor, int root, ReduceOp op) {
   check_cpu_tensor(tensor, "gloo", "reduce");
-  check_peer_rank(root, size_, "reduce");
+  check_rank_in_group(root, "reduce");
   tcp::check_reduce_op(op, tensor.dtype(), "reduce");
   return worker_->enqueue("reduce", "", " to rank " + std::to_string(root),
                           [this, tensor, root, op](const std::string&) -> Completion {
@@ -204,8 +204,7 @@ std::shared_ptr<Work> ProcessGroupGloo::barrier() {
 
 std::shared_ptr<Work> ProcessGroupGloo::send(Tensor tensor, int dst, int tag) {
   check_cpu_tensor(tensor, "gloo", "send");
-  check_peer_rank(dst, size_, "send");
-  KILN_CHECK(dst != rank_, "send: rank ", rank_, " cannot send to itself");
+  check_peer(dst, true, "send");
   const std::string suffix = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
   return worker_->enqueue("send", "send " + std::to_string(dst), suffix,
                           [this, tensor, dst, tag](const std::string&) -> Completion {
@@ -221,8 +220,7 @@ std::shared_ptr<Work> ProcessGroupGloo::send(Tensor tensor, int dst, int tag) {
 
 std::shared_ptr<Work> ProcessGroupGloo::recv(Tensor tensor, int src, int tag) {
   check_cpu_tensor(tensor, "gloo", "recv");
-  check_peer_rank(src, size_, "recv");
-  KILN_CHECK(src != rank_, "recv: rank ", rank_, " cannot receive from itself");
+  check_peer(src, false, "recv");
   const std::string suffix = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
   return worker_->enqueue("recv", "recv " + std::to_string(src), suffix,
                           [this, tensor, src, tag](const std::string&) -> Completion {

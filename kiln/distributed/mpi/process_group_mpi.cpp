@@ -244,7 +244,7 @@ std::shared_ptr<Work> ProcessGroupMPI::allreduce(Tensor tensor, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupMPI::broadcast(Tensor tensor, int root) {
   check_cpu_tensor(tensor, "mpi", "broadcast");
-  check_peer_rank(root, size_, "broadcast");
+  check_rank_in_group(root, "broadcast");
   mpi_count(tensor.nbytes(), "broadcast");
   return worker_->enqueue("broadcast", "", " from rank " + std::to_string(root),
                           [this, tensor, root](const std::string&) -> Completion {
@@ -263,7 +263,7 @@ std::shared_ptr<Work> ProcessGroupMPI::broadcast(Tensor tensor, int root) {
 
 std::shared_ptr<Work> ProcessGroupMPI::reduce(Tensor tensor, int root, ReduceOp op) {
   check_reduction(tensor, op, "reduce");
-  check_peer_rank(root, size_, "reduce");
+  check_rank_in_group(root, "reduce");
   return worker_->enqueue("reduce", "", " to rank " + std::to_string(root),
                           [this, tensor, root, op](const std::string& name) -> Completion {
     MPI_Request request;
@@ -353,8 +353,7 @@ void check_tag(int tag, const char* what) {
 
 std::shared_ptr<Work> ProcessGroupMPI::send(Tensor tensor, int dst, int tag) {
   check_cpu_tensor(tensor, "mpi", "send");
-  check_peer_rank(dst, size_, "send");
-  KILN_CHECK(dst != rank_, "send: rank ", rank_, " cannot send to itself");
+  check_peer(dst, true, "send");
   check_tag(tag, "send");
   mpi_count(tensor.nbytes(), "send");
   const std::string suffix = " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
@@ -375,8 +374,7 @@ std::shared_ptr<Work> ProcessGroupMPI::send(Tensor tensor, int dst, int tag) {
 
 std::shared_ptr<Work> ProcessGroupMPI::recv(Tensor tensor, int src, int tag) {
   check_cpu_tensor(tensor, "mpi", "recv");
-  check_peer_rank(src, size_, "recv");
-  KILN_CHECK(src != rank_, "recv: rank ", rank_, " cannot receive from itself");
+  check_peer(src, false, "recv");
   check_tag(tag, "recv");
   mpi_count(tensor.nbytes(), "recv");
   const std::string suffix = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";

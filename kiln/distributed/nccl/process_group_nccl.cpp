@@ -194,9 +194,6 @@ void check_tensor(const Tensor& t, const std::string& what) {
   KILN_CHECK(t.is_contiguous(), what, ": the nccl backend needs contiguous tensors (call .contiguous() first)");
 }
 
-void check_rank(int r, int size, const std::string& what) {
-  KILN_CHECK(r >= 0 && r < size, what, ": rank ", r, " is not in a group of size ", size);
-}
 
 // Checks `ts` (size() tensors like `like`, one call's outputs or inputs) and returns whether they lie back to
 // back in memory, in rank order: then NCCL reads or writes them as one buffer.
@@ -352,7 +349,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::allreduce(Tensor tensor, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast(Tensor tensor, int root) {
   check_tensor(tensor, "broadcast (nccl)");
-  check_rank(root, size_, "broadcast (nccl)");
+  check_rank_in_group(root, "broadcast (nccl)");
   const ncclDataType_t type = nccl_dtype(tensor.dtype(), "broadcast");
   auto c = comm_for(tensor.device().index);
   const std::string name = "broadcast #" + std::to_string(draw_seq()) + " from rank " + std::to_string(root);
@@ -364,7 +361,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast(Tensor tensor, int root) {
 
 std::shared_ptr<Work> ProcessGroupNCCL::reduce(Tensor tensor, int root, ReduceOp op) {
   check_tensor(tensor, "reduce (nccl)");
-  check_rank(root, size_, "reduce (nccl)");
+  check_rank_in_group(root, "reduce (nccl)");
   const ncclDataType_t type = nccl_dtype(tensor.dtype(), "reduce");
   const ncclRedOp_t red = nccl_op(op, tensor.dtype(), "reduce (nccl)");
   auto c = comm_for(tensor.device().index);
@@ -444,8 +441,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::send(Tensor tensor, int dst, int tag) {
   check_tensor(tensor, "send (nccl)");
   KILN_CHECK(tag == 0, "send (nccl): NCCL has no tags, so the nccl backend takes tag 0 only (got ", tag,
              "); sends to one rank are received in the order they were issued");
-  check_rank(dst, size_, "send (nccl)");
-  KILN_CHECK(dst != rank_, "send (nccl): rank ", rank_, " cannot send to itself");
+  check_peer(dst, true, "send (nccl)");
   const ncclDataType_t type = nccl_dtype(tensor.dtype(), "send");
   auto c = comm_for(tensor.device().index);
   const std::string name = "send #" + std::to_string(draw_seq()) + " to rank " + std::to_string(dst);
@@ -458,8 +454,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::recv(Tensor tensor, int src, int tag) {
   check_tensor(tensor, "recv (nccl)");
   KILN_CHECK(tag == 0, "recv (nccl): NCCL has no tags, so the nccl backend takes tag 0 only (got ", tag,
              "); a recv matches the peer's sends in the order they were issued");
-  check_rank(src, size_, "recv (nccl)");
-  KILN_CHECK(src != rank_, "recv (nccl): rank ", rank_, " cannot receive from itself");
+  check_peer(src, false, "recv (nccl)");
   const ncclDataType_t type = nccl_dtype(tensor.dtype(), "recv");
   auto c = comm_for(tensor.device().index);
   const std::string name = "recv #" + std::to_string(draw_seq()) + " from rank " + std::to_string(src);

@@ -131,10 +131,6 @@ void check_tensor(const Tensor& t, const std::string& what) {
   KILN_CHECK(t.is_contiguous(), what, ": the tensor must be contiguous (call .contiguous() first)");
 }
 
-void check_rank(int r, int size, const std::string& what) {
-  KILN_CHECK(r >= 0 && r < size, what, ": rank ", r, " is not in a group of size ", size);
-}
-
 }  // namespace
 
 ProcessGroupTCP::ProcessGroupTCP(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
@@ -290,14 +286,14 @@ std::shared_ptr<Work> ProcessGroupTCP::allreduce(Tensor tensor, ReduceOp op) {
 
 std::shared_ptr<Work> ProcessGroupTCP::broadcast(Tensor tensor, int root) {
   check_tensor(tensor, "broadcast");
-  check_rank(root, size_, "broadcast");
+  check_rank_in_group(root, "broadcast");
   return enqueue("broadcast", header_for(OpKind::Broadcast, tensor, ReduceOp::Sum), " from rank " + std::to_string(root),
                  [tensor, root](const Collective& c) { broadcast_chain(c, tensor.raw_data_ptr(), root); });
 }
 
 std::shared_ptr<Work> ProcessGroupTCP::reduce(Tensor tensor, int root, ReduceOp op) {
   check_tensor(tensor, "reduce");
-  check_rank(root, size_, "reduce");
+  check_rank_in_group(root, "reduce");
   check_reduce_op(op, tensor.dtype(), "reduce");
   return enqueue("reduce", header_for(OpKind::Reduce, tensor, op), " to rank " + std::to_string(root),
                  [tensor, root](const Collective& c) { reduce_chain(c, tensor.raw_data_ptr(), root); });
@@ -347,8 +343,7 @@ std::shared_ptr<Work> ProcessGroupTCP::barrier() {
 
 std::shared_ptr<Work> ProcessGroupTCP::send(Tensor tensor, int dst, int tag) {
   check_tensor(tensor, "send");
-  check_rank(dst, size_, "send");
-  KILN_CHECK(dst != rank_, "send: rank ", rank_, " cannot send to itself");
+  check_peer(dst, true, "send");
   FrameHeader h = header_for(OpKind::SendRecv, tensor, ReduceOp::Sum);
   h.tag = tag;
   return enqueue("send", h, " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")",
@@ -357,8 +352,7 @@ std::shared_ptr<Work> ProcessGroupTCP::send(Tensor tensor, int dst, int tag) {
 
 std::shared_ptr<Work> ProcessGroupTCP::recv(Tensor tensor, int src, int tag) {
   check_tensor(tensor, "recv");
-  check_rank(src, size_, "recv");
-  KILN_CHECK(src != rank_, "recv: rank ", rank_, " cannot receive from itself");
+  check_peer(src, false, "recv");
   FrameHeader h = header_for(OpKind::SendRecv, tensor, ReduceOp::Sum);
   h.tag = tag;
   return enqueue("recv", h, " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")",
