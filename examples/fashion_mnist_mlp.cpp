@@ -1,5 +1,6 @@
 // Trains a multilayer perceptron on Fashion-MNIST with kiln's nn and optim in a plain loop, the "lightweight
-// loop" a user writes by hand: 784-512-256-10 with ReLU, cross-entropy, SGD with momentum 0.9, batches of 128.
+// loop" a user writes by hand: 784-512-256-10 with ReLU, cross-entropy, SGD with momentum 0.9 and a cosine
+// learning rate, batches of 128.
 //
 //   fashion_mnist_mlp [data_dir] [epochs] [device]
 // data_dir defaults to /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist package); device is
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
     x_train = x_train.to(device), y_train = y_train.to(device);
     x_test = x_test.to(device), y_test = y_test.to(device);
     optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    // The learning rate follows a cosine from 0.05 down to 0 over the run's steps: at a constant rate the test
+    // accuracy still swings by a point from one epoch to the next at the end.
+    const int64_t steps_per_epoch = (n + batch - 1) / batch;
+    optim::CosineAnnealingLR schedule(opt, epochs * steps_per_epoch);
     Generator gen(0);
 
     for (int epoch = 1; epoch <= epochs; ++epoch) {
@@ -44,6 +49,7 @@ int main(int argc, char** argv) {
         opt.zero_grad();
         loss.backward();  // every parameter's gradient, by autograd
         opt.step();
+        schedule.step();
         loss_sum += loss.item<double>();
         ++batches;
       }
