@@ -5,6 +5,9 @@
 //   - add of two 256 MiB float32 tensors (a + b, allocating its result; c.add_(b), into existing memory) and
 //     sum of one, in GB/s of memory traffic (add: 2 reads + 1 write; sum: 1 read), against
 //     cudaMemcpyDeviceToDevice of 256 MiB (1 read + 1 write). Target: >= 0.8.
+//   - the fused Adam step (multi-tensor kernel) over a model-shaped list, 64 weights of 2^18 and 64 biases of 512
+//     float32 elements, in GB/s of memory traffic (parameter, gradient and two moments read, three written),
+//     against the same copy.
 // Times come from CUDA events on the current stream: after warm-up, each timed run queues `inner` calls back to
 // back (so the GPU never waits on the host between them), and the figure is the median over >= 10 runs;
 // variants alternate run by run so both see the same clocks and temperature. A kiln op that fails prints
@@ -24,6 +27,7 @@
 
 #include "bench_util.h"
 #include "kiln/tensor/cuda/stream.h"
+#include "kiln/tensor/ops/fused_optim.h"
 
 namespace {
 
@@ -162,6 +166,34 @@ void bench_memory(int runs) {
   row("sum, 256 MiB f32 (GB/s)", gbs(bytes, ms[3]), "cudaMemcpy D2D", copy_gbs);
 }
 
+void bench_optimizer(int runs) {
+  TensorOptions opts = TensorOptions(kFloat32).device(Device::cuda());
+  std::vector<Tensor> p, g, m, v;
+  int64_t n = 0;
+  for (int i = 0; i < 128; ++i) {
+    const int64_t size = i % 2 == 0 ? int64_t{1} << 18 : 512;
+    p.push_back(full({size}, 0.5, opts));
+    g.push_back(full({size}, 0.01, opts));
+    m.push_back(full({size}, 0.0, opts));
+    v.push_back(full({size}, 0.0, opts));
+    n += size;
+  }
+  const double bytes = static_cast<double>(n) * 4;
+  Tensor src = full({n}, 3.0, opts), dst = empty({n}, opts);
+  auto copy = [&] {
+    BENCH_CHECK(cudaMemcpyAsync(dst.raw_data_ptr(), src.raw_data_ptr(), static_cast<size_t>(bytes),
+                                cudaMemcpyDeviceToDevice, cuda::current_stream().handle));
+  };
+  std::vector<double> steps(p.size(), 1.0);
+  auto adam = [&] {
+    ops::fused_adam_step_(p, g, m, v, steps, {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8});
+  };
+  std::vector<double> ms = time_variants({copy, adam}, runs);
+  auto gbs = [](double traffic, double t_ms) { return traffic / (t_ms / 1e3) / 1e9; };
+  row("fused Adam step, 128 tensors, 16.8 M f32 (GB/s)", gbs(7 * bytes, ms[1]), "cudaMemcpy D2D",
+      gbs(2 * bytes, ms[0]));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,6 +223,12 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::printf("| add, sum | n/a (error) | | | |\n");
     std::fprintf(stderr, "memory: %s\n", e.what());
+  }
+  try {
+    bench_optimizer(runs);
+  } catch (const std::exception& e) {
+    std::printf("| fused Adam | n/a (error) | | | |\n");
+    std::fprintf(stderr, "optimizer: %s\n", e.what());
   }
   BENCH_CHECK(cublasDestroy(handle));
   std::printf("\n# %.1f s\n", kiln::bench::now_seconds() - t0);

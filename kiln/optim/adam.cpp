@@ -1,10 +1,11 @@
 // Adam's and AdamW's update; see adam.h for the formula. The two differ only in where weight decay goes.
 #include "kiln/optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "kiln/optim/fused_cpu.h"
 #include "kiln/optim/option_util.h"
+#include "kiln/tensor/ops/fused_optim.h"
 
 namespace kiln::optim {
 
@@ -47,11 +48,26 @@ void Adam::validate_options(const std::map<std::string, double>& m) const {
   check_non_negative(name(), "weight_decay", o.weight_decay);
 }
 
+namespace {
+
+// The parameters of one fused call: one device and dtype.
+struct FusedAdamCall {
+  Device device;
+  DType dtype;
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  std::vector<double> steps;
+};
+
+}  // namespace
+
 void Adam::step() {
   NoGradGuard no_grad;
   for (auto& group : groups_) {
     AdamOptions o = from_map(group.options, name());
     auto [beta1, beta2] = o.betas;
+    // The parameters that qualify take the fused update (kiln/tensor/ops/fused_optim.h), one call per device and
+    // dtype; the rest run the op chain below, which the fused kernels follow element for element.
+    std::vector<FusedAdamCall> fused;
     for (auto& p : group.params) {
       if (!p.grad().defined()) continue;
       ParamState& st = mutable_state(p);
@@ -62,10 +78,16 @@ void Adam::step() {
         if (o.amsgrad) st.tensors["max_exp_avg_sq"] = zeros_like(p);
       }
       double step = ++st.scalars["step"];
-      if (!o.amsgrad && fused::applies(p, {&p.grad(), &st.tensors["exp_avg"], &st.tensors["exp_avg_sq"]})) {
-        fused::adam(p, p.grad(), st.tensors["exp_avg"], st.tensors["exp_avg_sq"],  // one pass; see fused_cpu.h
-                    {.lr = o.lr, .beta1 = beta1, .beta2 = beta2, .eps = o.eps, .weight_decay = o.weight_decay,
-                     .decoupled = decoupled_, .maximize = o.maximize, .step = step});
+      if (!o.amsgrad && ops::fused_step_applies(p, {&p.grad(), &st.tensors["exp_avg"], &st.tensors["exp_avg_sq"]})) {
+        auto call = std::find_if(fused.begin(), fused.end(), [&](const FusedAdamCall& c) {
+          return c.device == p.device() && c.dtype == p.dtype();
+        });
+        if (call == fused.end()) call = fused.insert(fused.end(), FusedAdamCall{p.device(), p.dtype(), {}, {}, {}, {}, {}});
+        call->params.push_back(p);
+        call->grads.push_back(p.grad());
+        call->exp_avgs.push_back(st.tensors["exp_avg"]);
+        call->exp_avg_sqs.push_back(st.tensors["exp_avg_sq"]);
+        call->steps.push_back(step);
         continue;
       }
       Tensor g = o.maximize ? neg(p.grad()) : p.grad();
@@ -92,6 +114,10 @@ void Adam::step() {
       Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
       p.add_(div(exp_avg, denom), -step_size);
     }
+    for (const FusedAdamCall& c : fused)
+      ops::fused_adam_step_(c.params, c.grads, c.exp_avgs, c.exp_avg_sqs, c.steps,
+                            {.lr = o.lr, .beta1 = beta1, .beta2 = beta2, .eps = o.eps,
+                             .weight_decay = o.weight_decay, .decoupled = decoupled_, .maximize = o.maximize});
   }
 }
 

@@ -1,8 +1,10 @@
 // SGD's update; see sgd.h for the formula.
 #include "kiln/optim/sgd.h"
 
-#include "kiln/optim/fused_cpu.h"
+#include <algorithm>
+
 #include "kiln/optim/option_util.h"
+#include "kiln/tensor/ops/fused_optim.h"
 
 namespace kiln::optim {
 
@@ -37,14 +39,29 @@ void SGD::validate_options(const std::map<std::string, double>& m) const {
              "dampening = 0, got momentum = ", o.momentum, ", dampening = ", o.dampening);
 }
 
+namespace {
+
+// The parameters of one fused call: one device and dtype, and momentum buffers either all new or all not.
+struct FusedSgdCall {
+  Device device;
+  DType dtype;
+  bool first;
+  std::vector<Tensor> params, grads, bufs;
+};
+
+}  // namespace
+
 void SGD::step() {
   NoGradGuard no_grad;
   for (auto& group : groups_) {
     SGDOptions o = from_map(group.options);
+    // The parameters that qualify take the fused update (kiln/tensor/ops/fused_optim.h), one call per device,
+    // dtype and buffer state; the rest run the op chain below, which the fused kernels follow element for element.
+    std::vector<FusedSgdCall> fused;
     for (auto& p : group.params) {
       if (!p.grad().defined()) continue;
-      if (fused::applies(p, {&p.grad()})) {  // one pass over what the ops below compute; see fused_cpu.h
-        Tensor buf;                             // the momentum buffer; undefined without momentum
+      if (ops::fused_step_applies(p, {&p.grad()})) {
+        Tensor buf;  // the momentum buffer; undefined without momentum
         bool first = false;
         if (o.momentum != 0) {
           auto& state = mutable_state(p).tensors;
@@ -52,10 +69,14 @@ void SGD::step() {
           if ((first = it == state.end())) it = state.emplace("momentum_buffer", empty_like(p)).first;
           buf = it->second;
         }
-        if (!buf.defined() || fused::applies(p, {&buf})) {  // a loaded buffer may be laid out otherwise
-          fused::sgd(p, p.grad(), buf,
-                     {.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening, .weight_decay = o.weight_decay,
-                      .nesterov = o.nesterov, .maximize = o.maximize, .first = first});
+        if (!buf.defined() || ops::fused_step_applies(p, {&buf})) {  // a loaded buffer may be laid out otherwise
+          auto call = std::find_if(fused.begin(), fused.end(), [&](const FusedSgdCall& c) {
+            return c.device == p.device() && c.dtype == p.dtype() && c.first == first;
+          });
+          if (call == fused.end()) call = fused.insert(fused.end(), FusedSgdCall{p.device(), p.dtype(), first, {}, {}, {}});
+          call->params.push_back(p);
+          call->grads.push_back(p.grad());
+          if (buf.defined()) call->bufs.push_back(buf);
           continue;
         }
       }
@@ -74,6 +95,11 @@ void SGD::step() {
       }
       p.add_(g, -o.lr);
     }
+    for (const FusedSgdCall& c : fused)
+      ops::fused_sgd_step_(c.params, c.grads, c.bufs,
+                           {.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening,
+                            .weight_decay = o.weight_decay, .nesterov = o.nesterov, .maximize = o.maximize,
+                            .first = c.first});
   }
 }
 

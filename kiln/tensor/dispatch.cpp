@@ -33,6 +33,7 @@ void install_builtin_kernels() {
   detail::register_linalg_cpu_kernels();
   detail::register_indexing_cpu_kernels();
   detail::register_conv_cpu_kernels();
+  detail::register_optim_cpu_kernels();
 #ifdef KILN_WITH_CUDA
   detail::register_cuda_kernels();
 #endif

@@ -4,6 +4,7 @@
 #include <memory>
 #include <random>
 
+#include "kiln/tensor/ops/fused_optim.h"
 #include "optim/optim_test_util.h"
 
 namespace kiln::test {
@@ -318,7 +319,7 @@ TEST(Optimizer, StepDoesNotRecordHistory) {
   EXPECT_EQ(p.grad_fn(), nullptr);
 }
 
-// ---- the fused CPU loops (kiln/optim/fused_cpu.h) ----
+// ---- the fused updates (kiln/tensor/ops/fused_optim.h) ----
 
 // Two copies of one parameter step side by side with the same gradients: one gradient contiguous (the fused
 // loop), the other the same values as a transposed view (the chain of tensor ops). Every option that changes
@@ -367,6 +368,91 @@ TEST(FusedCpu, AdamEqualsTheOpChain) {
                                          "beta1 < 0.5 (lerp's other form), weight decay");
   expect_fused_equals_chain<optim::Adam>(O{.lr = 1e-2, .maximize = true}, "maximize");
   expect_fused_equals_chain<optim::AdamW>(optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1}, "AdamW");
+}
+
+// A gradient with g's values laid out with every stride doubled: not contiguous, so its parameter takes the chain.
+Tensor strided_grad(const std::vector<double>& g, IntArrayRef shape, DType d) {
+  std::vector<double> spread(2 * g.size());
+  for (size_t i = 0; i < g.size(); ++i) spread[2 * i] = g[i];
+  Shape strides = contiguous_strides(shape);
+  for (auto& s : strides) s *= 2;
+  return make_tensor(spread, {static_cast<int64_t>(spread.size())}, d).as_strided(shape, strides, 0);
+}
+
+// One group holding what a real model holds: float32 and float64 parameters (two fused calls), one whose gradient
+// is strided (the chain, in the same step), an empty one, and one without a gradient in the first step (so its
+// step count and momentum buffer lag the others': a second fused call with new buffers, per-parameter bias
+// corrections). Each parameter must end where the chain alone takes a copy of it.
+template <typename Opt, typename Options>
+void expect_grouped_fused_equals_chain(const Options& options, const std::string& what) {
+  SCOPED_TRACE(what);
+  struct Case {
+    Shape shape;
+    DType dtype;
+    bool strided;      // its gradient is strided in the grouped optimizer too
+    bool late;         // no gradient in step 0
+  };
+  const std::vector<Case> cases = {{{4, 5}, kFloat32, false, false}, {{3}, kFloat64, false, false},
+                                   {{7}, kFloat32, true, false},     {{0}, kFloat32, false, false},
+                                   {{200, 3}, kFloat32, false, true}, {{1}, kFloat64, false, true}};
+  std::mt19937 rng(7);
+  std::vector<Tensor> grouped, alone;
+  std::vector<std::unique_ptr<Opt>> alone_opts;
+  for (const Case& c : cases) {
+    const std::vector<double> init = random_values(shape_numel(c.shape), c.dtype, rng);
+    grouped.push_back(make_tensor(init, c.shape, c.dtype).requires_grad_());
+    alone.push_back(make_tensor(init, c.shape, c.dtype).requires_grad_());
+    alone_opts.push_back(std::make_unique<Opt>(std::vector<Tensor>{alone.back()}, options));
+  }
+  Opt opt(grouped, options);
+  for (int t = 0; t < 4; ++t) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
+      if (t == 0 && c.late) continue;
+      const std::vector<double> g = random_values(shape_numel(c.shape), c.dtype, rng);
+      grouped[k].set_grad(c.strided ? strided_grad(g, c.shape, c.dtype) : make_tensor(g, c.shape, c.dtype));
+      alone[k].set_grad(strided_grad(g, c.shape, c.dtype));
+      alone_opts[k]->step();
+    }
+    opt.step();
+    opt.zero_grad();
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const double rtol = cases[k].dtype == kFloat32 ? 1e-6 : 1e-14;
+      expect_tensor_near(grouped[k], values(alone[k]), cases[k].shape, rtol, rtol / 10,
+                         "parameter " + std::to_string(k) + " after step " + std::to_string(t + 1));
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(FusedCpu, AGroupOfMixedParametersEqualsTheChainPerParameter) {
+  expect_grouped_fused_equals_chain<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01},
+                                                "SGD with momentum");
+  expect_grouped_fused_equals_chain<optim::SGD>(optim::SGDOptions{.lr = 0.1}, "plain SGD");
+  expect_grouped_fused_equals_chain<optim::Adam>(optim::AdamOptions{.lr = 1e-2}, "Adam");
+  expect_grouped_fused_equals_chain<optim::AdamW>(optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1}, "AdamW");
+}
+
+// The fused ops check their lists before touching anything.
+TEST(FusedCpu, BadListsAreClearErrors) {
+  Tensor p = zeros({3}), g = ones({3}), b = zeros({3});
+  const std::vector<Tensor> ps{p}, gs{g}, bs{b}, none;
+  const SgdStepParams sgd{.lr = 0.1, .momentum = 0.9};
+  expect_error([&] { ops::fused_sgd_step_(ps, none, bs, sgd); }, {"SGD.step", "1 parameters", "0 gradients"});
+  expect_error([&] { ops::fused_sgd_step_(ps, gs, none, sgd); }, {"SGD.step", "0 momentum buffers"});
+  const std::vector<Tensor> wrong_size{zeros({4})}, wrong_dtype{zeros({3}, kFloat64)},
+      strided{zeros({6}).as_strided({3}, {2}, 0)};
+  expect_error([&] { ops::fused_sgd_step_(ps, wrong_size, bs, sgd); }, {"gradients 0", "size (3)", "size (4)"});
+  expect_error([&] { ops::fused_sgd_step_(ps, wrong_dtype, bs, sgd); }, {"gradients 0", "float32", "float64"});
+  expect_error([&] { ops::fused_sgd_step_(ps, gs, strided, sgd); }, {"momentum buffers 0", "not contiguous"});
+  const std::vector<Tensor> ints{zeros({3}, kInt32)};
+  expect_error([&] { ops::fused_sgd_step_(ints, ints, ints, sgd); }, {"int32", "float32 and float64"});
+  const std::vector<Tensor> two{p, zeros({2}, kFloat64)}, two_g{g, zeros({2}, kFloat64)};
+  expect_error([&] { ops::fused_sgd_step_(two, two_g, {}, {.lr = 0.1}); }, {"parameter 1", "one device and dtype"});
+  const std::vector<double> zero_step{0};
+  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs, zero_step, {.lr = 0.1}); }, {"step count", "start at 1"});
+  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs, {}, {.lr = 0.1}); }, {"0 step counts"});
+  EXPECT_EQ(values(p), std::vector<double>(3, 0.0));  // nothing was written
 }
 
 // The fused loops write through raw pointers; they must still bump the version, so that a graph that saved

@@ -267,6 +267,7 @@ void register_cuda_linalg_kernels();       // linalg_cuda.cu
 void register_cuda_indexing_kernels();     // indexing_cuda.cu
 void register_cuda_random_kernels();       // random_cuda.cu
 void register_cuda_conv_kernels();         // conv_cuda.cu
+void register_cuda_optim_kernels();        // optim_cuda.cu
 
 void register_cuda_kernels() {
   register_cuda_copy_kernels();
@@ -277,6 +278,7 @@ void register_cuda_kernels() {
   register_cuda_indexing_kernels();
   register_cuda_random_kernels();
   register_cuda_conv_kernels();
+  register_cuda_optim_kernels();
 }
 
 }  // namespace kiln::detail

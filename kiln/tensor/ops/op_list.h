@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kiln/tensor/scalar.h"
 #include "kiln/tensor/shape.h"
@@ -83,6 +84,28 @@ using MaxPool2dKernel = void(const Tensor& out, const Tensor& indices, const Ten
 // grad_x (N, C, H, W), zeroed by the kernel, receives grad_out at the recorded indices (summed where windows overlap).
 using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                      const Pool2dParams& p);
+
+// The fused optimizer updates (fused_optim.h): each kernel updates a list of parameters and their state in place,
+// one pass over each parameter. The lists have one length; every tensor is contiguous, of one floating dtype and
+// one device, and each gradient and state tensor has its parameter's size.
+struct SgdStepParams {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, maximize = false;
+  bool first = false;  // the momentum buffers are filled (with the gradient), not updated
+};
+struct AdamStepParams {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool decoupled = false, maximize = false;  // decoupled: AdamW's weight decay
+};
+// p -= lr * d, with d the gradient after weight decay, momentum and nesterov (SGD's step; sgd.h). bufs (the
+// momentum buffers) is empty when momentum == 0.
+using SgdStepKernel = void(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> bufs,
+                           const SgdStepParams& s);
+// Adam's (decoupled: AdamW's) update of each parameter and its two moments, without amsgrad; steps[i] is
+// parameter i's count of updates including this one (from 1), for its bias corrections.
+using AdamStepKernel = void(std::span<const Tensor> params, std::span<const Tensor> grads,
+                            std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
+                            std::span<const double> steps, const AdamStepParams& s);
 
 // X(op, kernel signature)
 #define KILN_FORALL_OPS(X)                 \
@@ -166,7 +189,10 @@ using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_ou
   X(conv2d_backward_input, Conv2dBackwardInputKernel)   \
   X(conv2d_backward_weight, Conv2dBackwardWeightKernel) \
   X(max_pool2d, MaxPool2dKernel)           \
-  X(max_pool2d_backward, MaxPool2dBackwardKernel)
+  X(max_pool2d_backward, MaxPool2dBackwardKernel) \
+  /* fused optimizer updates */            \
+  X(sgd_step, SgdStepKernel)               \
+  X(adam_step, AdamStepKernel)
 
 enum class Op : uint16_t {
 #define KILN_OP_ENUM(name, K) name,
