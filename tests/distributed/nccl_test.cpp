@@ -323,6 +323,22 @@ TEST_F(NcclTest, TimeoutAbortsTheCommunicator) {
     rank_check(finished->is_completed(), "a finished op reports not completed after the group was destroyed");
   });
 }
+
+// A rank that never joins: the first op (which makes the communicator) waits for it at most the group's
+// timeout, then fails naming what it waited for, instead of blocking inside NCCL for good.
+TEST_F(NcclTest, ARankThatNeverJoinsFailsTheFirstOpWithinTheTimeout) {
+  const std::string path = store_path("never_joins");
+  run(1, [&](int rank) {
+    ProcessGroupOptions o;
+    o.timeout = std::chrono::milliseconds(1500);
+    auto pg = make_group(path, 0, 2, o);  // rank 1 of 2 is never started
+    Tensor t = zeros({16}, TensorOptions(kFloat32).device(Device::cuda(device_of(0))));
+    const auto start = std::chrono::steady_clock::now();
+    expect_error([&] { pg->allreduce(t)->wait(); }, "not every rank of the 2 joined within 1500 ms");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rank_check(s < 10, "the failure took " + std::to_string(s) + " s");
+  });
+}
 #endif
 
 }  // namespace

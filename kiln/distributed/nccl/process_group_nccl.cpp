@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -27,6 +28,14 @@
                                                          ncclGetErrorString(kiln_nccl_), " (",           \
                                                          ncclGetLastError(nullptr), ")"));               \
     }                                                                                                    \
+  } while (0)
+
+// An NCCL call that queues an op on a nonblocking communicator: ncclInProgress is no error (launch() waits for
+// the call to be done before it records the op's event).
+#define KILN_NCCL_ENQUEUE(expr, what)                                                                    \
+  do {                                                                                                   \
+    ncclResult_t kiln_nccl_q_ = (expr);                                                                  \
+    if (kiln_nccl_q_ != ncclInProgress) KILN_NCCL_CHECK(kiln_nccl_q_, what);                             \
   } while (0)
 
 namespace kiln::distributed::nccl {
@@ -80,6 +89,22 @@ void abort_locked(DeviceComm& c, const std::string& message) {
   if (c.comm != nullptr) ncclCommAbort(c.comm);  // best effort: the error being reported is `message`
   c.comm = nullptr;
   c.aborted = true;
+}
+
+// Waits for a pending call on a nonblocking communicator (its creation, an op being queued, finalize) to be
+// done: NCCL returns ncclInProgress from such calls and asks that ncclCommGetAsyncError be polled until it says
+// ncclSuccess before the next call. Throws an NCCL error, or `late` at the deadline.
+void await_comm(ncclComm_t comm, Clock::time_point deadline, const std::string& what, const std::string& late) {
+  for (int polls = 0;; ++polls) {
+    ncclResult_t state = ncclInProgress;
+    KILN_NCCL_CHECK(ncclCommGetAsyncError(comm, &state), what);
+    if (state == ncclSuccess) return;
+    KILN_CHECK(state == ncclInProgress, what, ": NCCL reported an error: ", ncclGetErrorString(state), " (",
+               ncclGetLastError(comm), ")");
+    KILN_CHECK(Clock::now() < deadline, what, ": ", late);
+    if (polls < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 class WorkNCCL : public Work {
@@ -239,6 +264,11 @@ std::shared_ptr<Work> launch(const std::shared_ptr<DeviceComm>& c, const std::st
     KILN_CUDA_CHECK(cudaEventRecord(c->ready, cuda::current_stream(c->device).handle), name);
     KILN_CUDA_CHECK(cudaStreamWaitEvent(c->stream.handle, c->ready, 0), name);
     body(c->comm, c->stream.handle);
+    // The op's kernels are on the stream only once NCCL is done queueing them (the first op on a communicator
+    // also connects to the peers): the event must come after them.
+    await_comm(c->comm, Clock::now() + timeout, name,
+               "rank " + std::to_string(rank) + ": NCCL had not queued the op after " +
+                   std::to_string(timeout.count()) + " ms (ProcessGroupOptions::timeout; a peer that never issues it?)");
     work->op()->index = c->launched;
     KILN_CUDA_CHECK(cudaEventRecord(work->op()->event, c->stream.handle), name);
   } catch (const std::exception& e) {
@@ -263,8 +293,21 @@ void close_comm(DeviceComm& c, Duration timeout) {
   cudaGetLastError();
   note_finished_locked(c);  // the ops done by now stay done for their Works
   if (c.comm != nullptr) {
-    if (state == cudaSuccess) ncclCommDestroy(c.comm);
-    else abort_locked(c, "the process group was destroyed while an op was still running");
+    bool finalized = false;
+    if (state == cudaSuccess) {
+      // A nonblocking communicator is finalized (its pending work flushed, which may take a while) before
+      // it is destroyed; one that does not finalize in time is aborted.
+      try {
+        KILN_NCCL_ENQUEUE(ncclCommFinalize(c.comm), "nccl: finalize");
+        await_comm(c.comm, std::max(deadline, Clock::now() + std::chrono::seconds(1)), "nccl: finalize",
+                   "not finalized in time");
+        finalized = true;
+      } catch (const std::exception&) {
+      }
+    }
+    if (finalized) ncclCommDestroy(c.comm);
+    else abort_locked(c, state == cudaSuccess ? "the process group was destroyed and its communicator did not finalize"
+                                              : "the process group was destroyed while an op was still running");
   }
   c.comm = nullptr;
   if (!c.aborted) c.aborted = true, c.failure = "the process group was destroyed";
@@ -321,7 +364,20 @@ std::shared_ptr<DeviceComm> ProcessGroupNCCL::comm_for(int device) {
   }
   auto c = std::make_shared<DeviceComm>();
   c->device = device;
-  KILN_NCCL_CHECK(ncclCommInitRank(&c->comm, size_, id, rank_), what);
+  // Nonblocking, so that creation (which waits for every rank) and every later call are bounded by the
+  // group's timeout instead of blocking inside NCCL.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  KILN_NCCL_ENQUEUE(ncclCommInitRankConfig(&c->comm, size_, id, rank_, &config), what);
+  try {
+    await_comm(c->comm, Clock::now() + options_.timeout, what,
+               "not every rank of the " + std::to_string(size_) + " joined within " +
+                   std::to_string(options_.timeout.count()) + " ms (ProcessGroupOptions::timeout)");
+  } catch (...) {
+    if (c->comm != nullptr) ncclCommAbort(c->comm);
+    c->comm = nullptr;
+    throw;
+  }
   try {
     c->stream = cuda::Stream::create(device);
     KILN_CUDA_CHECK(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), what);
@@ -343,7 +399,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::allreduce(Tensor tensor, ReduceOp op) {
   const std::string name = "allreduce #" + std::to_string(draw_seq());
   return launch(c, name, rank_, options_.timeout, {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
     void* p = tensor.raw_data_ptr();
-    KILN_NCCL_CHECK(ncclAllReduce(p, p, static_cast<size_t>(tensor.numel()), type, red, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclAllReduce(p, p, static_cast<size_t>(tensor.numel()), type, red, comm, s), name);
   });
 }
 
@@ -355,7 +411,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast(Tensor tensor, int root) {
   const std::string name = "broadcast #" + std::to_string(draw_seq()) + " from rank " + std::to_string(root);
   return launch(c, name, rank_, options_.timeout, {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
     void* p = tensor.raw_data_ptr();
-    KILN_NCCL_CHECK(ncclBroadcast(p, p, static_cast<size_t>(tensor.numel()), type, root, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclBroadcast(p, p, static_cast<size_t>(tensor.numel()), type, root, comm, s), name);
   });
 }
 
@@ -369,7 +425,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce(Tensor tensor, int root, ReduceOp
   // NCCL writes the result on root only: the other ranks' tensors stay as they were.
   return launch(c, name, rank_, options_.timeout, {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
     void* p = tensor.raw_data_ptr();
-    KILN_NCCL_CHECK(ncclReduce(p, p, static_cast<size_t>(tensor.numel()), type, red, root, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclReduce(p, p, static_cast<size_t>(tensor.numel()), type, red, root, comm, s), name);
   });
 }
 
@@ -388,7 +444,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::allgather(std::vector<Tensor> outputs, T
   const std::string name = "allgather #" + std::to_string(draw_seq());
   return launch(c, name, rank_, options_.timeout, std::move(touched), [&](ncclComm_t comm, cudaStream_t s) {
     char* all = static_cast<char*>(staging.raw_data_ptr());
-    KILN_NCCL_CHECK(ncclAllGather(input.raw_data_ptr(), all, static_cast<size_t>(input.numel()), type, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclAllGather(input.raw_data_ptr(), all, static_cast<size_t>(input.numel()), type, comm, s), name);
     if (direct) return;
     for (size_t r = 0; r < outputs.size(); ++r) {
       KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[r].raw_data_ptr(), all + r * nbytes, nbytes, cudaMemcpyDeviceToDevice, s),
@@ -418,7 +474,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter(Tensor output, std::vecto
                         name);
       }
     }
-    KILN_NCCL_CHECK(ncclReduceScatter(all, output.raw_data_ptr(), static_cast<size_t>(output.numel()), type, red, comm, s),
+    KILN_NCCL_ENQUEUE(ncclReduceScatter(all, output.raw_data_ptr(), static_cast<size_t>(output.numel()), type, red, comm, s),
                     name);
   });
 }
@@ -433,7 +489,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::barrier() {
   auto c = comm_for(device);
   const std::string name = "barrier #" + std::to_string(draw_seq());
   return launch(c, name, rank_, options_.timeout, {}, [&](ncclComm_t comm, cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclAllReduce(c->one_element, c->one_element, 1, ncclFloat32, ncclSum, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclAllReduce(c->one_element, c->one_element, 1, ncclFloat32, ncclSum, comm, s), name);
   });
 }
 
@@ -446,7 +502,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::send(Tensor tensor, int dst, int tag) {
   auto c = comm_for(tensor.device().index);
   const std::string name = "send #" + std::to_string(draw_seq()) + " to rank " + std::to_string(dst);
   return launch(c, name, rank_, options_.timeout, {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclSend(tensor.raw_data_ptr(), static_cast<size_t>(tensor.numel()), type, dst, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclSend(tensor.raw_data_ptr(), static_cast<size_t>(tensor.numel()), type, dst, comm, s), name);
   });
 }
 
@@ -459,7 +515,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::recv(Tensor tensor, int src, int tag) {
   auto c = comm_for(tensor.device().index);
   const std::string name = "recv #" + std::to_string(draw_seq()) + " from rank " + std::to_string(src);
   return launch(c, name, rank_, options_.timeout, {tensor}, [&](ncclComm_t comm, cudaStream_t s) {
-    KILN_NCCL_CHECK(ncclRecv(tensor.raw_data_ptr(), static_cast<size_t>(tensor.numel()), type, src, comm, s), name);
+    KILN_NCCL_ENQUEUE(ncclRecv(tensor.raw_data_ptr(), static_cast<size_t>(tensor.numel()), type, src, comm, s), name);
   });
 }
 

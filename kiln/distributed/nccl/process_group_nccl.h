@@ -31,10 +31,10 @@
 // messages are too large for NCCL to buffer (each send waits for a recv queued behind it). Order them (one
 // rank sends first, the other receives first), as with blocking sockets.
 //
-// NOTE: known gaps in the deadline. ncclCommInitRank (in the first op on a device) blocks until every rank has
-// joined, with no deadline: a rank that never issues its first op hangs the others inside NCCL. And an NCCL
-// call blocks while it connects to its peers (the first op on a communicator): a peer that never issues that op
-// hangs the caller inside NCCL, before any Work exists to time out.
+// Deadlines: communicators are nonblocking (ncclConfig_t::blocking = 0), so no NCCL call blocks the caller.
+// Making a communicator waits at most the group's timeout for every rank to join, then aborts it and throws
+// (a rank that never issues its first op); queueing an op (the first on a communicator connects to the peers)
+// waits at most the timeout too, and fails the communicator like any error while queueing.
 #pragma once
 
 #include <memory>
