@@ -1,7 +1,8 @@
 // Training steps on the GPU (BENCHMARKS.md W2 and W3, on a CUDA device): the MLP with SGD and the CNN with Adam,
-// at the workload's batch and at a 16x larger one. A step is zero_grad + forward + loss + backward + step, then
+// at the workload's batch and at a 16x larger one, in float32 and (the larger batches) in TF32. A step is zero_grad + forward + loss + backward + step, then
 // a device synchronize so the host clock sees the GPU's time; the median over the timed steps is reported.
-// bench/torch_gpu_train.py runs the same steps in PyTorch; scripts/gpu_check.sh prints the two side by side.
+// bench/torch_gpu_train.py runs the same steps in PyTorch with the same TF32 setting (PyTorch's default would
+// give its convolutions TF32 against kiln's float32); scripts/gpu_check.sh prints the two side by side.
 //
 // Output: one line per case, "RESULT <case> <median ms/step> <peak MiB on the device>".
 #include <algorithm>
@@ -83,6 +84,11 @@ int main() {
     mlp(2048, "W2_mlp_b2048");
     cnn(64, 100, "W3_cnn_b64");
     cnn(1024, 30, "W3_cnn_b1024");
+    // TF32 on tensor cores for the matrix products and convolutions (kiln's default is true float32).
+    cuda::set_allow_tf32(true);
+    mlp(2048, "W2_mlp_b2048_tf32");
+    cnn(1024, 30, "W3_cnn_b1024_tf32");
+    cuda::set_allow_tf32(false);
   } catch (const Error& e) {
     std::printf("error: %s\n", e.what());
     return 1;

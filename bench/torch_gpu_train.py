@@ -55,9 +55,21 @@ def cnn(batch, timed, name):
     run(name, model, opt, x, y, 10, timed)
 
 
+def set_tf32(on):
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
 if __name__ == "__main__":
-    # PyTorch's defaults as a user gets them (cuDNN autotuning off, TF32 off for matmul).
+    # cuDNN autotuning off, as a user gets it. TF32 off for matmul and convolution alike, to compare with kiln's
+    # default (true float32): PyTorch's own default turns TF32 on for cuDNN convolutions (not for matmul), which
+    # would time TF32 convolutions against float32 ones. The _tf32 cases turn it on for both, on both sides.
+    torch.backends.cudnn.benchmark = False
+    set_tf32(False)
     mlp(128, "W2_mlp_b128")
     mlp(2048, "W2_mlp_b2048")
     cnn(64, 100, "W3_cnn_b64")
     cnn(1024, 30, "W3_cnn_b1024")
+    set_tf32(True)
+    mlp(2048, "W2_mlp_b2048_tf32")
+    cnn(1024, 30, "W3_cnn_b1024_tf32")
