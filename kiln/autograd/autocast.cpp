@@ -1,5 +1,9 @@
 #include "kiln/autograd/autocast.h"
 
+#include <map>
+#include <utility>
+
+#include "kiln/autograd/grad_mode.h"
 #include "kiln/tensor/error.h"
 
 namespace kiln {
@@ -8,6 +12,22 @@ namespace {
 thread_local AutocastState state;
 
 bool is_16bit(DType d) { return d == kFloat16 || d == kBFloat16; }
+
+// The cast cache (see autocast.h): the lower-precision casts of float32 parameters made while grad mode was on,
+// until the outermost enabled guard ends. An entry keeps its parameter alive (so no other tensor can take its
+// address) and the version it was cast at (so a parameter changed in place since is cast again).
+struct CachedCast {
+  Tensor source, cast;
+  uint64_t version = 0;
+};
+thread_local std::map<std::pair<const void*, DType>, CachedCast> cast_cache;
+
+// Casts worth keeping: a float32 leaf that requires grad (a parameter), not a view, with grad mode on (a cast
+// made without grad has no node to share, and must not stand in for one that has).
+bool cacheable(const Tensor& x) {
+  return x.dtype() == kFloat32 && x.requires_grad() && x.is_leaf() && !x.impl()->is_view &&
+         autograd::GradMode::is_enabled();
+}
 
 // Whether the policy casts x to `to`: a floating tensor on autocast's device, not float64, not already `to`.
 bool castable(const Tensor& x, DType to) {
@@ -21,7 +41,10 @@ AutocastGuard::AutocastGuard(DeviceType device, DType dtype, bool enabled) : sav
   state = {enabled, device, dtype};
 }
 
-AutocastGuard::~AutocastGuard() { state = saved_; }
+AutocastGuard::~AutocastGuard() {
+  state = saved_;
+  if (!state.enabled) cast_cache.clear();  // the outermost enabled guard ended
+}
 
 AutocastState autocast_state() { return state; }
 
@@ -41,7 +64,15 @@ bool wants_float32(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-Tensor lower(const Tensor& x) { return castable(x, state.dtype) ? x.to(state.dtype) : x; }
+Tensor lower(const Tensor& x) {
+  if (!castable(x, state.dtype)) return x;
+  if (!cacheable(x)) return x.to(state.dtype);
+  CachedCast& entry = cast_cache[{x.impl(), state.dtype}];
+  if (!entry.cast.defined() || entry.version != x.version()) entry = {x, x.to(state.dtype), x.version()};
+  return entry.cast;
+}
+
+size_t cached_casts() { return cast_cache.size(); }
 
 Tensor float32(const Tensor& x) { return castable(x, kFloat32) && is_16bit(x.dtype()) ? x.to(kFloat32) : x; }
 

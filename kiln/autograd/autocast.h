@@ -16,9 +16,14 @@
 // each input's own dtype: float32 parameters get float32 gradients. Use it for the forward pass and the loss;
 // backward needs no guard (it replays the dtypes forward chose).
 //
-// Guards nest and restore the previous state; the state is per thread, like grad mode. NOTE: unlike PyTorch,
-// casts of the same float32 weight are not cached within a guard: a weight used by several ops is cast once
-// per use.
+// Guards nest and restore the previous state; the state is per thread, like grad mode.
+//
+// Casts of parameters are cached, as in PyTorch: inside the outermost enabled guard, a float32 leaf that requires
+// grad is cast to the lower dtype once, and every op that uses it shares that cast (and its one node in the
+// graph): tied weights, or a layer applied at every step of a loop, cost one cast. The cache empties when the
+// outermost enabled guard ends. Unlike PyTorch's, it notices a parameter changed in place since its cast (an
+// optimizer step inside the guard) and casts it again, and it caches nothing while grad mode is off, so a cast
+// made under NoGradGuard never stands in for one that gradients must flow through.
 #pragma once
 
 #include <initializer_list>
@@ -58,6 +63,8 @@ bool wants_float32(std::initializer_list<const Tensor*> inputs);
 // The casts themselves; a tensor the policy does not touch (or undefined) comes back as it is.
 Tensor lower(const Tensor& x);
 Tensor float32(const Tensor& x);
+// How many casts this thread's cache holds (for tests and diagnostics).
+size_t cached_casts();
 
 }  // namespace autocast
 }  // namespace kiln

@@ -35,6 +35,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(weight.dim() == 2, "linear: weight must be (out_features, in_features), got ", shape_str(weight.sizes()));
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input of shape ", shape_str(x.sizes()),
              " does not end in in_features = ", weight.size(1));
+  // Under autocast the weight itself is cast (before the transpose makes a view of it), so the cast cache
+  // serves a weight used more than once.
+  if (autocast::wants_lower({&x, &weight, &bias}))
+    return linear(autocast::lower(x), autocast::lower(weight), autocast::lower(bias));
   if (x.dim() == 2 && bias.defined()) return addmm(bias, x, weight.t());  // one GEMM with the bias folded in
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;

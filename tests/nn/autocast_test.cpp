@@ -121,5 +121,54 @@ TEST(Autocast, GradientsReachFloat32ParametersThroughTheCasts) {
   }
 }
 
+// The cast cache: a parameter used by several ops is cast once inside a guard, and its gradient is the sum over
+// its uses through that one cast; a parameter changed in place is cast again; nothing is cached without grad
+// mode or for tensors that are not parameters; the cache empties when the outermost guard ends.
+TEST(Autocast, ParameterCastsAreCachedUntilTheOutermostGuardEnds) {
+  Tensor w = rand32({3, 4}, 12).requires_grad_(), x = rand32({2, 4}, 13);
+  {
+    AutocastGuard outer(DeviceType::CPU, kBFloat16);
+    Tensor c1 = autocast::lower(w), c2 = autocast::lower(w);
+    EXPECT_EQ(c1.impl(), c2.impl());
+    EXPECT_EQ(autocast::cached_casts(), 1u);
+    {
+      AutocastGuard inner(DeviceType::CPU, kBFloat16);
+      EXPECT_EQ(autocast::lower(w).impl(), c1.impl());  // an inner guard shares the outer one's cache
+      AutocastGuard half(DeviceType::CPU, kFloat16);
+      EXPECT_EQ(autocast::lower(w).dtype(), kFloat16);  // another dtype: its own entry
+      EXPECT_EQ(autocast::cached_casts(), 2u);
+      AutocastGuard off(DeviceType::CPU, kFloat16, false);
+    }
+    EXPECT_EQ(autocast::cached_casts(), 2u);  // an inner guard's end does not empty it
+    // Not parameters: a tensor without requires_grad, a non-leaf.
+    EXPECT_NE(autocast::lower(x).impl(), autocast::lower(x).impl());
+    Tensor nonleaf = w * 2;
+    EXPECT_NE(autocast::lower(nonleaf).impl(), autocast::lower(nonleaf).impl());
+    {
+      NoGradGuard no_grad;  // no caching without grad mode, and no use of what is cached
+      Tensor a = autocast::lower(w);
+      EXPECT_NE(a.impl(), c1.impl());
+      EXPECT_EQ(a.grad_fn(), nullptr);
+      w.add_(1.0);  // an optimizer step inside the guard
+    }
+    Tensor c3 = autocast::lower(w);
+    EXPECT_NE(c3.impl(), c1.impl());
+    EXPECT_EQ(test::values(c3), test::values(w.detach().to(kBFloat16)));
+  }
+  EXPECT_EQ(autocast::cached_casts(), 0u);
+
+  // Used twice in one forward: the gradient is the sum over both uses, equal to casting by hand once.
+  Tensor w2 = rand32({4, 4}, 14).requires_grad_();
+  {
+    AutocastGuard ac(DeviceType::CPU, kBFloat16);
+    F::linear(F::linear(x, w2), w2).sum().backward();
+  }
+  Tensor cached_grad = w2.grad();
+  w2.set_grad(Tensor());
+  Tensor once = w2.to(kBFloat16);
+  mm(mm(x.to(kBFloat16), once.t()), once.t()).to(kFloat32).sum().backward();
+  EXPECT_EQ(test::values(cached_grad), test::values(w2.grad()));
+}
+
 }  // namespace
 }  // namespace kiln
