@@ -16,12 +16,20 @@ void sgd_step_typed(std::span<const Tensor> params, std::span<const Tensor> grad
     T* p = params[k].data_ptr<T>();
     const T* g = grads[k].data_ptr<T>();
     T* buf = bufs.empty() ? nullptr : bufs[k].data_ptr<T>();
-    T unused = 0;
-    parallel_for(0, params[k].numel(), kDefaultGrain, [&](int64_t b, int64_t e) {
-      if (buf != nullptr)
-        for (int64_t i = b; i < e; ++i) update(p[i], g[i], buf[i]);
-      else
-        for (int64_t i = b; i < e; ++i) update(p[i], g[i], unused);  // without momentum, buf is not touched
+    parallel_for(0, params[k].numel(), kDefaultGrain, [=](int64_t b, int64_t e) {
+      // Local copies and distinct pointers (see adam_step_typed), so the loop vectorizes.
+      const functors::SgdUpdate<T> u = update;
+      T* __restrict pp = p;
+      const T* __restrict gg = g;
+      T* __restrict bb = buf;
+      if (bb != nullptr) {
+        for (int64_t i = b; i < e; ++i) u(pp[i], gg[i], bb[i]);
+      } else {
+        for (int64_t i = b; i < e; ++i) {
+          T unused = 0;  // without momentum, buf is not touched
+          u(pp[i], gg[i], unused);
+        }
+      }
     });
   }
 }
@@ -36,8 +44,16 @@ void adam_step_typed(std::span<const Tensor> params, std::span<const Tensor> gra
     T* m = exp_avgs[k].data_ptr<T>();
     T* v = exp_avg_sqs[k].data_ptr<T>();
     const functors::AdamBiasCorrection<T> bc(s, steps[k]);
-    parallel_for(0, params[k].numel(), kDefaultGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) update(p[i], g[i], m[i], v[i], bc);
+    parallel_for(0, params[k].numel(), kDefaultGrain, [=](int64_t b, int64_t e) {
+      // The constants as locals and the four arrays as distinct: otherwise a store to p, m or v might change a
+      // constant (they are all T), the compiler reloads them every element, and the loop stays scalar.
+      const functors::AdamUpdate<T> u = update;
+      const functors::AdamBiasCorrection<T> c = bc;
+      T* __restrict pp = p;
+      const T* __restrict gg = g;
+      T* __restrict mm = m;
+      T* __restrict vv = v;
+      for (int64_t i = b; i < e; ++i) u(pp[i], gg[i], mm[i], vv[i], c);
     });
   }
 }
