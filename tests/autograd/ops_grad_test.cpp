@@ -521,6 +521,9 @@ std::vector<GradCase> second_order_cases() {
       multi("silu", one, first_grad([](In in) { return silu(in[0]); })),
       multi("softplus", one, first_grad([](In in) { return softplus(in[0]); })),
       multi("erf", one, first_grad([](In in) { return erf(in[0]); })),
+      // relu's backward is an op of its own (relu_backward): its gradient in g must flow.
+      multi("relu_times_square", leaves({{2, 3}}, Domain::AwayFromZero),
+            first_grad([](In in) { return relu(in[0]) * in[0] * in[0]; })),
       multi("mul", two, first_grad([](In in) { return in[0] * in[0] * in[1]; })),
       multi("div", [] { return TensorVec{leaf({2, 3}), leaf_away({2, 3})}; },
             first_grad([](In in) { return in[0] / in[1]; })),

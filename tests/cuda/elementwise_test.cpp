@@ -137,6 +137,19 @@ TEST_F(CudaTest, BinaryOpsMatchTheCpuWithLayoutsAndBroadcasting) {
   }
 }
 
+TEST_F(CudaTest, ReluBackwardMatchesTheCpu) {
+  uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (test::Layout layout : {test::Layout::Contiguous, test::Layout::Transposed, test::Layout::Offset}) {
+      Tensor g = test::random_tensor({11, 6}, d, rng, layout), y = test::random_tensor({11, 6}, d, rng);
+      compare(std::string("relu_backward ") + dtype_name(d) + " " + test::layout_name(layout) + " seed " +
+                  std::to_string(seed),
+              [](const std::vector<Tensor>& in) { return ops::relu_backward(in[0], in[1]); }, {g, y});
+    }
+  }
+}
+
 TEST_F(CudaTest, MixedDtypesPromoteAsOnTheCpu) {
   std::mt19937 rng(fresh_seed());
   for (DType a : test::kAllDTypes) {

@@ -131,11 +131,24 @@ Tensor sigmoid(const Tensor& x) {
 }
 KILN_UNARY_INPLACE(sigmoid)
 
+namespace {
+// relu's backward, g where y > 0 else 0, as one kernel (where(y > 0, g, 0) takes two and a bool tensor). It is
+// linear in g, so its own gradient (double backward) is the same mask on the incoming gradient; y gets none.
+Tensor relu_backward(const Tensor& g, const Tensor& y) {
+  Tensor dx = ops::relu_backward(g, y);
+  if (should_record(g)) {
+    record("relu_backward", dx, {g}, [sy = SavedTensor(y, false)](const Tensor& gg, const OpNode& n) {
+      return TensorList{relu_backward(gg, sy.get(n))};
+    });
+  }
+  return dx;
+}
+}  // namespace
+
 // relu: dx = g where y > 0 (0 at 0, as PyTorch)
 Tensor relu(const Tensor& x) {
   return unary_op("relu", x, ops::relu,
-                  [](const Tensor& g, const Tensor&, const Tensor& y) { return where(ops::gt(y, 0), g, 0); }, false,
-                  true);
+                  [](const Tensor& g, const Tensor&, const Tensor& y) { return relu_backward(g, y); }, false, true);
 }
 KILN_UNARY_INPLACE(relu)
 

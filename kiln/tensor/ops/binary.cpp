@@ -178,6 +178,12 @@ KILN_BINARY_DEF(maximum, Arith)
 KILN_BINARY_DEF(minimum, Arith)
 #undef KILN_BINARY_DEF
 
+Tensor relu_backward(const Tensor& grad, const Tensor& result) {
+  KILN_CHECK(is_floating(grad.dtype()) && is_floating(result.dtype()), "relu_backward: expected floating tensors, got ",
+             grad.dtype(), " and ", result.dtype());
+  return binary<Op::relu_backward>(grad, result, Kind::Arith);
+}
+
 // pow(Tensor, Scalar) is a unary op (unary.cpp); these take a tensor exponent.
 Tensor pow(const Tensor& a, const Tensor& b) { return binary<Op::pow>(a, b, Kind::Arith); }
 Tensor& pow_(Tensor& a, const Tensor& b) { return binary_<Op::pow>(a, b, Kind::Arith); }

@@ -33,6 +33,8 @@ KILN_BINARY_DECL(div)  // true division: integer inputs give a float result
 KILN_BINARY_DECL(maximum)
 KILN_BINARY_DECL(minimum)
 #undef KILN_BINARY_DECL
+// relu's backward in one pass: grad where result > 0, else 0 (result: relu's output, grad: its gradient).
+Tensor relu_backward(const Tensor& grad, const Tensor& result);
 Tensor pow(const Tensor& a, const Tensor& b);  // pow(Tensor, Scalar) is in unary.h
 Tensor& pow_(Tensor& a, const Tensor& b);
 Tensor pow(const Scalar& a, const Tensor& b);

@@ -169,6 +169,9 @@ struct PowInt {
     return PowScalar{static_cast<double>(e)}(x);
   }
 };
+struct ReluBackward {  // relu's gradient from its result y: g where y > 0, else 0 (0 at 0 and at NaN)
+  template <class T> KILN_INLINE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+};
 struct Maximum {  // NaN wins, as in PyTorch
   template <class T> KILN_INLINE T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
@@ -251,7 +254,8 @@ struct Lerp {  // start + weight * (end - start), in the form PyTorch uses for w
   X(mul, kAllSet, Mul)                 \
   X(div, kFloatingSet, Div)            \
   X(maximum, kAllSet, Maximum)         \
-  X(minimum, kAllSet, Minimum)
+  X(minimum, kAllSet, Minimum)         \
+  X(relu_backward, kFloatingSet, ReluBackward)
 // Binary ops with a bool result, on every dtype: X(op, functor)
 #define KILN_FORALL_BINARY_BOOL_FUNCTORS(X) \
   X(eq, Eq)                                 \

@@ -151,6 +151,7 @@ using AdamStepKernel = void(std::span<const Tensor> params, std::span<const Tens
   X(pow, BinaryKernel)                     \
   X(maximum, BinaryKernel)                 \
   X(minimum, BinaryKernel)                 \
+  X(relu_backward, BinaryKernel)           \
   X(eq, BinaryKernel)                      \
   X(ne, BinaryKernel)                      \
   X(lt, BinaryKernel)                      \
