@@ -226,7 +226,9 @@ TEST_F(NcclTest, AllgatherAndReduceScatterDirectAndStaged) {
       auto pg = make_group(path, rank, world);
       const TensorOptions gpu = TensorOptions(kFloat32).device(Device::cuda(device_of(rank)));
       for (DType dt : kDTypes) {
-        for (bool direct : {true, false}) {
+        // Staged first: the group's first op then copies out of a staging buffer right after NCCL connects,
+        // which must wait for NCCL's kernels to be queued (the communicator is nonblocking).
+        for (bool direct : {false, true}) {
           const std::string how = direct ? " (one buffer)" : " (separate tensors)";
           Tensor input = on_gpu(input_values(dt, 77, rank, ReduceOp::Sum), dt, device_of(rank));
           Tensor rows = empty({world, 77}, gpu.dtype(dt));
@@ -337,6 +339,7 @@ TEST_F(NcclTest, ARankThatNeverJoinsFailsTheFirstOpWithinTheTimeout) {
     expect_error([&] { pg->allreduce(t)->wait(); }, "not every rank of the 2 joined within 1500 ms");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     rank_check(s < 10, "the failure took " + std::to_string(s) + " s");
+    expect_error([&] { pg->allreduce(t); }, "the nccl group failed earlier");  // no second attempt
   });
 }
 #endif

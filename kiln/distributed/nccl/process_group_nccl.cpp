@@ -38,6 +38,11 @@
     if (kiln_nccl_q_ != ncclInProgress) KILN_NCCL_CHECK(kiln_nccl_q_, what);                             \
   } while (0)
 
+// Nonblocking communicators (ncclConfig_t, ncclCommInitRankConfig, ncclCommFinalize) came with NCCL 2.14.
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "kiln's nccl backend needs NCCL 2.14 or later (nonblocking communicators); build with -DKILN_NCCL=OFF"
+#endif
+
 namespace kiln::distributed::nccl {
 
 using Clock = std::chrono::steady_clock;
@@ -107,6 +112,12 @@ void await_comm(ncclComm_t comm, Clock::time_point deadline, const std::string& 
   }
 }
 
+// What await_comm says when queueing an op outlasts the group's timeout.
+std::string queue_late(int rank, Duration timeout) {
+  return "rank " + std::to_string(rank) + ": NCCL had not queued the op after " + std::to_string(timeout.count()) +
+         " ms (ProcessGroupOptions::timeout; a peer that never issues it?)";
+}
+
 class WorkNCCL : public Work {
  public:
   WorkNCCL(std::string name, int rank, std::shared_ptr<DeviceComm> comm, std::vector<Tensor> tensors,
@@ -117,6 +128,7 @@ class WorkNCCL : public Work {
   }
 
   const std::shared_ptr<OpEvent>& op() const { return op_; }
+  void restart_deadline() { deadline_ = Clock::now() + timeout_; }
 
   void wait(std::optional<Duration> timeout) override {
     {
@@ -266,9 +278,8 @@ std::shared_ptr<Work> launch(const std::shared_ptr<DeviceComm>& c, const std::st
     body(c->comm, c->stream.handle);
     // The op's kernels are on the stream only once NCCL is done queueing them (the first op on a communicator
     // also connects to the peers): the event must come after them.
-    await_comm(c->comm, Clock::now() + timeout, name,
-               "rank " + std::to_string(rank) + ": NCCL had not queued the op after " +
-                   std::to_string(timeout.count()) + " ms (ProcessGroupOptions::timeout; a peer that never issues it?)");
+    await_comm(c->comm, Clock::now() + timeout, name, queue_late(rank, timeout));
+    work->restart_deadline();  // the op's own deadline counts from when it is queued
     work->op()->index = c->launched;
     KILN_CUDA_CHECK(cudaEventRecord(work->op()->event, c->stream.handle), name);
   } catch (const std::exception& e) {
@@ -312,7 +323,7 @@ void close_comm(DeviceComm& c, Duration timeout) {
   c.comm = nullptr;
   if (!c.aborted) c.aborted = true, c.failure = "the process group was destroyed";
   cudaFree(c.one_element);
-  cudaEventDestroy(c.ready);
+  if (c.ready != nullptr) cudaEventDestroy(c.ready);
   c.one_element = nullptr, c.ready = nullptr;
 }
 
@@ -368,14 +379,19 @@ std::shared_ptr<DeviceComm> ProcessGroupNCCL::comm_for(int device) {
   // group's timeout instead of blocking inside NCCL.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  KILN_NCCL_ENQUEUE(ncclCommInitRankConfig(&c->comm, size_, id, rank_, &config), what);
   try {
+    KILN_NCCL_ENQUEUE(ncclCommInitRankConfig(&c->comm, size_, id, rank_, &config), what);
     await_comm(c->comm, Clock::now() + options_.timeout, what,
                "not every rank of the " + std::to_string(size_) + " joined within " +
                    std::to_string(options_.timeout.count()) + " ms (ProcessGroupOptions::timeout)");
-  } catch (...) {
+  } catch (const std::exception& e) {
     if (c->comm != nullptr) ncclCommAbort(c->comm);
     c->comm = nullptr;
+    // The device's communicator stays failed: every later op on it fails at once, naming this error, rather
+    // than trying again under the same store key, where a peer could still read the last attempt's id.
+    c->aborted = true;
+    c->failure = e.what();
+    comms_.push_back(c);
     throw;
   }
   try {
@@ -446,6 +462,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::allgather(std::vector<Tensor> outputs, T
     char* all = static_cast<char*>(staging.raw_data_ptr());
     KILN_NCCL_ENQUEUE(ncclAllGather(input.raw_data_ptr(), all, static_cast<size_t>(input.numel()), type, comm, s), name);
     if (direct) return;
+    // The copies out of the staging buffer must follow NCCL's kernels on the stream: wait until they are queued.
+    await_comm(comm, Clock::now() + options_.timeout, name, queue_late(rank_, options_.timeout));
     for (size_t r = 0; r < outputs.size(); ++r) {
       KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[r].raw_data_ptr(), all + r * nbytes, nbytes, cudaMemcpyDeviceToDevice, s),
                       name);
