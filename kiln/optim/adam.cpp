@@ -56,6 +56,7 @@ struct FusedAdamCall {
   DType dtype;
   std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs;
   std::vector<double> steps;
+  std::vector<ParamState*> states;
 };
 
 }  // namespace
@@ -77,19 +78,21 @@ void Adam::step() {
         st.tensors["exp_avg_sq"] = zeros_like(p);
         if (o.amsgrad) st.tensors["max_exp_avg_sq"] = zeros_like(p);
       }
-      double step = ++st.scalars["step"];
+      const double step = st.scalars["step"] + 1;
       if (!o.amsgrad && ops::fused_step_applies(p, {&p.grad(), &st.tensors["exp_avg"], &st.tensors["exp_avg_sq"]})) {
         auto call = std::find_if(fused.begin(), fused.end(), [&](const FusedAdamCall& c) {
           return c.device == p.device() && c.dtype == p.dtype();
         });
-        if (call == fused.end()) call = fused.insert(fused.end(), FusedAdamCall{p.device(), p.dtype(), {}, {}, {}, {}, {}});
+        if (call == fused.end()) call = fused.insert(fused.end(), FusedAdamCall{p.device(), p.dtype(), {}, {}, {}, {}, {}, {}});
         call->params.push_back(p);
         call->grads.push_back(p.grad());
         call->exp_avgs.push_back(st.tensors["exp_avg"]);
         call->exp_avg_sqs.push_back(st.tensors["exp_avg_sq"]);
         call->steps.push_back(step);
+        call->states.push_back(&st);  // its count moves on once the call has run
         continue;
       }
+      st.scalars["step"] = step;
       Tensor g = o.maximize ? neg(p.grad()) : p.grad();
       if (o.weight_decay != 0) {
         if (decoupled_) p.mul_(1.0 - o.lr * o.weight_decay);
@@ -114,10 +117,12 @@ void Adam::step() {
       Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
       p.add_(div(exp_avg, denom), -step_size);
     }
-    for (const FusedAdamCall& c : fused)
+    for (const FusedAdamCall& c : fused) {
       ops::fused_adam_step_(c.params, c.grads, c.exp_avgs, c.exp_avg_sqs, c.steps,
                             {.lr = o.lr, .beta1 = beta1, .beta2 = beta2, .eps = o.eps,
                              .weight_decay = o.weight_decay, .decoupled = decoupled_, .maximize = o.maximize});
+      for (size_t i = 0; i < c.states.size(); ++i) c.states[i]->scalars["step"] = c.steps[i];
+    }
   }
 }
 

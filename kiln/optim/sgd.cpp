@@ -42,6 +42,7 @@ void SGD::validate_options(const std::map<std::string, double>& m) const {
 namespace {
 
 // The parameters of one fused call: one device and dtype, and momentum buffers either all new or all not.
+// New buffers enter the state only once the call has filled them (first: params[i]'s is bufs[i]).
 struct FusedSgdCall {
   Device device;
   DType dtype;
@@ -66,8 +67,8 @@ void SGD::step() {
         if (o.momentum != 0) {
           auto& state = mutable_state(p).tensors;
           auto it = state.find("momentum_buffer");
-          if ((first = it == state.end())) it = state.emplace("momentum_buffer", empty_like(p)).first;
-          buf = it->second;
+          first = it == state.end();
+          buf = first ? empty_like(p) : it->second;
         }
         if (!buf.defined() || ops::fused_step_applies(p, {&buf})) {  // a loaded buffer may be laid out otherwise
           auto call = std::find_if(fused.begin(), fused.end(), [&](const FusedSgdCall& c) {
@@ -95,11 +96,14 @@ void SGD::step() {
       }
       p.add_(g, -o.lr);
     }
-    for (const FusedSgdCall& c : fused)
+    for (const FusedSgdCall& c : fused) {
       ops::fused_sgd_step_(c.params, c.grads, c.bufs,
                            {.lr = o.lr, .momentum = o.momentum, .dampening = o.dampening,
                             .weight_decay = o.weight_decay, .nesterov = o.nesterov, .maximize = o.maximize,
                             .first = c.first});
+      if (c.first)
+        for (size_t i = 0; i < c.params.size(); ++i) mutable_state(c.params[i]).tensors["momentum_buffer"] = c.bufs[i];
+    }
   }
 }
 

@@ -435,8 +435,9 @@ TEST(FusedCpu, AGroupOfMixedParametersEqualsTheChainPerParameter) {
 
 // The fused ops check their lists before touching anything.
 TEST(FusedCpu, BadListsAreClearErrors) {
-  Tensor p = zeros({3}), g = ones({3}), b = zeros({3});
-  const std::vector<Tensor> ps{p}, gs{g}, bs{b}, none;
+  Tensor p = zeros({3}), g = ones({3}), b = zeros({3}), b2 = zeros({3});
+  const std::vector<Tensor> ps{p}, gs{g}, bs{b}, bs2{b2}, none;
+  const uint64_t version = p.version();
   const SgdStepParams sgd{.lr = 0.1, .momentum = 0.9};
   expect_error([&] { ops::fused_sgd_step_(ps, none, bs, sgd); }, {"SGD.step", "1 parameters", "0 gradients"});
   expect_error([&] { ops::fused_sgd_step_(ps, gs, none, sgd); }, {"SGD.step", "0 momentum buffers"});
@@ -450,9 +451,14 @@ TEST(FusedCpu, BadListsAreClearErrors) {
   const std::vector<Tensor> two{p, zeros({2}, kFloat64)}, two_g{g, zeros({2}, kFloat64)};
   expect_error([&] { ops::fused_sgd_step_(two, two_g, {}, {.lr = 0.1}); }, {"parameter 1", "one device and dtype"});
   const std::vector<double> zero_step{0};
-  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs, zero_step, {.lr = 0.1}); }, {"step count", "start at 1"});
-  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs, {}, {.lr = 0.1}); }, {"0 step counts"});
+  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs2, zero_step, {.lr = 0.1}); }, {"step count", "start at 1"});
+  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs2, {}, {.lr = 0.1}); }, {"0 step counts"});
+  const std::vector<double> one_step{1};
+  expect_error([&] { ops::fused_adam_step_(ps, gs, bs, bs, one_step, {.lr = 0.1}); },
+               {"parameter 0", "exp_avg and exp_avg_sq share memory"});
+  expect_error([&] { ops::fused_sgd_step_(ps, ps, bs, sgd); }, {"the parameter and gradients share memory"});
   EXPECT_EQ(values(p), std::vector<double>(3, 0.0));  // nothing was written
+  EXPECT_EQ(p.version(), version);                     // nor marked as written
 }
 
 // The fused loops write through raw pointers; they must still bump the version, so that a graph that saved

@@ -1,6 +1,8 @@
 // The checks in front of the fused optimizer kernels; the kernels are in optim_cpu.cpp and cuda/optim_cuda.cu.
 #include "kiln/tensor/ops/fused_optim.h"
 
+#include <vector>
+
 #include "kiln/tensor/dispatch.h"
 
 namespace kiln::ops {
@@ -44,6 +46,13 @@ void check_lists(const char* op, std::span<const Tensor> params,
                                       t.is_contiguous() ? "" : ", not contiguous")
                              : std::string("an undefined tensor"));
     }
+    // The kernels read and write the tensors of one parameter as distinct arrays.
+    std::vector<std::pair<const char*, const Tensor*>> mine{{"the parameter", &p}};
+    for (const auto& [name, list] : lists) mine.emplace_back(name, &list[i]);
+    for (size_t a = 0; a < mine.size(); ++a)
+      for (size_t b = a + 1; b < mine.size(); ++b)
+        KILN_CHECK(!mine[a].second->may_overlap(*mine[b].second), op, ": parameter ", i, ": ", mine[a].first,
+                   " and ", mine[b].first, " share memory; the fused update needs them apart");
   }
 }
 
@@ -54,11 +63,14 @@ void fused_sgd_step_(std::span<const Tensor> params, std::span<const Tensor> gra
   if (params.empty()) return;
   if (s.momentum != 0) check_lists("SGD.step", params, {{"gradients", grads}, {"momentum buffers", bufs}});
   else check_lists("SGD.step", params, {{"gradients", grads}});
+  auto kernel = get_kernel<Op::sgd_step>(params[0].device());
+  // Every check has passed: from here the step writes. (The versions go first, as the chain's in-place ops
+  // bump theirs.)
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].bump_version("SGD.step");
     if (s.momentum != 0) bufs[i].bump_version("SGD.step");
   }
-  get_kernel<Op::sgd_step>(params[0].device())(params, grads, s.momentum != 0 ? bufs : std::span<const Tensor>{}, s);
+  kernel(params, grads, s.momentum != 0 ? bufs : std::span<const Tensor>{}, s);
 }
 
 void fused_adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
@@ -67,13 +79,15 @@ void fused_adam_step_(std::span<const Tensor> params, std::span<const Tensor> gr
   check_lists("Adam.step", params, {{"gradients", grads}, {"exp_avg", exp_avgs}, {"exp_avg_sq", exp_avg_sqs}});
   KILN_CHECK(steps.size() == params.size(), "Adam.step: ", params.size(), " parameters but ", steps.size(),
              " step counts");
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = 0; i < params.size(); ++i)
     KILN_CHECK(steps[i] >= 1, "Adam.step: parameter ", i, "'s step count is ", steps[i], "; counts start at 1");
+  auto kernel = get_kernel<Op::adam_step>(params[0].device());
+  for (size_t i = 0; i < params.size(); ++i) {  // every check has passed: from here the step writes
     params[i].bump_version("Adam.step");
     exp_avgs[i].bump_version("Adam.step");
     exp_avg_sqs[i].bump_version("Adam.step");
   }
-  get_kernel<Op::adam_step>(params[0].device())(params, grads, exp_avgs, exp_avg_sqs, steps, s);
+  kernel(params, grads, exp_avgs, exp_avg_sqs, steps, s);
 }
 
 }  // namespace kiln::ops
