@@ -18,9 +18,11 @@ bool is_16bit(DType d) { return d == kFloat16 || d == kBFloat16; }
 // address) and the version it was cast at (so a parameter changed in place since is cast again).
 struct CachedCast {
   Tensor source, cast;
+  const void* data = nullptr;  // the parameter's data when cast: moving it (Module::to) swaps its storage
   uint64_t version = 0;
 };
 thread_local std::map<std::pair<const void*, DType>, CachedCast> cast_cache;
+thread_local int enabled_guards = 0;  // enabled guards alive on this thread; the cache lives while any is
 
 // Casts worth keeping: a float32 leaf that requires grad (a parameter), not a view, with grad mode on (a cast
 // made without grad has no node to share, and must not stand in for one that has).
@@ -39,11 +41,12 @@ bool castable(const Tensor& x, DType to) {
 AutocastGuard::AutocastGuard(DeviceType device, DType dtype, bool enabled) : saved_(state) {
   KILN_CHECK(is_16bit(dtype), "AutocastGuard: dtype must be float16 or bfloat16, got ", dtype);
   state = {enabled, device, dtype};
+  if (enabled) ++enabled_guards;
 }
 
 AutocastGuard::~AutocastGuard() {
+  if (state.enabled && --enabled_guards == 0) cast_cache.clear();  // the outermost enabled guard ended
   state = saved_;
-  if (!state.enabled) cast_cache.clear();  // the outermost enabled guard ended
 }
 
 AutocastState autocast_state() { return state; }
@@ -67,9 +70,13 @@ bool wants_float32(std::initializer_list<const Tensor*> inputs) {
 Tensor lower(const Tensor& x) {
   if (!castable(x, state.dtype)) return x;
   if (!cacheable(x)) return x.to(state.dtype);
-  CachedCast& entry = cast_cache[{x.impl(), state.dtype}];
-  if (!entry.cast.defined() || entry.version != x.version()) entry = {x, x.to(state.dtype), x.version()};
-  return entry.cast;
+  const std::pair<const void*, DType> key{x.impl(), state.dtype};
+  auto it = cast_cache.find(key);
+  if (it != cast_cache.end() && it->second.data == x.raw_data_ptr() && it->second.version == x.version())
+    return it->second.cast;
+  Tensor cast = x.to(state.dtype);  // first, so that a cast that throws leaves no entry
+  cast_cache[key] = {x, cast, x.raw_data_ptr(), x.version()};
+  return cast;
 }
 
 size_t cached_casts() { return cast_cache.size(); }

@@ -140,6 +140,11 @@ TEST(Autocast, ParameterCastsAreCachedUntilTheOutermostGuardEnds) {
       AutocastGuard off(DeviceType::CPU, kFloat16, false);
     }
     EXPECT_EQ(autocast::cached_casts(), 2u);  // an inner guard's end does not empty it
+    {
+      AutocastGuard off(DeviceType::CPU, kBFloat16, false);
+      AutocastGuard again(DeviceType::CPU, kBFloat16);  // an enabled guard inside a disabled one
+    }
+    EXPECT_EQ(autocast::lower(w).impl(), c1.impl());  // ... nor does that one's, while the outer guard lives
     // Not parameters: a tensor without requires_grad, a non-leaf.
     EXPECT_NE(autocast::lower(x).impl(), autocast::lower(x).impl());
     Tensor nonleaf = w * 2;
