@@ -204,17 +204,17 @@ TEST(Binary, WhereAndLerpWithScalarsOverLongRuns) {
   }
 }
 
-// relu's backward: the gradient where relu's result is positive, 0 where it is 0 or NaN; every floating dtype,
-// a transposed operand, against the rule written out.
-TEST(Binary, ReluBackwardPassesTheGradientWhereTheResultIsPositive) {
+// relu's backward: 0 where relu's result is <= 0, the gradient elsewhere (NaN included, as PyTorch's
+// threshold_backward); every floating dtype, a transposed operand, against the rule written out.
+TEST(Binary, ReluBackwardPassesTheGradientWhereTheResultIsNotAtMostZero) {
   for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     SCOPED_TRACE(dtype_name(d));
     Tensor y = tensor({-1.0, 0.0, 2.0, NAN, 0.5, 3.0}).to(d), g = tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}).to(d);
-    EXPECT_EQ(test::values(ops::relu_backward(g, y)), (std::vector<double>{0, 0, 3, 0, 5, 6}));
+    EXPECT_EQ(test::values(ops::relu_backward(g, y)), (std::vector<double>{0, 0, 3, 4, 5, 6}));
     std::mt19937 rng(5);
     Tensor yt = test::random_tensor({4, 3}, d, rng, test::Layout::Transposed), gt = test::random_tensor({4, 3}, d, rng);
     std::vector<double> yv = test::values(yt), gv = test::values(gt), want;
-    for (size_t i = 0; i < yv.size(); ++i) want.push_back(yv[i] > 0 ? gv[i] : 0.0);
+    for (size_t i = 0; i < yv.size(); ++i) want.push_back(yv[i] <= 0 ? 0.0 : gv[i]);
     EXPECT_EQ(test::values(ops::relu_backward(gt, yt)), want);
   }
   test::expect_error([] { ops::relu_backward(tensor(std::vector<int64_t>{1}), tensor(std::vector<int64_t>{1})); },

@@ -132,7 +132,7 @@ Tensor sigmoid(const Tensor& x) {
 KILN_UNARY_INPLACE(sigmoid)
 
 namespace {
-// relu's backward, g where y > 0 else 0, as one kernel (where(y > 0, g, 0) takes two and a bool tensor). It is
+// relu's backward, 0 where y <= 0 else g, as one kernel (where(y > 0, g, 0) took two and a bool tensor). It is
 // linear in g, so its own gradient (double backward) is the same mask on the incoming gradient; y gets none.
 Tensor relu_backward(const Tensor& g, const Tensor& y) {
   Tensor dx = ops::relu_backward(g, y);
@@ -145,7 +145,7 @@ Tensor relu_backward(const Tensor& g, const Tensor& y) {
 }
 }  // namespace
 
-// relu: dx = g where y > 0 (0 at 0, as PyTorch)
+// relu: dx = g where y > 0 (0 at 0; g where y is NaN, as PyTorch)
 Tensor relu(const Tensor& x) {
   return unary_op("relu", x, ops::relu,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return relu_backward(g, y); }, false, true);

@@ -33,7 +33,8 @@ KILN_BINARY_DECL(div)  // true division: integer inputs give a float result
 KILN_BINARY_DECL(maximum)
 KILN_BINARY_DECL(minimum)
 #undef KILN_BINARY_DECL
-// relu's backward in one pass: grad where result > 0, else 0 (result: relu's output, grad: its gradient).
+// relu's backward in one pass: 0 where result <= 0, else grad (result: relu's output, grad: its gradient). A NaN
+// result passes the gradient, as PyTorch's threshold_backward does.
 Tensor relu_backward(const Tensor& grad, const Tensor& result);
 Tensor pow(const Tensor& a, const Tensor& b);  // pow(Tensor, Scalar) is in unary.h
 Tensor& pow_(Tensor& a, const Tensor& b);

@@ -169,8 +169,8 @@ struct PowInt {
     return PowScalar{static_cast<double>(e)}(x);
   }
 };
-struct ReluBackward {  // relu's gradient from its result y: g where y > 0, else 0 (0 at 0 and at NaN)
-  template <class T> KILN_INLINE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+struct ReluBackward {  // relu's gradient from its result y: 0 where y <= 0, else g (g at NaN, as PyTorch)
+  template <class T> KILN_INLINE T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
 };
 struct Maximum {  // NaN wins, as in PyTorch
   template <class T> KILN_INLINE T operator()(T a, T b) const {
