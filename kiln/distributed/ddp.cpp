@@ -283,6 +283,23 @@ void DistributedDataParallel::finalize() {
   reset_round();
 }
 
+void DistributedDataParallel::allreduce_accumulated_gradients() {
+  KILN_CHECK(!round_active_, "DistributedDataParallel: allreduce_accumulated_gradients() while a synced backward's ",
+             "buckets are still open; call finalize() first");
+  NoGradGuard no_grad;
+  for (auto& p : params_) {
+    if (p.tensor.grad().defined()) p.slot.copy_(p.tensor.grad());
+    else p.slot.zero_();
+  }
+  std::vector<std::shared_ptr<Work>> works;  // every bucket issued, in bucket order, then waited for
+  for (auto& b : buckets_) works.push_back(group_->allreduce(b.buffer, ReduceOp::Avg));
+  for (auto& w : works) w->wait();
+  for (auto& p : params_) {
+    if (p.tensor.grad().defined()) p.tensor.grad().copy_(p.slot);
+    else p.tensor.set_grad(p.slot.clone());
+  }
+}
+
 // Buckets still in flight are waited for (errors dropped: the caller is already reporting one), so that the
 // next round never writes into a buffer the group's thread is reading.
 void DistributedDataParallel::reset_round() {

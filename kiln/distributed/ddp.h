@@ -91,6 +91,12 @@ class DistributedDataParallel {
   // optimizer.step().
   void finalize();
 
+  // Averages over ranks what backward accumulated inside no_sync(), through the same buckets, for a window
+  // that ends without a synced backward (a stop cut it short): afterwards every .grad is the mean over ranks,
+  // a parameter without a gradient counting as zeros. Every rank calls it at the same point, outside a synced
+  // round (finalize() closes one).
+  void allreduce_accumulated_gradients();
+
   // Inside it, backward accumulates into .grad without communicating; the first synced backward after it
   // all-reduces what was accumulated. Guards nest.
   class NoSyncGuard {

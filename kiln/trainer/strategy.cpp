@@ -147,13 +147,8 @@ class DDPStrategy : public GroupStrategy {
       return;
     }
     // A stop cut an accumulation window short: its gradients were accumulated without communication. Average
-    // them directly (every rank stops at the same batch, so every rank comes here).
-    for (const Tensor& p : module.parameters()) {
-      if (!p.requires_grad()) continue;
-      Tensor g = p.grad().defined() ? p.grad().contiguous() : zeros_like(p);
-      group_->allreduce(g, distributed::ReduceOp::Avg)->wait();
-      p.set_grad(g);
-    }
+    // them through DDP's buckets (every rank stops at the same batch, so every rank comes here).
+    ddp_->allreduce_accumulated_gradients();
   }
 
  private:

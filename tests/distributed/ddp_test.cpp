@@ -361,6 +361,18 @@ TEST(DDP, NoSyncAccumulationEqualsOneStepOnTheConcatenatedBatch) {
     F::mse_loss(ddp_whole(xs), ys).backward();
     ddp_whole.finalize();
     check_models_close(*model, *whole, "accumulated with no_sync", true);
+
+    // A window that ends without a synced backward: both micro-batches inside no_sync, then the accumulated
+    // gradients averaged through the buckets, equal the same synced step.
+    auto cut = make_mlp(7);
+    DistributedDataParallel ddp_cut(cut, pg);
+    {
+      auto guard = ddp_cut.no_sync();
+      (F::mse_loss(ddp_cut(xs.narrow(0, 0, 3)), ys.narrow(0, 0, 3)) * 0.5).backward();
+      (F::mse_loss(ddp_cut(xs.narrow(0, 3, 3)), ys.narrow(0, 3, 3)) * 0.5).backward();
+    }
+    ddp_cut.allreduce_accumulated_gradients();
+    check_models_close(*cut, *whole, "accumulated, then averaged by hand", true);
   });
   expect_all_ok(results);
 }
