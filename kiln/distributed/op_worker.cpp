@@ -67,14 +67,19 @@ void check_tensor_list(const std::vector<Tensor>& tensors, const Tensor& like, i
 
 struct OpWorker::Task {
   std::string name;
+  std::string stream;
   std::function<Completion(const std::string&)> body;
   Completion completion;
   std::shared_ptr<QueuedWork> work;
 };
 
+struct OpWorker::Completer {
+  std::deque<std::unique_ptr<Task>> queue;
+  std::thread thread;
+};
+
 OpWorker::OpWorker(std::string backend, int rank) : backend_(std::move(backend)), rank_(rank) {
   worker_ = std::thread([this] { run_worker(); });
-  completer_ = std::thread([this] { run_completer(); });
 }
 
 OpWorker::~OpWorker() { stop(); }
@@ -86,7 +91,9 @@ void OpWorker::stop() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
-  if (completer_.joinable()) completer_.join();
+  // The worker is done: no completer is made from here on, and each returns once its queue is empty.
+  for (auto& [stream, c] : completers_)
+    if (c->thread.joinable()) c->thread.join();
 }
 
 std::shared_ptr<Work> OpWorker::enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
@@ -97,7 +104,7 @@ std::shared_ptr<Work> OpWorker::enqueue(const std::string& op, const std::string
     std::string name = op + " #" + std::to_string(seq_[stream]++) + suffix;
     KILN_CHECK(!stop_, backend_, " ", name, ": rank ", rank_, ": the process group is shutting down");
     work = std::make_shared<QueuedWork>(name);
-    ops_.push_back(std::make_unique<Task>(Task{std::move(name), std::move(body), {}, work}));
+    ops_.push_back(std::make_unique<Task>(Task{std::move(name), stream, std::move(body), {}, work}));
   }
   cv_.notify_all();
   return work;
@@ -141,7 +148,13 @@ void OpWorker::run_worker() {
     }
     lock.lock();
     if (task->completion) {
-      completions_.push_back(std::move(task));
+      std::unique_ptr<Completer>& c = completers_[task->stream];
+      if (c == nullptr) {
+        c = std::make_unique<Completer>();
+        Completer* raw = c.get();
+        c->thread = std::thread([this, raw] { run_completer(*raw); });
+      }
+      c->queue.push_back(std::move(task));
       cv_.notify_all();
     }
   }
@@ -149,13 +162,13 @@ void OpWorker::run_worker() {
   cv_.notify_all();
 }
 
-void OpWorker::run_completer() {
+void OpWorker::run_completer(Completer& c) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return worker_done_ || !completions_.empty(); });
-    if (completions_.empty()) return;  // the worker is done, and so is every completion
-    std::unique_ptr<Task> task = std::move(completions_.front());
-    completions_.pop_front();
+    cv_.wait(lock, [&] { return worker_done_ || !c.queue.empty(); });
+    if (c.queue.empty()) return;  // the worker is done, and so is every completion of this stream
+    std::unique_ptr<Task> task = std::move(c.queue.front());
+    c.queue.pop_front();
     lock.unlock();
     try {
       task->completion();

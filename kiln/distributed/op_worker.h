@@ -3,9 +3,11 @@
 // A group checks an op's arguments on the caller's thread, then hands its body here; the worker thread runs
 // the bodies one at a time, in issue order, and each call gets a Work at once. A body either finishes its op
 // (a collective: the engine's call returns when it is done) or posts it and returns a Completion, the part
-// that waits for it (a send: waiting on the worker would hold up the recv behind it that the peer's send
-// needs; two ranks that send to each other before receiving would wait on each other forever). Completions
-// run on a second thread, in issue order too.
+// that waits for it (a send or a recv: waiting on the worker would hold up the ops behind it, among them the
+// send the peer is waiting for; two ranks that each send to the other before receiving, or each receive
+// before sending, would wait on each other forever). Completions run on a thread per stream (see enqueue),
+// in issue order within it: a recv's completion never waits behind a send's, whose peer may only post the
+// matching recv once this recv is done.
 //
 // Failure: a body or completion that throws fails its Work with "<op> #<seq>: rank R: <what>". The engines
 // cannot tell which later op is still safe after a failure (a collective that timed out may still be running
@@ -60,8 +62,9 @@ class OpWorker {
 
  private:
   struct Task;
+  struct Completer;  // one stream's completions and the thread that runs them
   void run_worker();
-  void run_completer();
+  void run_completer(Completer& c);
   // Fails `task`'s Work with "<backend> <op>: rank R: <what>", or, after an earlier failure, with one naming
   // that first failure; the first failure is recorded for every later op.
   void fail(Task& task, const std::string& what);
@@ -70,11 +73,12 @@ class OpWorker {
   int rank_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Task>> ops_, completions_;
+  std::deque<std::unique_ptr<Task>> ops_;
   bool stop_ = false, worker_done_ = false;
   std::map<std::string, uint64_t> seq_;  // per stream
+  std::map<std::string, std::unique_ptr<Completer>> completers_;  // per stream, made by the worker thread
   std::string failure_;                  // the first failure's message
-  std::thread worker_, completer_;
+  std::thread worker_;
 };
 
 }  // namespace kiln::distributed

@@ -225,10 +225,13 @@ std::shared_ptr<Work> ProcessGroupGloo::recv(Tensor tensor, int src, int tag) {
   return worker_->enqueue("recv", "recv " + std::to_string(src), suffix,
                           [this, tensor, src, tag](const std::string&) -> Completion {
     if (tensor.nbytes() == 0) return {};
-    auto buffer = context_->createUnboundBuffer(tensor.raw_data_ptr(), tensor.nbytes());
+    // Posted here and waited for on the completion thread, as a send is: a recv issued before a send (irecv,
+    // then isend) must not hold up that send, which the peer's own recv may be waiting for.
+    std::shared_ptr<::gloo::transport::UnboundBuffer> buffer =
+        context_->createUnboundBuffer(tensor.raw_data_ptr(), tensor.nbytes());
     buffer->recv(src, ::gloo::Slot::build(kSendRecvSlotPrefix, static_cast<uint32_t>(tag)));
-    KILN_CHECK(buffer->waitRecv(options_.timeout), "Gloo aborted the recv");
-    return {};
+    const Duration timeout = options_.timeout;
+    return [buffer, tensor, timeout] { KILN_CHECK(buffer->waitRecv(timeout), "Gloo aborted the recv"); };
   });
 }
 

@@ -380,24 +380,27 @@ std::shared_ptr<Work> ProcessGroupMPI::recv(Tensor tensor, int src, int tag) {
   const std::string suffix = " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
   return worker_->enqueue("recv", "recv " + std::to_string(src), suffix,
                           [this, tensor, src, tag](const std::string&) -> Completion {
-    MPI_Request request;
+    // Posted here and waited for on the completion thread, as a send is: a recv issued before a send (irecv,
+    // then isend) must not hold up that send, which the peer's own recv may be waiting for.
+    auto request = std::make_shared<MPI_Request>();
     {
       auto lock = mpi_lock();
       check_not_finalized("MPI_Irecv");
       check_mpi(MPI_Irecv(tensor.raw_data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, src, tag, comm_->comm,
-                          &request),
+                          request.get()),
                 "MPI_Irecv");
     }
-    MPI_Status status = comm_->wait(request, options_.timeout, {tensor});
-    int got = 0;
-    {
-      auto lock = mpi_lock();
-      check_mpi(MPI_Get_count(&status, MPI_BYTE, &got), "MPI_Get_count");
-    }
-    KILN_CHECK(static_cast<size_t>(got) == tensor.nbytes(), "rank ", src, " sent ", got,
-               " bytes, this recv expects ", tensor.nbytes(), " (", tensor.numel(), " ", dtype_name(tensor.dtype()),
-               ")");
-    return {};
+    return [comm = comm_, request, tensor, src, timeout = options_.timeout] {
+      MPI_Status status = comm->wait(*request, timeout, {tensor});
+      int got = 0;
+      {
+        auto lock = mpi_lock();
+        check_mpi(MPI_Get_count(&status, MPI_BYTE, &got), "MPI_Get_count");
+      }
+      KILN_CHECK(static_cast<size_t>(got) == tensor.nbytes(), "rank ", src, " sent ", got,
+                 " bytes, this recv expects ", tensor.nbytes(), " (", tensor.numel(), " ",
+                 dtype_name(tensor.dtype()), ")");
+    };
   });
 }
 
