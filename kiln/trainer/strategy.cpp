@@ -283,21 +283,6 @@ class ParameterServerStrategy : public GroupStrategy {
   bool agree_every_batch() const override {
     return role_.num_workers > 1 && ps_.mode == distributed::ps::Mode::Sync;
   }
-  // Async workers never wait for each other, so a stop can end any worker's epoch: the first to stop sets a
-  // key in the store, and the others look for it (at most every kStopPoll, a store round trip) between batches.
-  bool mid_epoch_stop(bool stopping) override {
-    if (ps_.mode != distributed::ps::Mode::Async || role_.is_server() || store_ == nullptr) return false;
-    const std::string key = "trainer/stop";
-    if (stopping) {
-      if (!stop_published_) store_->set(key, distributed::Bytes{1});
-      stop_published_ = true;
-      return true;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_stop_poll_ < kStopPoll) return false;
-    last_stop_poll_ = now;
-    return store_->check({key});
-  }
 
   // With the optimizer on the servers, a checkpoint holds their shards; on the workers, the workers'
   // parameters and optimizer state (in the checkpoint already) are the whole state.
@@ -342,9 +327,6 @@ class ParameterServerStrategy : public GroupStrategy {
   distributed::ps::PSOptions ps_;
   std::shared_ptr<distributed::Store> store_;
   std::unique_ptr<distributed::ps::Worker> worker_;
-  static constexpr std::chrono::milliseconds kStopPoll{200};
-  bool stop_published_ = false;
-  std::chrono::steady_clock::time_point last_stop_poll_{};
 };
 
 }  // namespace

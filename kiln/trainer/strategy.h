@@ -71,14 +71,9 @@ class Strategy {
   // pull), or returns false for the Trainer to call optimizer.step().
   virtual bool step_optimizer(optim::Optimizer& optimizer) { return false; }
   // Whether every batch must end with the ranks agreeing to go on (a stop anywhere stops all at that batch):
-  // ranks in lockstep need it; a parameter server's asynchronous workers do not wait for each other.
+  // ranks in lockstep need it; a parameter server's asynchronous workers do not wait for each other, and
+  // stop mid-epoch only at max_steps (time limits and stop requests take effect at the epoch's end).
   virtual bool agree_every_batch() const { return world_size() > 1; }
-  // For ranks that do not agree every batch: whether a stop (a time limit, a stop request) ends this rank's
-  // epoch now. `stopping`: this rank wants to stop. A rank that stops this way tells the others, which stop
-  // soon after, each at its own batch; the epoch's end then agrees as usual. The default says no: such stops
-  // wait for the epoch's end (an ssp parameter server's workers wait on each other's clocks mid-epoch, so one
-  // that left early would hold the others until their deadline).
-  virtual bool mid_epoch_stop(bool stopping) { return false; }
 
   // Rank 0, building a checkpoint: adds what the strategy keeps (a parameter server's shards).
   virtual void save_state(Checkpoint& checkpoint) {}

@@ -397,12 +397,8 @@ bool Trainer::stop_requested() const {
 bool Trainer::agreed_stop() {
   if (strategy_->world_size() == 1) return stop_requested();
   if (!strategy_->agree_every_batch()) {
-    // Ranks that do not meet every batch: each stops at max_steps where it arrives there; a time limit or a
-    // stop request stops every rank mid-epoch where the strategy can pass it on (async workers), and otherwise
-    // waits for the epoch's end, where train_loop agrees on it.
-    const bool out_of_time = options_.max_time > 0 && elapsed_seconds() >= options_.max_time;
-    const bool asked = should_stop_ && epoch_ + 1 >= options_.min_epochs;
-    if (strategy_->mid_epoch_stop(out_of_time || asked)) return true;
+    // Ranks that do not meet every batch stop mid-epoch only where they all arrive at the same batch
+    // (max_steps); time limits and stop requests wait for the epoch's end, where train_loop agrees on them.
     return options_.max_steps >= 0 && global_step_ >= options_.max_steps;
   }
   // Every rank must leave the epoch at the same batch: a stop anywhere (a callback's, max_time's) stops all.

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <thread>
 
 #include "distributed/multiprocess.h"
 #include "kiln/distributed/launch.h"
@@ -251,43 +250,6 @@ TEST(TrainerPS, SyncWorkersTrainWhatOneProcessTrainsOnTheWholeBatch) {
     EXPECT_TRUE(std::filesystem::exists(out + "/kiln/version_0/metrics.csv"));
     EXPECT_FALSE(std::filesystem::exists(out + "/kiln/version_1"));
   }
-}
-
-// Async workers do not meet every batch, but a stop on one still ends every worker's epoch: worker 1 asks to
-// stop three batches into epoch 1; worker 0, slowed down there, learns it through the store and leaves that
-// epoch early too (it would take 8 batches), and no worker starts another epoch.
-TEST(TrainerPS, AStopOnOneAsyncWorkerEndsEveryWorkersEpoch) {
-  TempDir dir;
-  const uint16_t port = distributed::find_free_port();
-  struct StopOrSlow : trainer::Callback {
-    void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
-                            int64_t idx) override {
-      if (t.current_epoch() != 1) return;
-      if (t.global_rank() == 1 && idx == 2) t.set_should_stop(true);
-      if (t.global_rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    }
-  };
-  const auto results = run_ranks(3, [&](int rank) {
-    set_rank_env(rank, 3, port);
-    Regressor m;
-    auto train4 = loader(regression_data(64), 4);  // 8 batches an epoch per worker
-    trainer::TrainerOptions d = ps_options(dir.str(), 1, "server");
-    d.ps.mode = "async";
-    d.max_epochs = 5;
-    d.callbacks = {std::make_shared<StopOrSlow>()};
-    trainer::Trainer tr(d);
-    tr.fit(m, *train4);
-    if (tr.strategy().is_server()) return;
-    const std::string who = "worker " + std::to_string(tr.global_rank());
-    rank_check(tr.current_epoch() == 2, who + " ended at epoch " + std::to_string(tr.current_epoch()));
-    if (tr.global_rank() == 1) {
-      rank_check(tr.global_step() == 8 + 3, who + " took " + std::to_string(tr.global_step()) + " steps");
-    } else {
-      rank_check(tr.global_step() > 8 && tr.global_step() < 16,
-                 who + " took " + std::to_string(tr.global_step()) + " steps: epoch 1 was not cut short");
-    }
-  }, std::chrono::seconds(60));
-  expect_all_ok(results);
 }
 
 // Workers that crash mid-epoch (the servers fail too, naming the crash) and a new job resumed from worker 0's
