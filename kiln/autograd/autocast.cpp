@@ -18,7 +18,9 @@ bool is_16bit(DType d) { return d == kFloat16 || d == kBFloat16; }
 // address) and the version it was cast at (so a parameter changed in place since is cast again).
 struct CachedCast {
   Tensor source, cast;
-  const void* data = nullptr;  // the parameter's data when cast: moving it (Module::to) swaps its storage
+  // The parameter's data when cast, held (a detached view of it) so that its address cannot be handed out
+  // again: moving the parameter (Module::to) swaps its storage, and the new data must not match the old.
+  Tensor data;
   uint64_t version = 0;
 };
 thread_local std::map<std::pair<const void*, DType>, CachedCast> cast_cache;
@@ -72,10 +74,11 @@ Tensor lower(const Tensor& x) {
   if (!cacheable(x)) return x.to(state.dtype);
   const std::pair<const void*, DType> key{x.impl(), state.dtype};
   auto it = cast_cache.find(key);
-  if (it != cast_cache.end() && it->second.data == x.raw_data_ptr() && it->second.version == x.version())
+  if (it != cast_cache.end() && it->second.data.raw_data_ptr() == x.raw_data_ptr() &&
+      it->second.version == x.version())
     return it->second.cast;
   Tensor cast = x.to(state.dtype);  // first, so that a cast that throws leaves no entry
-  cast_cache[key] = {x, cast, x.raw_data_ptr(), x.version()};
+  cast_cache[key] = {x, cast, x.detach(), x.version()};
   return cast;
 }
 

@@ -2,6 +2,8 @@
 // fill buckets and issue them in order, and finalize, which waits and writes the averages back.
 #include "kiln/distributed/ddp.h"
 
+#include <exception>
+
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -293,7 +295,16 @@ void DistributedDataParallel::allreduce_accumulated_gradients() {
   }
   std::vector<std::shared_ptr<Work>> works;  // every bucket issued, in bucket order, then waited for
   for (auto& b : buckets_) works.push_back(group_->allreduce(b.buffer, ReduceOp::Avg));
-  for (auto& w : works) w->wait();
+  // All of them, even after a failure: none may still be reading a buffer when this returns.
+  std::exception_ptr first_error;
+  for (auto& w : works) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
   for (auto& p : params_) {
     if (p.tensor.grad().defined()) p.tensor.grad().copy_(p.slot);
     else p.tensor.set_grad(p.slot.clone());

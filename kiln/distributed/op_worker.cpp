@@ -97,14 +97,16 @@ void OpWorker::stop() {
 }
 
 std::shared_ptr<Work> OpWorker::enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
-                                        std::function<Completion(const std::string&)> body) {
+                                        std::function<Completion(const std::string&)> body,
+                                        const std::string& completer) {
   std::shared_ptr<QueuedWork> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string name = op + " #" + std::to_string(seq_[stream]++) + suffix;
     KILN_CHECK(!stop_, backend_, " ", name, ": rank ", rank_, ": the process group is shutting down");
     work = std::make_shared<QueuedWork>(name);
-    ops_.push_back(std::make_unique<Task>(Task{std::move(name), stream, std::move(body), {}, work}));
+    ops_.push_back(std::make_unique<Task>(Task{std::move(name), completer.empty() ? stream : completer,
+                                               std::move(body), {}, work}));
   }
   cv_.notify_all();
   return work;
@@ -150,9 +152,18 @@ void OpWorker::run_worker() {
     if (task->completion) {
       std::unique_ptr<Completer>& c = completers_[task->stream];
       if (c == nullptr) {
-        c = std::make_unique<Completer>();
-        Completer* raw = c.get();
-        c->thread = std::thread([this, raw] { run_completer(*raw); });
+        auto made = std::make_unique<Completer>();
+        Completer* raw = made.get();
+        try {
+          made->thread = std::thread([this, raw] { run_completer(*raw); });
+          c = std::move(made);
+        } catch (const std::exception& e) {  // no thread to be had (a system limit): the op fails, not the process
+          completers_.erase(task->stream);
+          lock.unlock();
+          fail(*task, std::string("could not start a thread to wait for it: ") + e.what());
+          lock.lock();
+          continue;
+        }
       }
       c->queue.push_back(std::move(task));
       cv_.notify_all();

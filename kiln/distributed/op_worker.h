@@ -53,8 +53,11 @@ class OpWorker {
   // Queues `body` as "<op> #<seq><suffix>". Sequence numbers count per `stream` in issue order: "" for the
   // collectives, e.g. "send 3" for the sends to rank 3 (point to point is matched per peer, not by the
   // group's collectives). `body` receives the op's full name (for its own error messages).
+  // `completer` names the thread its completion waits on (empty: `stream`'s); point to point gives each
+  // (peer, tag) its own, so that waiting for one tag's message never holds up another's.
   std::shared_ptr<Work> enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
-                                std::function<Completion(const std::string& name)> body);
+                                std::function<Completion(const std::string& name)> body,
+                                const std::string& completer = {});
 
   // Runs everything queued and joins the threads; later enqueues are errors. The group calls this before it
   // tears down what the bodies use. Idempotent.

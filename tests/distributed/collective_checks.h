@@ -171,6 +171,18 @@ inline void check_other_collectives(ProcessGroup& pg) {
       auto s3 = pg.send(mine, right, 3);
       r3->wait(), s3->wait();
       rank_check(got3.to_vector<double>() == std::vector<double>(100, left), "recv before send" + w);
+      // Two recvs from one peer with different tags, the second waited for first, and the message the first
+      // waits for sent only after that: each tag's recv completes on its own.
+      Tensor got4 = empty({100}, kFloat32), got5 = empty({100}, kFloat32);
+      auto r4 = pg.recv(got4, left, 4);
+      auto r5 = pg.recv(got5, left, 5);
+      auto s5 = pg.send(mine, right, 5);
+      r5->wait();
+      auto s4 = pg.send(mine, right, 4);
+      r4->wait(), s4->wait(), s5->wait();
+      rank_check(got4.to_vector<double>() == std::vector<double>(100, left) &&
+                     got5.to_vector<double>() == std::vector<double>(100, left),
+                 "recvs of two tags out of order" + w);
     }
   }
   pg.barrier()->wait();

@@ -215,7 +215,7 @@ std::shared_ptr<Work> ProcessGroupGloo::send(Tensor tensor, int dst, int tag) {
     buffer->send(dst, ::gloo::Slot::build(kSendRecvSlotPrefix, static_cast<uint32_t>(tag)));
     const Duration timeout = options_.timeout;
     return [buffer, tensor, timeout] { KILN_CHECK(buffer->waitSend(timeout), "Gloo aborted the send"); };
-  });
+  }, "send " + std::to_string(dst) + " tag " + std::to_string(tag));
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::recv(Tensor tensor, int src, int tag) {
@@ -232,7 +232,7 @@ std::shared_ptr<Work> ProcessGroupGloo::recv(Tensor tensor, int src, int tag) {
     buffer->recv(src, ::gloo::Slot::build(kSendRecvSlotPrefix, static_cast<uint32_t>(tag)));
     const Duration timeout = options_.timeout;
     return [buffer, tensor, timeout] { KILN_CHECK(buffer->waitRecv(timeout), "Gloo aborted the recv"); };
-  });
+  }, "recv " + std::to_string(src) + " tag " + std::to_string(tag));
 }
 
 }  // namespace kiln::distributed::gloo_backend

@@ -369,7 +369,7 @@ std::shared_ptr<Work> ProcessGroupMPI::send(Tensor tensor, int dst, int tag) {
                 "MPI_Isend");
     }
     return [comm = comm_, request, tensor, timeout = options_.timeout] { comm->wait(*request, timeout, {tensor}); };
-  });
+  }, "send " + std::to_string(dst) + " tag " + std::to_string(tag));
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::recv(Tensor tensor, int src, int tag) {
@@ -401,7 +401,7 @@ std::shared_ptr<Work> ProcessGroupMPI::recv(Tensor tensor, int src, int tag) {
                  " bytes, this recv expects ", tensor.nbytes(), " (", tensor.numel(), " ",
                  dtype_name(tensor.dtype()), ")");
     };
-  });
+  }, "recv " + std::to_string(src) + " tag " + std::to_string(tag));
 }
 
 }  // namespace kiln::distributed::mpi

@@ -297,8 +297,10 @@ void close_comm(DeviceComm& c, Duration timeout) {
   std::lock_guard<std::mutex> lock(c.mutex);
   cudaSetDevice(c.device);
   const auto deadline = Clock::now() + timeout;
-  cudaError_t state;
-  while ((state = cudaStreamQuery(c.stream.handle)) == cudaErrorNotReady && Clock::now() < deadline) {
+  cudaError_t state = cudaSuccess;
+  // A communicator that never came up (its creation failed) has no stream of its own to wait for.
+  while (c.comm != nullptr && (state = cudaStreamQuery(c.stream.handle)) == cudaErrorNotReady &&
+         Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   cudaGetLastError();

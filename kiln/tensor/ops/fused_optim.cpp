@@ -13,8 +13,11 @@ bool fused_step_applies(const Tensor& p, std::initializer_list<const Tensor*> ot
     return false;
   for (const Tensor* t : others)
     if (!t->defined() || t->device() != p.device() || t->dtype() != p.dtype() || !t->is_contiguous() ||
-        t->sizes() != p.sizes())
+        t->sizes() != p.sizes() || t->may_overlap(p))
       return false;
+  for (auto a = others.begin(); a != others.end(); ++a)
+    for (auto b = a + 1; b != others.end(); ++b)
+      if ((*a)->may_overlap(**b)) return false;  // the chain copes with shared memory; the fused loop does not
   return true;
 }
 
