@@ -2,7 +2,6 @@
 // fill buckets and issue them in order, and finalize, which waits and writes the averages back.
 #include "kiln/distributed/ddp.h"
 
-#include <exception>
 
 #include <algorithm>
 #include <map>
@@ -285,30 +284,24 @@ void DistributedDataParallel::finalize() {
   reset_round();
 }
 
+// One round of the usual machinery (begin_round, mark_arrived, finalize) fed from .grad instead of from
+// backward's hooks: the buckets launch and are waited for as after a synced backward, a failure drains them,
+// and find_unused_parameters' rule applies (a parameter no rank has a gradient for keeps none).
 void DistributedDataParallel::allreduce_accumulated_gradients() {
   KILN_CHECK(!round_active_, "DistributedDataParallel: allreduce_accumulated_gradients() while a synced backward's ",
              "buckets are still open; call finalize() first");
-  NoGradGuard no_grad;
-  for (auto& p : params_) {
-    if (p.tensor.grad().defined()) p.slot.copy_(p.tensor.grad());
-    else p.slot.zero_();
-  }
-  std::vector<std::shared_ptr<Work>> works;  // every bucket issued, in bucket order, then waited for
-  for (auto& b : buckets_) works.push_back(group_->allreduce(b.buffer, ReduceOp::Avg));
-  // All of them, even after a failure: none may still be reading a buffer when this returns.
-  std::exception_ptr first_error;
-  for (auto& w : works) {
-    try {
-      w->wait();
-    } catch (...) {
-      if (!first_error) first_error = std::current_exception();
+  have_forward_unused_ = false;  // every accumulated gradient counts, whatever the last forward reached
+  begin_round();
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& g = params_[i].tensor.grad();
+      if (g.defined()) params_[i].slot.copy_(g);
+      else params_[i].slot.zero_();
+      mark_arrived(i, g.defined());
     }
   }
-  if (first_error) std::rethrow_exception(first_error);
-  for (auto& p : params_) {
-    if (p.tensor.grad().defined()) p.tensor.grad().copy_(p.slot);
-    else p.tensor.set_grad(p.slot.clone());
-  }
+  finalize();
 }
 
 // Buckets still in flight are waited for (errors dropped: the caller is already reporting one), so that the

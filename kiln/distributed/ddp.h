@@ -93,7 +93,8 @@ class DistributedDataParallel {
 
   // Averages over ranks what backward accumulated inside no_sync(), through the same buckets, for a window
   // that ends without a synced backward (a stop cut it short): afterwards every .grad is the mean over ranks,
-  // a parameter without a gradient counting as zeros. Every rank calls it at the same point, outside a synced
+  // a parameter without a gradient counting as zeros (with find_unused_parameters, one that no rank has a
+  // gradient for keeps none, as finalize() leaves it). Every rank calls it at the same point, outside a synced
   // round (finalize() closes one).
   void allreduce_accumulated_gradients();
 
