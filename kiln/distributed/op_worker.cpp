@@ -1,51 +1,11 @@
 // OpWorker: the queue, its two threads and the Work they complete. See the header.
 #include "kiln/distributed/op_worker.h"
 
+#include "kiln/distributed/threaded_work.h"
+
 #include "kiln/tensor/error.h"
 
 namespace kiln::distributed {
-
-namespace {
-
-// A Work completed by the worker or the completer. A failure is kept as its message and wait() throws a fresh
-// kiln::Error from it in the waiting thread: no exception object crosses threads.
-class QueuedWork : public Work {
- public:
-  explicit QueuedWork(std::string name) : name_(std::move(name)) {}
-
-  void wait(std::optional<Duration> timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout) {
-      KILN_CHECK(cv_.wait_for(lock, *timeout, [&] { return done_; }), "wait: ", name_, " is still running after ",
-                 timeout->count(), " ms (the op itself goes on until its own deadline)");
-    } else {
-      cv_.wait(lock, [&] { return done_; });
-    }
-    if (failed_) detail::throw_error(error_);
-  }
-
-  bool is_completed() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return done_;
-  }
-
-  void complete(bool failed, std::string error) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true, failed_ = failed, error_ = std::move(error);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::string name_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false, failed_ = false;
-  std::string error_;
-};
-
-}  // namespace
 
 void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::string& what) {
   KILN_CHECK(t.defined(), what, ": the tensor is undefined");
@@ -70,7 +30,7 @@ struct OpWorker::Task {
   std::string stream;
   std::function<Completion(const std::string&)> body;
   Completion completion;
-  std::shared_ptr<QueuedWork> work;
+  std::shared_ptr<ThreadedWork> work;
 };
 
 struct OpWorker::Completer {
@@ -99,12 +59,12 @@ void OpWorker::stop() {
 std::shared_ptr<Work> OpWorker::enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
                                         std::function<Completion(const std::string&)> body,
                                         const std::string& completer) {
-  std::shared_ptr<QueuedWork> work;
+  std::shared_ptr<ThreadedWork> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string name = op + " #" + std::to_string(seq_[stream]++) + suffix;
     KILN_CHECK(!stop_, backend_, " ", name, ": rank ", rank_, ": the process group is shutting down");
-    work = std::make_shared<QueuedWork>(name);
+    work = std::make_shared<ThreadedWork>(name);
     ops_.push_back(std::make_unique<Task>(Task{std::move(name), completer.empty() ? stream : completer,
                                                std::move(body), {}, work}));
   }

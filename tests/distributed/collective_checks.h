@@ -163,27 +163,34 @@ inline void check_other_collectives(ProcessGroup& pg) {
     rank_check(got.to_vector<double>() == std::vector<double>(100, left), "recv tag 1" + w);
     rank_check(got2.to_vector<double>() == std::vector<double>(7, 10.0 * left), "recv tag 2" + w);
     // Receives issued before the sends, nothing waited for in between (PyTorch's irecv then isend): a recv
-    // must not hold up the send queued behind it, which its peer's recv is waiting for. NOTE: not the tcp
-    // backend's: it runs every op, point to point too, in issue order on its one queue (docs/distributed.md).
-    if (pg.backend() != "tcp") {
-      Tensor got3 = empty({100}, kFloat32);
-      auto r3 = pg.recv(got3, left, 3);
-      auto s3 = pg.send(mine, right, 3);
-      r3->wait(), s3->wait();
-      rank_check(got3.to_vector<double>() == std::vector<double>(100, left), "recv before send" + w);
-      // Two recvs from one peer with different tags, the second waited for first, and the message the first
-      // waits for sent only after that: each tag's recv completes on its own.
-      Tensor got4 = empty({100}, kFloat32), got5 = empty({100}, kFloat32);
-      auto r4 = pg.recv(got4, left, 4);
-      auto r5 = pg.recv(got5, left, 5);
-      auto s5 = pg.send(mine, right, 5);
-      r5->wait();
-      auto s4 = pg.send(mine, right, 4);
-      r4->wait(), s4->wait(), s5->wait();
-      rank_check(got4.to_vector<double>() == std::vector<double>(100, left) &&
-                     got5.to_vector<double>() == std::vector<double>(100, left),
-                 "recvs of two tags out of order" + w);
-    }
+    // must not hold up the send queued behind it, which its peer's recv is waiting for.
+    Tensor got3 = empty({100}, kFloat32);
+    auto r3 = pg.recv(got3, left, 3);
+    auto s3 = pg.send(mine, right, 3);
+    r3->wait(), s3->wait();
+    rank_check(got3.to_vector<double>() == std::vector<double>(100, left), "recv before send" + w);
+    // Two recvs from one peer with different tags, the second waited for first, and the message the first
+    // waits for sent only after that: each tag's recv completes on its own.
+    Tensor got4 = empty({100}, kFloat32), got5 = empty({100}, kFloat32);
+    auto r4 = pg.recv(got4, left, 4);
+    auto r5 = pg.recv(got5, left, 5);
+    auto s5 = pg.send(mine, right, 5);
+    r5->wait();
+    auto s4 = pg.send(mine, right, 4);
+    r4->wait(), s4->wait(), s5->wait();
+    rank_check(got4.to_vector<double>() == std::vector<double>(100, left) &&
+                   got5.to_vector<double>() == std::vector<double>(100, left),
+               "recvs of two tags out of order" + w);
+    // A ring of sends issued before the recvs, each far larger than a socket's buffers: every rank's send
+    // needs its right neighbour to read while that neighbour's own send is still going.
+    Tensor big = arange(0, 3 << 20, 1, kFloat32).add_(static_cast<double>(rank));
+    Tensor big_got = empty({3 << 20}, kFloat32);
+    auto s6 = pg.send(big, right, 6);
+    auto r6 = pg.recv(big_got, left, 6);
+    s6->wait(), r6->wait();
+    rank_check(big_got.to_vector<double>() ==
+                   arange(0, 3 << 20, 1, kFloat32).add_(static_cast<double>(left)).to_vector<double>(),
+               "a ring of large sends issued first" + w);
   }
   pg.barrier()->wait();
 }

@@ -127,5 +127,86 @@ TEST(ProcessGroupTCP, OverTCPStoreAndPrefixStore) {
   kiln::test::expect_all_ok(results);
 }
 
+// Point to point (p2p.h): a send completes once its bytes are in the kernel's buffers, whether or not its recv
+// is posted yet, so sends waited for before any recv (a ring of 8 MiB messages, far past the socket buffers)
+// do not deadlock; recvs match by tag, oldest first, whatever order they are posted in; collectives issued
+// between them are unaffected; empty messages travel too.
+TEST(ProcessGroupTCP, PointToPointSendsCompleteBeforeTheirRecvsAndMatchByTag) {
+  const std::string path = store_path("p2p");
+  auto results = run_ranks(3, [&](int rank) {
+    auto pg = make_group(path, rank, 3);
+    const int right = (rank + 1) % 3, left = (rank + 2) % 3;
+    const std::string r = "rank " + std::to_string(rank) + ": ";
+    const int64_t n = 2 << 20;  // 8 MiB of float32
+    Tensor big = arange(0, n, 1, kFloat32).add_(static_cast<double>(rank));
+    pg->send(big, right, 0)->wait();  // before any recv is posted anywhere
+    // Three tags sent 1, 2, 3 (two messages with tag 2), received 3, 2, 1; a collective in between.
+    std::vector<std::shared_ptr<Work>> sends;
+    for (int tag : {1, 2, 2, 3})
+      sends.push_back(pg->send(full({tag * 10}, static_cast<double>(100 * rank + tag + (sends.size() == 2 ? 50 : 0)),
+                                    kInt64),
+                               right, tag));
+    Tensor sum = full({4}, static_cast<double>(rank), kFloat64);
+    pg->allreduce(sum)->wait();
+    rank_check(sum.to_vector<double>() == std::vector<double>(4, 3.0), r + "allreduce between the sends");
+    for (int tag : {3, 2, 1}) {
+      Tensor got = empty({tag * 10}, kInt64);
+      pg->recv(got, left, tag)->wait();
+      rank_check(got.to_vector<double>() == std::vector<double>(tag * 10, 100.0 * left + tag),
+                 r + "tag " + std::to_string(tag));
+    }
+    Tensor second = empty({20}, kInt64);
+    pg->recv(second, left, 2)->wait();  // the second message with tag 2
+    rank_check(second.to_vector<double>() == std::vector<double>(20, 100.0 * left + 52), r + "tag 2, second");
+    for (auto& w : sends) w->wait();
+    Tensor got = empty({n}, kFloat32);
+    pg->recv(got, left, 0)->wait();
+    rank_check(got.to_vector<double>() == arange(0, n, 1, kFloat32).add_(static_cast<double>(left)).to_vector<double>(),
+               r + "the large message");
+    Tensor none = empty({0}, kFloat32);
+    auto s = pg->send(none, right, 9);
+    pg->recv(empty({0}, kFloat32), left, 9)->wait();
+    s->wait();
+    pg->barrier()->wait();
+  }, std::chrono::seconds(60));
+  kiln::test::expect_all_ok(results);
+}
+
+// A peer that finishes: what it sent before it destroyed its group (a send not even waited for included: the
+// destructor delivers it) is still received after it left, and its leaving does not fail the group; a recv of
+// a message it never sent fails at once, not at the deadline.
+TEST(ProcessGroupTCP, PointToPointFromAPeerThatHasLeft) {
+  const std::string path = store_path("p2p_left");
+  auto results = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path, rank, 2);
+    if (rank == 1) {
+      auto unwaited = pg->send(full({1000}, 7.0, kFloat32), 0, 1);
+      pg->send(full({3}, 8.0, kInt32), 0, 2)->wait();
+      pg.reset();
+      FileStore(path).set("left", "1");
+      return;
+    }
+    FileStore(path).wait({"left"}, std::chrono::seconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's EOF has come
+    Tensor b = empty({3}, kInt32), a = empty({1000}, kFloat32);
+    pg->recv(b, 1, 2)->wait();
+    pg->recv(a, 1, 1)->wait();
+    rank_check(a.to_vector<double>() == std::vector<double>(1000, 7.0) &&
+                   b.to_vector<double>() == std::vector<double>(3, 8.0),
+               "rank 0: what rank 1 sent before it left");
+    rank_check(!FileStore(path).check({"default/1/error"}), "rank 0: a peer's leaving failed the group");
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      pg->recv(empty({1}, kFloat32), 1, 3)->wait();
+      rank_check(false, "rank 0: a recv from a rank that has left succeeded");
+    } catch (const Error& e) {
+      rank_check(std::string(e.what()).find("without sending this message") != std::string::npos,
+                 std::string("rank 0: ") + e.what());
+    }
+    rank_check(std::chrono::steady_clock::now() - start < std::chrono::seconds(5), "rank 0: the recv failed late");
+  }, std::chrono::seconds(40));
+  kiln::test::expect_all_ok(results);
+}
+
 }  // namespace
 }  // namespace kiln::distributed

@@ -220,5 +220,148 @@ TEST(TcpFaults, MismatchedOpCountAndDtypeNameBothSides) {
                  "sum of 100001 float32");  // the ring
 }
 
+// Point to point fails like a collective: a recv whose message has another count names both sides, and the
+// sender, whose send completed, learns it from the store at its next op.
+TEST(TcpFaults, PointToPointMismatchNamesBothSidesAndFailsTheGroup) {
+  const std::string path = store_path("p2p_mismatch");
+  auto results = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path, rank, 2, std::chrono::seconds(10));
+    if (rank == 0) {
+      pg->send(zeros({100}, kFloat32), 1, 3)->wait();
+    } else {
+      try {
+        pg->recv(zeros({50}, kFloat32), 0, 3)->wait();
+        rank_check(false, "rank 1: the mismatched recv succeeded");
+      } catch (const Error& e) {
+        rank_check(contains(e.what(), "recv #0 from rank 0 (tag 3)") &&
+                       contains(e.what(), "rank 0 sent 100 float32 with tag 3") &&
+                       contains(e.what(), "rank 1 expects 50 float32 with tag 3"),
+                   std::string("rank 1: ") + e.what());
+      }
+    }
+    const auto start = Clock::now();
+    try {
+      pg->barrier()->wait();
+      rank_check(false, "rank " + std::to_string(rank) + ": the barrier after the failure succeeded");
+    } catch (const Error& e) {
+      rank_check(contains(e.what(), "rank 1 expects 50 float32"), "rank " + std::to_string(rank) + ": " + e.what());
+    }
+    rank_check(seconds_since(start) < 5, "rank " + std::to_string(rank) + " learned of the failure only after " +
+                                             std::to_string(seconds_since(start)) + " s");
+  }, std::chrono::seconds(30));
+  kiln::test::expect_all_ok(results);
+}
+
+// A recv from a rank that dies (SIGKILL) without sending fails promptly, naming the op and the rank, though the
+// deadline is far; a recv whose sender is alive but never sends fails by the deadline; both fail the group.
+TEST(TcpFaults, PointToPointRecvFromADeadOrSilentRank) {
+  const std::string path = store_path("p2p_dead");
+  auto results = run_ranks(3, [&](int rank) {
+    auto pg = make_group(path, rank, 3, std::chrono::seconds(30));
+    pg->barrier()->wait();
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's recv is posted by then
+      raise(SIGKILL);
+    }
+    if (rank == 0) {
+      const auto start = Clock::now();
+      try {
+        pg->recv(zeros({10}, kFloat32), 1, 0)->wait();
+        rank_check(false, "rank 0: the recv from a dead rank succeeded");
+      } catch (const Error& e) {
+        rank_check(contains(e.what(), "recv #0 from rank 1 (tag 0)") && contains(e.what(), "rank 1"),
+                   std::string("rank 0: ") + e.what());
+      }
+      rank_check(seconds_since(start) < 10, "rank 0 failed only after " + std::to_string(seconds_since(start)) + " s");
+    }
+    if (rank == 2) {
+      // The group fails once rank 0 reports: a later op says why.
+      FileStore(path).wait({"rank0_done"}, std::chrono::seconds(20));
+      try {
+        pg->send(zeros({1}), 0, 0)->wait();
+        pg->barrier()->wait();
+        rank_check(false, "rank 2: the group still works");
+      } catch (const Error& e) {
+        rank_check(contains(e.what(), "rank 0 failed"), std::string("rank 2: ") + e.what());
+      }
+    } else {
+      FileStore(path).set("rank0_done", "1");
+    }
+  }, std::chrono::seconds(40));
+  for (const auto& r : results) {
+    if (r.rank == 1) EXPECT_TRUE(!r.exited && r.status == SIGKILL) << r.describe();
+    else EXPECT_TRUE(r.ok()) << r.describe();
+  }
+
+  const std::string path2 = store_path("p2p_silent");
+  auto silent = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path2, rank, 2, std::chrono::milliseconds(1500));
+    if (rank == 0) {
+      try {
+        pg->recv(zeros({10}, kFloat32), 1, 4)->wait();
+        rank_check(false, "rank 0: the recv of a message never sent succeeded");
+      } catch (const Error& e) {
+        rank_check(contains(e.what(), "recv #0 from rank 1 (tag 4)") && contains(e.what(), "timed out"),
+                   std::string("rank 0: ") + e.what());
+      }
+      FileStore(path2).set("done", "1");
+    } else {
+      FileStore(path2).wait({"done"}, std::chrono::seconds(20));
+    }
+  }, std::chrono::seconds(30));
+  kiln::test::expect_all_ok(silent);
+}
+
+// A rank that died while this one had nothing pending with it: a later recv from it fails within seconds, not
+// at the deadline. And a collective's failure fails the recvs still pending.
+TEST(TcpFaults, PointToPointAfterADeathSeenWhileIdleAndAfterACollectiveFailure) {
+  const std::string path = store_path("p2p_idle_death");
+  auto results = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path, rank, 2, std::chrono::seconds(30));
+    if (rank == 1) {
+      pg->barrier()->wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's send has been read
+      raise(SIGKILL);
+    }
+    pg->send(zeros({10}, kFloat32), 1, 0)->wait();
+    pg->barrier()->wait();
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // rank 1 is dead, and rank 0 has seen it
+    const auto start = Clock::now();
+    try {
+      pg->recv(zeros({10}, kFloat32), 1, 0)->wait();
+      rank_check(false, "rank 0: the recv from a dead rank succeeded");
+    } catch (const Error& e) {
+      rank_check(contains(e.what(), "recv #0 from rank 1 (tag 0)") && contains(e.what(), "rank 1 has left"),
+                 std::string("rank 0: ") + e.what());
+    }
+    rank_check(seconds_since(start) < 5, "rank 0 failed only after " + std::to_string(seconds_since(start)) + " s");
+  }, std::chrono::seconds(40));
+  EXPECT_TRUE(results[0].ok()) << results[0].describe();
+  EXPECT_TRUE(!results[1].exited && results[1].status == SIGKILL) << results[1].describe();
+
+  const std::string path2 = store_path("p2p_collective_failure");
+  auto after = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path2, rank, 2, std::chrono::seconds(30));
+    auto pending = pg->recv(zeros({4}, kFloat32), 1 - rank, 5);  // never sent
+    try {
+      pg->allreduce(zeros({rank == 0 ? 5 : 6}))->wait();
+    } catch (const Error&) {
+      // expected: the mismatch
+    }
+    const auto start = Clock::now();
+    try {
+      pending->wait();
+      rank_check(false, "rank " + std::to_string(rank) + ": the pending recv succeeded");
+    } catch (const Error& e) {
+      // Either this rank's collective failed first, or the peer's did and its EOF came first: both name it.
+      rank_check(contains(e.what(), "recv #0 from rank " + std::to_string(1 - rank) + " (tag 5)") &&
+                     contains(e.what(), "allreduce #0") && contains(e.what(), "expects sum of"),
+                 "rank " + std::to_string(rank) + ": " + e.what());
+    }
+    rank_check(seconds_since(start) < 5, "rank " + std::to_string(rank) + ": the pending recv failed late");
+  }, std::chrono::seconds(40));
+  kiln::test::expect_all_ok(after);
+}
+
 }  // namespace
 }  // namespace kiln::distributed

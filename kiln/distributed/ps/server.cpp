@@ -359,9 +359,9 @@ struct Server::Impl {
       tcp::Handshake got;
       tcp::recv_all(s, &got, sizeof got, deadline, what);
       tcp::Handshake mine = tcp::make_handshake(job_id, role.global_rank(), got.from_rank, world, o.name);
-      mine.reserved = digest;
+      mine.purpose = digest;
       tcp::check_handshake(got, mine, role.global_rank(), -1);
-      KILN_CHECK(got.reserved == digest, what, ": rank ", got.from_rank, " was built with other parameter-server ",
+      KILN_CHECK(got.purpose == digest, what, ": rank ", got.from_rank, " was built with other parameter-server ",
                  "options or another model (mode, staleness, optimizer placement, split_bytes, or the parameters' ",
                  "shapes and dtype differ)");
       KILN_CHECK(got.from_rank >= role.num_servers, what, ": rank ", got.from_rank,

@@ -107,7 +107,7 @@ struct Worker::Impl {
       tcp::Socket s = tcp::connect_to(text.substr(0, colon), static_cast<uint16_t>(std::stoi(text.substr(colon + 1))),
                                       deadline, what);
       tcp::Handshake mine = tcp::make_handshake(job_id, role.global_rank(), k, role.world_size(), o.name);
-      mine.reserved = digest;
+      mine.purpose = digest;
       tcp::send_all(s, &mine, sizeof mine, deadline, what);
       tcp::Handshake reply;
       tcp::recv_all(s, &reply, sizeof reply, deadline, what + " (waiting for its handshake)");

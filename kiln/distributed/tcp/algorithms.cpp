@@ -289,15 +289,4 @@ void barrier_recursive_doubling(const Collective& c) {
   allreduce_recursive_doubling(one, &token);
 }
 
-void send_to(const Collective& c, const void* data, int peer) {
-  const std::vector<SendItem> sends{SendItem{frame(c, 0, c.header.count), data, -1}};
-  std::vector<RecvItem> none;
-  c.mesh.run(peer, sends, -1, none, c.ctx);
-}
-
-void recv_from(const Collective& c, void* data, int peer) {
-  std::vector<RecvItem> recvs{RecvItem{frame(c, 0, c.header.count), data, nullptr}};
-  c.mesh.run(-1, {}, peer, recvs, c.ctx);
-}
-
 }  // namespace kiln::distributed::tcp

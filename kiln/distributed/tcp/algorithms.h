@@ -68,10 +68,6 @@ void reduce_scatter_ring(const Collective& c, void* output, const std::vector<co
 // Returns once every rank has entered (recursive doubling on one byte).
 void barrier_recursive_doubling(const Collective& c);
 
-// One message of header.count elements to or from `peer` (header.tag and header.seq set by the caller).
-void send_to(const Collective& c, const void* data, int peer);
-void recv_from(const Collective& c, void* data, int peer);
-
 // [begin, begin + count) of the i-th of `parts` near-equal parts of n elements (the first n % parts one longer).
 struct Span {
   int64_t begin = 0, count = 0;

@@ -32,7 +32,7 @@ struct Handshake {
   int32_t from_rank = -1;
   int32_t to_rank = -1;
   int32_t world_size = 0;
-  uint32_t reserved = 0;
+  uint32_t purpose = 0;  // what the connection is for: 0 a collectives mesh, kP2PPurpose (p2p.h), a digest (ps)
   char group[kMaxGroupName] = {};  // the group name, truncated, zero-padded
 };
 static_assert(sizeof(Handshake) == 96);

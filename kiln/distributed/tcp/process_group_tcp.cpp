@@ -141,8 +141,9 @@ ProcessGroupTCP::ProcessGroupTCP(std::shared_ptr<Store> store, int rank, int siz
   KILN_CHECK(options_.timeout.count() > 0, "ProcessGroupTCP: timeout must be positive, got ",
              options_.timeout.count(), " ms");
   mesh_ = Mesh::connect(*store_, options_.name, rank, size, host, Clock::now() + options_.timeout);
-  send_seq_.assign(static_cast<size_t>(size), 0);
-  recv_seq_.assign(static_cast<size_t>(size), 0);
+  failure_ = std::make_shared<GroupFailure>();
+  p2p_ = std::make_unique<P2PEngine>(P2PConfig{store_, options_.name, mesh_->store_keys(), rank, size,
+                                               mesh_->job_id(), host, options_.timeout, failure_});
   queue_ = std::make_shared<OpQueue>();
   queue_->run = [this](QueuedOp& op) { run_task(op); };
   worker_ = std::thread([this] { worker_loop(); });
@@ -155,6 +156,7 @@ ProcessGroupTCP::~ProcessGroupTCP() {
   }
   queue_->worker_cv.notify_all();
   if (worker_.joinable()) worker_.join();  // returns once every queued op has run, whichever thread ran it
+  p2p_.reset();                            // the same for point to point
   mesh_->close_all();
 }
 
@@ -169,15 +171,12 @@ FrameHeader ProcessGroupTCP::header_for(OpKind kind, const Tensor& t, ReduceOp o
 }
 
 std::shared_ptr<Work> ProcessGroupTCP::enqueue(const char* op, FrameHeader header, const std::string& suffix,
-                                               std::function<void(const Collective&)> body, int send_peer,
-                                               int recv_peer) {
+                                               std::function<void(const Collective&)> body) {
   std::shared_ptr<WorkTCP> work;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_->mutex);
-    // Sequence numbers are drawn in issue order: collectives count per group, point to point per peer and
-    // direction (a send is matched by the peer's recv, not by the group's collectives).
-    header.seq = send_peer >= 0 ? send_seq_[send_peer]++ : recv_peer >= 0 ? recv_seq_[recv_peer]++ : next_seq_++;
+    header.seq = next_seq_++;  // in issue order
     std::string name = std::string(op) + " #" + std::to_string(header.seq) + suffix;
     KILN_CHECK(!queue_->stop, name, ": the process group is shutting down");
     work = std::make_shared<WorkTCP>(name, queue_);
@@ -229,8 +228,9 @@ void ProcessGroupTCP::check_remote_failure(const std::string& op, Clock::time_po
 }
 
 void ProcessGroupTCP::run_task(QueuedOp& task) {
-  if (!failure_.empty()) {
-    task.work->fail(task.name + ": rank " + std::to_string(rank_) + ": the group failed earlier: " + failure_);
+  if (const std::string earlier = failure_->first(); !earlier.empty()) {
+    mesh_->close_all();  // the failure may have been point to point's, which leaves the mesh to this thread
+    task.work->fail(task.name + ": rank " + std::to_string(rank_) + ": the group failed earlier: " + earlier);
     return;
   }
   OpContext ctx;
@@ -269,7 +269,8 @@ void ProcessGroupTCP::run_task(QueuedOp& task) {
       // The store is unreachable too: this rank's own error is all there is to report.
     }
     mesh_->close_all();
-    failure_ = message;
+    failure_->record(message);
+    p2p_->fail(message);
     task.work->fail(message);
   }
 }
@@ -344,19 +345,13 @@ std::shared_ptr<Work> ProcessGroupTCP::barrier() {
 std::shared_ptr<Work> ProcessGroupTCP::send(Tensor tensor, int dst, int tag) {
   check_tensor(tensor, "send");
   check_peer(dst, true, "send");
-  FrameHeader h = header_for(OpKind::SendRecv, tensor, ReduceOp::Sum);
-  h.tag = tag;
-  return enqueue("send", h, " to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")",
-                 [tensor, dst](const Collective& c) { send_to(c, tensor.raw_data_ptr(), dst); }, dst, -1);
+  return p2p_->send(tensor, dst, tag);
 }
 
 std::shared_ptr<Work> ProcessGroupTCP::recv(Tensor tensor, int src, int tag) {
   check_tensor(tensor, "recv");
   check_peer(src, false, "recv");
-  FrameHeader h = header_for(OpKind::SendRecv, tensor, ReduceOp::Sum);
-  h.tag = tag;
-  return enqueue("recv", h, " from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")",
-                 [tensor, src](const Collective& c) { recv_from(c, tensor.raw_data_ptr(), src); }, -1, src);
+  return p2p_->recv(tensor, src, tag);
 }
 
 }  // namespace kiln::distributed::tcp

@@ -15,10 +15,11 @@
 // also reads that key every half second. Afterwards every op of the group fails at once with the first error:
 // a group that failed is not usable again (make a new one of the same name: it gets fresh keys).
 //
-// Point to point: a recv from src matches the next send from src to this rank, and their tags, counts and
-// dtypes must agree (a different tag is an error, not a reordering). A send completes once its bytes are in
-// the kernel's buffers; two ranks that both send a large tensor to each other before receiving wait on each
-// other until the deadline (post the recv on one side first, as with MPI's blocking sends).
+// Point to point runs apart from the collectives, on connections of its own and the group's P2PEngine thread
+// (p2p.h): a recv from src with tag t takes the oldest message src sent to this rank with tag t, a message that
+// comes before its recv is kept until the recv is posted, and a send completes once its bytes are in the
+// kernel's buffers. Sends and recvs may be issued in any order on any rank without deadlocking. Its failures
+// are the group's, like a collective's.
 //
 // NOTE: the thread running an op (the worker, or a waiting caller) uses the store (about every 0.5 s during an
 // op): the store must tolerate calls from several threads (kiln's stores do).
@@ -32,6 +33,7 @@
 
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/tcp/algorithms.h"
+#include "kiln/distributed/tcp/p2p.h"
 
 namespace kiln::distributed::tcp {
 
@@ -63,10 +65,9 @@ class ProcessGroupTCP : public ProcessGroup {
 
  private:
   // Draws the op's sequence number, names it ("<op> #<seq><suffix>") and queues `body` for the worker, which
-  // runs it with a Collective carrying `header`. send_peer / recv_peer: the peer of a send or recv (-1 else).
+  // runs it with a Collective carrying `header`.
   std::shared_ptr<Work> enqueue(const char* op, FrameHeader header, const std::string& suffix,
-                                std::function<void(const Collective&)> body, int send_peer = -1,
-                                int recv_peer = -1);
+                                std::function<void(const Collective&)> body);
   FrameHeader header_for(OpKind kind, const Tensor& t, ReduceOp op);
   void worker_loop();
   // Runs one op; every failure ends up in the op's Work (never thrown). Called by whichever thread took the op.
@@ -79,14 +80,13 @@ class ProcessGroupTCP : public ProcessGroup {
   ProcessGroupOptions options_;
   std::unique_ptr<Mesh> mesh_;
 
-  // The queue, shared with the Works (a waiting Work may take ops from it); its mutex also guards the two
-  // sequence counters below.
+  // The queue, shared with the Works (a waiting Work may take ops from it); its mutex also guards next_seq_.
   std::shared_ptr<OpQueue> queue_;
-  uint64_t next_seq_ = 0;                                // collectives, in issue order
-  std::vector<uint64_t> send_seq_, recv_seq_;            // point to point, per peer
-  std::string failure_;                                  // the group's first error (the thread running an op)
-  Scratch scratch_;                                      // the algorithms' working memory (ditto)
+  uint64_t next_seq_ = 0;                   // collectives, in issue order
+  std::shared_ptr<GroupFailure> failure_;   // the group's first error, from the collectives or point to point
+  Scratch scratch_;                         // the algorithms' working memory (the thread running an op)
   std::thread worker_;
+  std::unique_ptr<P2PEngine> p2p_;
 };
 
 }  // namespace kiln::distributed::tcp

@@ -117,7 +117,8 @@ Socket listen_on(const std::string& host, uint16_t* port) {
   return s;
 }
 
-Socket connect_to(const std::string& host, uint16_t port, Clock::time_point deadline, const std::string& what) {
+Socket connect_to(const std::string& host, uint16_t port, Clock::time_point deadline, const std::string& what,
+                  bool retry_refused, bool* refused) {
   const sockaddr_in addr = resolve_ipv4(host, port);
   auto backoff = std::chrono::milliseconds(10);
   for (;;) {
@@ -128,6 +129,10 @@ Socket connect_to(const std::string& host, uint16_t port, Clock::time_point dead
       return s;
     }
     const int err = errno;
+    if (err == ECONNREFUSED && !retry_refused) {
+      if (refused != nullptr) *refused = true;
+      KILN_CHECK(false, what, ": cannot connect to ", host, ":", port, ": ", errno_text(err));
+    }
     const bool retry = err == ECONNREFUSED || err == ENETUNREACH || err == EHOSTUNREACH || err == EINTR ||
                        err == ETIMEDOUT || err == EAGAIN;
     KILN_CHECK(retry && Clock::now() < deadline, what, ": cannot connect to ", host, ":", port, ": ",

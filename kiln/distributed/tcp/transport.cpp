@@ -21,18 +21,6 @@ namespace {
 // How long Mesh::run keeps yielding the CPU and retrying after its last progress before it sleeps in poll().
 constexpr auto kYieldBeforePoll = std::chrono::microseconds(30);
 
-// The rest of a frame from byte `done` on, as at most two pieces (the header's rest, the payload's rest);
-// returns how many.
-int frame_pieces(FrameHeader* header, void* payload, size_t payload_bytes, size_t done, iovec* pieces) {
-  int n = 0;
-  if (done < sizeof(FrameHeader))
-    pieces[n++] = iovec{reinterpret_cast<uint8_t*>(header) + done, sizeof(FrameHeader) - done};
-  const size_t payload_done = done > sizeof(FrameHeader) ? done - sizeof(FrameHeader) : 0;
-  if (payload_bytes > payload_done)
-    pieces[n++] = iovec{static_cast<uint8_t*>(payload) + payload_done, payload_bytes - payload_done};
-  return n;
-}
-
 int64_t ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
 }
@@ -87,6 +75,20 @@ void wait_for_ranks(Store& store, const std::string& group, const std::string& k
   }
 }
 
+}  // namespace
+
+// The rest of a frame from byte `done` on, as at most two pieces (the header's rest, the payload's rest);
+// returns how many.
+int frame_pieces(FrameHeader* header, void* payload, size_t payload_bytes, size_t done, iovec* pieces) {
+  int n = 0;
+  if (done < sizeof(FrameHeader))
+    pieces[n++] = iovec{reinterpret_cast<uint8_t*>(header) + done, sizeof(FrameHeader) - done};
+  const size_t payload_done = done > sizeof(FrameHeader) ? done - sizeof(FrameHeader) : 0;
+  if (payload_bytes > payload_done)
+    pieces[n++] = iovec{static_cast<uint8_t*>(payload) + payload_done, payload_bytes - payload_done};
+  return n;
+}
+
 std::pair<std::string, uint16_t> parse_address(const Bytes& value, const std::string& what) {
   const std::string s(value.begin(), value.end());
   const size_t colon = s.rfind(':');
@@ -94,8 +96,6 @@ std::pair<std::string, uint16_t> parse_address(const Bytes& value, const std::st
              "' in the store (expected host:port)");
   return {s.substr(0, colon), static_cast<uint16_t>(std::stoi(s.substr(colon + 1)))};
 }
-
-}  // namespace
 
 Mesh::Mesh(std::vector<Socket> peers, int rank, int size) : peers_(std::move(peers)), rank_(rank), size_(size) {
   KILN_CHECK(static_cast<int>(peers_.size()) == size, "tcp Mesh: ", peers_.size(), " sockets for a world of ",

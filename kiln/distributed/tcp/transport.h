@@ -48,6 +48,13 @@ struct RecvItem {
   std::function<void()> on_done; // runs once the payload is in (a reduction), before dependent sends start
 };
 
+// The rest of a frame from byte `done` on (header, then payload_bytes at `payload`), as at most two pieces for
+// one sendmsg/readv; returns how many.
+int frame_pieces(FrameHeader* header, void* payload, size_t payload_bytes, size_t done, iovec* pieces);
+
+// "host:port" as published in the store; a kiln::Error starting with `what` when it is malformed.
+std::pair<std::string, uint16_t> parse_address(const Bytes& value, const std::string& what);
+
 class Mesh {
  public:
   // Setup through `store`, as above; rank and size as in the group. Failing to hear from a rank by `deadline`
