@@ -394,11 +394,15 @@ bool Trainer::stop_requested() const {
   return should_stop_ && epoch_ + 1 >= options_.min_epochs;
 }
 
-bool Trainer::agreed_stop() {
+bool Trainer::agreed_stop(bool ranks_met) {
   if (strategy_->world_size() == 1) return stop_requested();
-  if (!strategy_->agree_every_batch()) {
-    // Ranks that do not meet every batch stop mid-epoch only where they all arrive at the same batch
-    // (max_steps); time limits and stop requests wait for the epoch's end, where train_loop agrees on them.
+  if (!strategy_->agree_every_batch() && !ranks_met) {
+    // Ranks that do not meet every batch (a parameter server's asynchronous workers) stop mid-epoch only where
+    // they all arrive at the same batch: max_steps (every worker counts the same steps), and a mid-epoch
+    // validation (`ranks_met`: every worker runs it after the same batch), after which they agree on time limits
+    // and stop requests as ranks in lockstep do after every batch. Elsewhere those wait for the epoch's end,
+    // where train_loop agrees on them: a worker that left its epoch early on its own would meet the others'
+    // next validation with its epoch's end.
     return options_.max_steps >= 0 && global_step_ >= options_.max_steps;
   }
   // Every rank must leave the epoch at the same batch: a stop anywhere (a callback's, max_time's) stops all.
@@ -446,8 +450,9 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
       for (const data::Batch& raw : train) {
         const int64_t idx = batch_in_epoch_;
         train_batch(to_device(raw), idx, idx + 1 == num_training_batches_);
-        if (validation_due(batch_in_epoch_)) eval_loop(*val, Stage::Validate, num_val_batches_);
-        if (batch_in_epoch_ >= num_training_batches_ || agreed_stop()) break;
+        const bool validated = validation_due(batch_in_epoch_);
+        if (validated) eval_loop(*val, Stage::Validate, num_val_batches_);
+        if (batch_in_epoch_ >= num_training_batches_ || agreed_stop(validated)) break;
       }
     }
 

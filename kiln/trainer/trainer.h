@@ -207,8 +207,9 @@ class Trainer {
   void step_schedulers(const std::string& interval);
   bool validation_due(int64_t batches_done) const;
   bool stop_requested() const;
-  // stop_requested(), agreed by every rank (and should_stop made the same on all of them).
-  bool agreed_stop();
+  // stop_requested(), agreed by every rank (and should_stop made the same on all of them). ranks_met: every rank
+  // has just validated after this same batch (see trainer.cpp for ranks that do not otherwise meet every batch).
+  bool agreed_stop(bool ranks_met);
   // Runs validation or test over `loader`, limited to `limit` batches; returns the epoch metrics.
   std::map<std::string, double> eval_loop(data::DataLoader& loader, Stage stage, int64_t limit);
   std::map<std::string, double> run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "distributed/multiprocess.h"
 #include "kiln/distributed/launch.h"
@@ -250,6 +251,42 @@ TEST(TrainerPS, SyncWorkersTrainWhatOneProcessTrainsOnTheWholeBatch) {
     EXPECT_TRUE(std::filesystem::exists(out + "/kiln/version_0/metrics.csv"));
     EXPECT_FALSE(std::filesystem::exists(out + "/kiln/version_1"));
   }
+}
+
+// Async workers do not meet every batch, but they do meet at a mid-epoch validation: a stop on one worker
+// ends every worker's epoch right after the next one. Worker 1 asks to stop after batch 3 of epoch 1; worker 0,
+// slowed down there, never asks; both validate after batch 4 and leave the epoch there (of 8 batches), and no
+// worker starts another epoch.
+TEST(TrainerPS, AStopOnOneAsyncWorkerEndsEveryWorkersEpochAtTheNextValidation) {
+  TempDir dir;
+  const uint16_t port = distributed::find_free_port();
+  struct StopOrSlow : trainer::Callback {
+    void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                            int64_t idx) override {
+      if (t.current_epoch() != 1) return;
+      if (t.global_rank() == 1 && idx == 2) t.set_should_stop(true);
+      if (t.global_rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
+  const auto results = run_ranks(3, [&](int rank) {
+    set_rank_env(rank, 3, port);
+    Regressor m;
+    auto train4 = loader(regression_data(64), 4);  // 8 batches an epoch per worker
+    auto val4 = loader(regression_data(16, 9), 4);
+    trainer::TrainerOptions d = ps_options(dir.str(), 1, "server");
+    d.ps.mode = "async";
+    d.max_epochs = 5;
+    d.val_check_interval = 4;  // batches
+    d.callbacks = {std::make_shared<StopOrSlow>()};
+    trainer::Trainer tr(d);
+    tr.fit(m, *train4, val4.get());
+    if (tr.strategy().is_server()) return;
+    const std::string who = "worker " + std::to_string(tr.global_rank());
+    rank_check(tr.current_epoch() == 2 && tr.global_step() == 8 + 4,
+               who + " ended at epoch " + std::to_string(tr.current_epoch()) + " after " +
+                   std::to_string(tr.global_step()) + " steps (expected epoch 2 after 12)");
+  }, std::chrono::seconds(60));
+  expect_all_ok(results);
 }
 
 // Workers that crash mid-epoch (the servers fail too, naming the crash) and a new job resumed from worker 0's
