@@ -210,5 +210,29 @@ TEST(TcpAlgorithms, MismatchedCountFailsOnBothSidesInsteadOfHanging) {
   for (int r = 0; r < 3; ++r) EXPECT_NE(errors[r], "") << "rank " << r << " did not fail";
 }
 
+// A connection to an address nothing answers (TEST-NET-1, RFC 5737: never routed) gives up at its deadline,
+// whether the network drops the attempt (a blocking connect would wait for the kernel's own timeout, minutes)
+// or says at once that it is unreachable (retried until the deadline); and a listener's port is reached.
+TEST(TcpSocket, ConnectGivesUpAtItsDeadline) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    connect_to("192.0.2.1", 9, Clock::now() + std::chrono::milliseconds(400), "test connection");
+    ADD_FAILURE() << "connected to 192.0.2.1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("test connection: cannot connect to 192.0.2.1:9"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  uint16_t port = 0;
+  Socket listener = listen_on("127.0.0.1", &port);
+  Socket s = connect_to("127.0.0.1", port, Clock::now() + std::chrono::seconds(5), "loopback");
+  Socket accepted = accept_one(listener, Clock::now() + std::chrono::seconds(5), "loopback");
+  const char hello[] = "hello";
+  char got[sizeof hello] = {};
+  send_all(s, hello, sizeof hello, Clock::now() + std::chrono::seconds(5), "loopback send");
+  recv_all(accepted, got, sizeof got, Clock::now() + std::chrono::seconds(5), "loopback recv");
+  EXPECT_STREQ(got, hello);
+}
+
 }  // namespace
 }  // namespace kiln::distributed::tcp

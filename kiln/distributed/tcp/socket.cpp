@@ -63,6 +63,30 @@ bool poll_one(int fd, short events, Clock::time_point deadline, const std::strin
   return rc > 0;
 }
 
+// One connection attempt that gives up at `deadline` (a blocking connect() to a host that drops packets waits
+// for the kernel's own timeout, minutes): 0 with the connected socket, blocking again, in *out; or the errno
+// that ended it, ETIMEDOUT at the deadline.
+int connect_once(const sockaddr_in& addr, Clock::time_point deadline, Socket* out, const std::string& what) {
+  Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  KILN_CHECK(s.valid(), what, ": socket() failed: ", errno_text(errno));
+  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno != EINPROGRESS) return errno;
+    while (!poll_one(s.fd(), POLLOUT, deadline, what))
+      if (Clock::now() >= deadline) return ETIMEDOUT;
+    int err = 0;
+    socklen_t len = sizeof err;
+    KILN_CHECK(::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len) == 0, what, ": getsockopt failed: ",
+               errno_text(errno));
+    if (err != 0) return err;
+  }
+  const int flags = ::fcntl(s.fd(), F_GETFL, 0);
+  KILN_CHECK(flags >= 0 && ::fcntl(s.fd(), F_SETFL, flags & ~O_NONBLOCK) == 0, what, ": fcntl failed: ",
+             errno_text(errno));
+  s.set_nodelay();
+  *out = std::move(s);
+  return 0;
+}
+
 }  // namespace
 
 std::string IoResult::describe() const {
@@ -122,13 +146,9 @@ Socket connect_to(const std::string& host, uint16_t port, Clock::time_point dead
   const sockaddr_in addr = resolve_ipv4(host, port);
   auto backoff = std::chrono::milliseconds(10);
   for (;;) {
-    Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    KILN_CHECK(s.valid(), what, ": socket() failed: ", errno_text(errno));
-    if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
-      s.set_nodelay();
-      return s;
-    }
-    const int err = errno;
+    Socket s;
+    const int err = connect_once(addr, deadline, &s, what);
+    if (err == 0) return s;
     if (err == ECONNREFUSED && !retry_refused) {
       if (refused != nullptr) *refused = true;
       KILN_CHECK(false, what, ": cannot connect to ", host, ":", port, ": ", errno_text(err));

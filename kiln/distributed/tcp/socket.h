@@ -49,8 +49,10 @@ std::pair<Socket, Socket> socket_pair();
 Socket listen_on(const std::string& host, uint16_t* port);
 
 // Connects to host:port, retrying refused or unreachable attempts until `deadline` (the peer may not be
-// listening yet). `what` names the connection in errors ("rank 3 connecting to rank 1"). With retry_refused
-// false a refusal is an error at once, and *refused (when given) says that was the cause.
+// listening yet). Each attempt is bounded by the deadline too (a host that drops packets would otherwise hold a
+// blocking connect for the kernel's minutes). `what` names the connection in errors ("rank 3 connecting to
+// rank 1"). With retry_refused false a refusal is an error at once, and *refused (when given) says that was
+// the cause.
 Socket connect_to(const std::string& host, uint16_t port, Clock::time_point deadline, const std::string& what,
                   bool retry_refused = true, bool* refused = nullptr);
 
