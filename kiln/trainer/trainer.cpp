@@ -409,7 +409,9 @@ bool Trainer::agreed_stop(bool ranks_met) {
   std::vector<double> v{should_stop_ ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
   strategy_->all_reduce_sum(v);
   should_stop_ = v[0] > 0;
-  return v[1] > 0 || stop_requested();
+  // Only the agreed answer: reading the clock again here could stop this rank alone (max_time running out
+  // while it waited in the all-reduce).
+  return v[1] > 0;
 }
 
 bool Trainer::validation_due(int64_t batches_done) const {

@@ -163,6 +163,19 @@ TEST(ProcessGroupTCP, PointToPointSendsCompleteBeforeTheirRecvsAndMatchByTag) {
     pg->recv(got, left, 0)->wait();
     rank_check(got.to_vector<double>() == arange(0, n, 1, kFloat32).add_(static_cast<double>(left)).to_vector<double>(),
                r + "the large message");
+    // Many recvs issued back to back for messages already here: each issue must reach the engine (a wakeup
+    // lost between taking the inbox and sleeping would leave a recv never admitted).
+    std::vector<std::shared_ptr<Work>> many;
+    for (int k = 0; k < 300; ++k) many.push_back(pg->send(full({1}, static_cast<double>(k), kInt32), right, 7));
+    for (auto& w : many) w->wait();
+    pg->barrier()->wait();
+    std::vector<Tensor> into(300);
+    many.clear();
+    for (int k = 0; k < 300; ++k) many.push_back(pg->recv(into[k] = empty({1}, kInt32), left, 7));
+    for (int k = 0; k < 300; ++k) {
+      many[k]->wait();
+      rank_check(into[k].item<double>() == k, r + "message " + std::to_string(k) + " of 300 with tag 7");
+    }
     Tensor none = empty({0}, kFloat32);
     auto s = pg->send(none, right, 9);
     pg->recv(empty({0}, kFloat32), left, 9)->wait();

@@ -295,7 +295,7 @@ TEST(TcpFaults, PointToPointRecvFromADeadOrSilentRank) {
 
   const std::string path2 = store_path("p2p_silent");
   auto silent = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path2, rank, 2, std::chrono::milliseconds(1500));
+    auto pg = make_group(path2, rank, 2, std::chrono::seconds(3));  // also bounds the group's setup
     if (rank == 0) {
       try {
         pg->recv(zeros({10}, kFloat32), 1, 4)->wait();

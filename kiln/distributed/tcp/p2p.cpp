@@ -213,7 +213,8 @@ struct P2PEngine::Impl {
 
   // ---- admitting new ops ----
 
-  void admit(P2POp op) {
+  // Places `op` (moved from, once placed) or completes it.
+  void admit(P2POp& op) {
     if (!failed.empty()) {
       op.work->complete(true, op_name(op) + ": " + me() + ": the group failed earlier: " + failed);
       return;
@@ -586,6 +587,10 @@ struct P2PEngine::Impl {
     uint64_t moved_before = 0;
     auto last_progress = Clock::now();
     for (;;) {
+      // Drain the wakeups before looking at the inbox: one written after this point finds poll() awake.
+      uint64_t drained;
+      while (::read(wake_fd, &drained, sizeof drained) > 0) {
+      }
       bool stopping;
       std::string elsewhere;
       {
@@ -595,16 +600,19 @@ struct P2PEngine::Impl {
         stopping = stop;
         elsewhere = fail_request;
       }
-      uint64_t drained;
-      while (::read(wake_fd, &drained, sizeof drained) > 0) {
-      }
       try {
         if (!elsewhere.empty()) fail_all(elsewhere, false, nullptr);
         while (!admitting.empty()) {
           P2POp op = std::move(admitting.front());
           admitting.pop_front();
-          admit(std::move(op));
           ++moved;
+          try {
+            admit(op);
+          } catch (const std::exception& e) {
+            if (!op.work) throw;  // placed already: fail_all below reaches it
+            fail_all(op_name(op) + ": " + me() + ": point-to-point engine: " + e.what(), true, op.work.get());
+            op.work->complete(true, failed);  // not queued: fail_all did not see it
+          }
         }
         if (listener.valid() && failed.empty()) accept_new();
         progress_accepting();
@@ -617,6 +625,7 @@ struct P2PEngine::Impl {
       } catch (const std::exception& e) {
         fail_all(me() + ": point-to-point engine: " + e.what(), true, nullptr);
       }
+      if (stopping) accepting.clear();  // no peer of a group being destroyed is still to come
       const bool busy = pending() || !accepting.empty();
       if (stopping && !busy) break;
       const auto now = Clock::now();
@@ -662,15 +671,21 @@ P2PEngine::P2PEngine(P2PConfig config) : impl_(std::make_unique<Impl>()) {
   m.group_id = group_id_of(m.cfg.group);
   m.out.resize(static_cast<size_t>(m.cfg.size));
   m.in.resize(static_cast<size_t>(m.cfg.size));
-  if (m.cfg.size > 1) {
-    uint16_t port = 0;
-    m.listener = listen_on(m.cfg.host, &port);
-    m.listener.set_nonblocking();
-    m.cfg.store->set(m.cfg.keys_at + "/p2p/" + std::to_string(m.cfg.rank), m.cfg.host + ":" + std::to_string(port));
-  }
   m.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   KILN_CHECK(m.wake_fd >= 0, "tcp point to point: eventfd failed: ", std::strerror(errno));
-  m.thread = std::thread([&m] { m.loop(); });
+  try {
+    if (m.cfg.size > 1) {
+      uint16_t port = 0;
+      m.listener = listen_on(m.cfg.host, &port);
+      m.listener.set_nonblocking();
+      m.cfg.store->set(m.cfg.keys_at + "/p2p/" + std::to_string(m.cfg.rank),
+                       m.cfg.host + ":" + std::to_string(port));
+    }
+    m.thread = std::thread([&m] { m.loop(); });
+  } catch (...) {
+    ::close(m.wake_fd);
+    throw;
+  }
 }
 
 P2PEngine::~P2PEngine() {

@@ -157,7 +157,7 @@ Socket connect_to(const std::string& host, uint16_t port, Clock::time_point dead
                        err == ETIMEDOUT || err == EAGAIN;
     KILN_CHECK(retry && Clock::now() < deadline, what, ": cannot connect to ", host, ":", port, ": ",
                errno_text(err), retry ? " (retried until the deadline)" : "");
-    std::this_thread::sleep_for(backoff);
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
 }
