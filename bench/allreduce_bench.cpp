@@ -21,7 +21,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "fork_ranks.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/tensor/factories.h"
 
@@ -123,27 +123,8 @@ bool run_world(const Config& cfg, int n) {
     std::perror("allreduce_bench: mkdtemp");
     return false;
   }
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int rc = 1;
-      try {
-        rc = run_rank(cfg, r, n, dir + "/store");
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "allreduce_bench: rank %d of %d: %s\n", r, n, e.what());
-      }
-      std::fflush(nullptr);
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  bool ok = true;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
+  const bool ok = kiln::bench::run_forked_ranks(n, "allreduce_bench",
+                                                [&](int r) { return run_rank(cfg, r, n, dir + "/store"); });
   std::filesystem::remove_all(dir);
   return ok;
 }

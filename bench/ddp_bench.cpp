@@ -11,7 +11,6 @@
 // NOTE: two ranks on a 2-core machine share the cores with everything else; the figures show the machinery's
 // cost, not a speed-up a bigger machine would see.
 //   ddp_bench [steps] [rounds] [mlp|cnn|all]
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "fork_ranks.h"
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/ps/parameter_server.h"
 #include "kiln/kiln.h"
@@ -111,26 +111,11 @@ double run(const std::string& model, const std::string& mode, int world, int64_t
   static int counter = 0;
   const std::string store = dir + "/store" + std::to_string(counter++);
   const std::string out = dir + "/result";
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      try {
-        run_rank(model, mode, r, world, batch, steps, store, out);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "ddp_bench: %s rank %d: %s\n", mode.c_str(), r, e.what());
-        _exit(1);
-      }
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  bool ok = true;
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
+  const std::string who = "ddp_bench " + mode;
+  const bool ok = bench::run_forked_ranks(world, who.c_str(), [&](int r) {
+    run_rank(model, mode, r, world, batch, steps, store, out);
+    return 0;
+  });
   double ms = -1;
   if (ok) std::ifstream(out) >> ms;
   return ms;

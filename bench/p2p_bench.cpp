@@ -11,18 +11,17 @@
 //   ratio bytes=4096 tcp_over_gloo_time=0.84
 //
 //   p2p_bench [--sizes 4096,1048576,67108864] [--reps-scale 1]
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "fork_ranks.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/tensor/factories.h"
 
@@ -51,7 +50,6 @@ int run_rank(int rank, const std::string& store_path, const std::vector<size_t>&
     groups.push_back(dist::new_group(b, store, rank, 2, o));
   }
   const int peer = 1 - rank;
-  std::map<std::string, double> first_size_ms;
   for (size_t bytes : sizes) {
     const int64_t count = static_cast<int64_t>(bytes / sizeof(float));
     kiln::Tensor out = kiln::full({count}, static_cast<double>(rank + 1), kiln::kFloat32);
@@ -120,27 +118,8 @@ int main(int argc, char** argv) {
     std::perror("p2p_bench: mkdtemp");
     return 1;
   }
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int rc = 1;
-      try {
-        rc = run_rank(r, dir + "/store", sizes, scale);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "p2p_bench: rank %d: %s\n", r, e.what());
-      }
-      std::fflush(nullptr);
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  bool ok = true;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
+  const bool ok =
+      kiln::bench::run_forked_ranks(2, "p2p_bench", [&](int r) { return run_rank(r, dir + "/store", sizes, scale); });
   std::filesystem::remove_all(dir);
   return ok ? 0 : 1;
 }
