@@ -1,11 +1,33 @@
 // OpWorker: the queue, its two threads and the Work they complete. See the header.
 #include "kiln/distributed/op_worker.h"
 
-#include "kiln/distributed/threaded_work.h"
+#include <pthread.h>
 
+#include <csignal>
+
+#include "kiln/distributed/threaded_work.h"
 #include "kiln/tensor/error.h"
 
 namespace kiln::distributed {
+
+BlockSigpipe::BlockSigpipe() {
+  sigset_t pipe, old;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  was_blocked_ = sigismember(&old, SIGPIPE) == 1;
+}
+
+BlockSigpipe::~BlockSigpipe() {
+  if (was_blocked_) return;
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  const timespec now{0, 0};
+  while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
+  }
+  pthread_sigmask(SIG_UNBLOCK, &pipe, nullptr);
+}
 
 void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::string& what) {
   KILN_CHECK(t.defined(), what, ": the tensor is undefined");
@@ -33,12 +55,18 @@ struct OpWorker::Task {
   std::shared_ptr<ThreadedWork> work;
 };
 
+// How long a completer's thread waits for another completion before it ends (the worker makes a new one when
+// its stream has work again): point to point makes one per (peer, tag), and tags may be many.
+constexpr auto kCompleterIdle = std::chrono::milliseconds(500);
+
 struct OpWorker::Completer {
   std::deque<std::unique_ptr<Task>> queue;
   std::thread thread;
+  bool ended = false;  // its thread has returned (idle): to be joined and replaced
 };
 
 OpWorker::OpWorker(std::string backend, int rank) : backend_(std::move(backend)), rank_(rank) {
+  const BlockSigpipe no_sigpipe;  // the worker and, through it, every completer
   worker_ = std::thread([this] { run_worker(); });
 }
 
@@ -110,6 +138,7 @@ void OpWorker::run_worker() {
     }
     lock.lock();
     if (task->completion) {
+      reap_idle_completers();
       std::unique_ptr<Completer>& c = completers_[task->stream];
       if (c == nullptr) {
         auto made = std::make_unique<Completer>();
@@ -133,11 +162,27 @@ void OpWorker::run_worker() {
   cv_.notify_all();
 }
 
+void OpWorker::reap_idle_completers() {
+  for (auto it = completers_.begin(); it != completers_.end();) {
+    if (!it->second->ended) {
+      ++it;
+      continue;
+    }
+    it->second->thread.join();  // it has returned already: no wait
+    it = completers_.erase(it);
+  }
+}
+
 void OpWorker::run_completer(Completer& c) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return worker_done_ || !c.queue.empty(); });
-    if (c.queue.empty()) return;  // the worker is done, and so is every completion of this stream
+    const bool woken = cv_.wait_for(lock, kCompleterIdle, [&] { return worker_done_ || !c.queue.empty(); });
+    if (c.queue.empty()) {
+      // The worker is done, and so is every completion of this stream; or nothing came for a while: end, and
+      // let the worker join this thread (it checks `ended` under the lock before it queues here again).
+      if (!woken) c.ended = true;
+      return;
+    }
     std::unique_ptr<Task> task = std::move(c.queue.front());
     c.queue.pop_front();
     lock.unlock();

@@ -7,7 +7,8 @@
 // send the peer is waiting for; two ranks that each send to the other before receiving, or each receive
 // before sending, would wait on each other forever). Completions run on a thread per stream (see enqueue),
 // in issue order within it: a recv's completion never waits behind a send's, whose peer may only post the
-// matching recv once this recv is done.
+// matching recv once this recv is done. A completer's thread ends after half a second without work (point to
+// point has one per peer and tag), and the worker starts a new one when its stream has work again.
 //
 // Failure: a body or completion that throws fails its Work with "<op> #<seq>: rank R: <what>". The engines
 // cannot tell which later op is still safe after a failure (a collective that timed out may still be running
@@ -30,6 +31,21 @@
 #include "kiln/distributed/process_group.h"
 
 namespace kiln::distributed {
+
+// Blocks SIGPIPE for the calling thread while it lives, and for the threads it starts meanwhile (they inherit
+// its signal mask): the engines write to sockets without MSG_NOSIGNAL (gloo's pairs use writev), so a peer
+// that dies would otherwise kill this process with SIGPIPE instead of failing the op with EPIPE. On leaving, a
+// SIGPIPE raised meanwhile in this thread is consumed before the old mask returns.
+class BlockSigpipe {
+ public:
+  BlockSigpipe();
+  ~BlockSigpipe();
+  BlockSigpipe(const BlockSigpipe&) = delete;
+  BlockSigpipe& operator=(const BlockSigpipe&) = delete;
+
+ private:
+  bool was_blocked_ = false;
+};
 
 // The waiting half of an op that a body posted (empty: the body finished the op itself).
 using Completion = std::function<void()>;
@@ -68,6 +84,8 @@ class OpWorker {
   struct Completer;  // one stream's completions and the thread that runs them
   void run_worker();
   void run_completer(Completer& c);
+  // Joins and forgets the completers whose threads ended idle. Called by the worker with mutex_ held.
+  void reap_idle_completers();
   // Fails `task`'s Work with "<backend> <op>: rank R: <what>", or, after an earlier failure, with one naming
   // that first failure; the first failure is recorded for every later op.
   void fail(Task& task, const std::string& what);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <csignal>
 #include <thread>
 
@@ -226,6 +227,48 @@ TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthersPromptly) {
     if (r.rank == 1) EXPECT_TRUE(!r.exited && r.status == SIGKILL) << r.describe();
     else EXPECT_TRUE(r.ok()) << r.describe();
   }
+}
+
+int thread_count() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// Point to point on gloo waits for each (peer, tag)'s completions on a thread of its own: 200 tags must not
+// leave 400 threads behind. Idle ones end after half a second, and the group keeps working.
+TEST(CrossBackend, GlooIdleCompletionThreadsEnd) {
+  if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
+  const std::string path = store_path("gloo_threads");
+  auto results = run_ranks(2, [&](int rank) {
+    auto pg = make_group("gloo", path, rank, 2);
+    const int before = thread_count();
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<Tensor> got;
+    for (int tag = 0; tag < 200; ++tag) {
+      got.push_back(empty({1}, kInt32));
+      works.push_back(pg->recv(got.back(), 1 - rank, tag));
+      works.push_back(pg->send(full({1}, static_cast<double>(tag), kInt32), 1 - rank, tag));
+    }
+    for (auto& w : works) w->wait();
+    for (int tag = 0; tag < 200; ++tag)
+      rank_check(got[tag].item<double>() == tag, "rank " + std::to_string(rank) + ": tag " + std::to_string(tag));
+    const int busy = thread_count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    Tensor t = ones({4});
+    pg->allreduce(t)->wait();
+    auto again = pg->send(full({1}, 5.0, kInt32), 1 - rank, 3);
+    Tensor five = empty({1}, kInt32);
+    pg->recv(five, 1 - rank, 3)->wait();
+    again->wait();
+    const int after = thread_count();
+    rank_check(t.to_vector<double>() == std::vector<double>(4, 2.0) && five.item<double>() == 5.0,
+               "rank " + std::to_string(rank) + ": the group after the idle threads ended");
+    rank_check(after <= before + 4, "rank " + std::to_string(rank) + ": " + std::to_string(before) +
+                                        " threads before, " + std::to_string(busy) + " with 200 tags in use, " +
+                                        std::to_string(after) + " after they were idle");
+  }, std::chrono::seconds(60));
+  kiln::test::expect_all_ok(results);
 }
 
 }  // namespace

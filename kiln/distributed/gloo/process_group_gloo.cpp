@@ -95,6 +95,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   const int64_t incarnation = store->add(options_.name + "/gloo/rank" + std::to_string(rank) + "/made", 1);
   StoreAdapter adapter(store, options_.name + "/gloo/" + std::to_string(incarnation) + "/", options_.timeout);
   try {
+    const BlockSigpipe no_sigpipe;  // for gloo's own threads too: its device's loop thread starts here
     ::gloo::transport::tcp::attr attr(options_.host.c_str());
     auto device = ::gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<::gloo::rendezvous::Context>(rank, size);
