@@ -3,12 +3,16 @@
 // references. The multi-process tests (process_group_test.cpp) then cover setup, the worker and faults.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "kiln/distributed/tcp/algorithms.h"
+#include "kiln/distributed/tcp/group_failure.h"
 #include "kiln/distributed/tcp/reduce_kernels.h"
 #include "kiln/tensor/error.h"
 
@@ -232,6 +236,36 @@ TEST(TcpSocket, ConnectGivesUpAtItsDeadline) {
   send_all(s, hello, sizeof hello, Clock::now() + std::chrono::seconds(5), "loopback send");
   recv_all(accepted, got, sizeof got, Clock::now() + std::chrono::seconds(5), "loopback recv");
   EXPECT_STREQ(got, hello);
+}
+
+// The failure protocol both halves of a tcp group share: the first rank to fail writes its report and keeps its
+// own message; a rank failing afterwards takes that report as the cause; a rank reading its own report (its
+// other half failed first) says the group failed here; reads of the store are spaced by half a second.
+TEST(TcpGroupFailure, FirstReportWinsAndBecomesTheOthersCause) {
+  const std::string path = testing::TempDir() + "kiln_group_failure_" + std::to_string(getpid());
+  std::remove(path.c_str());
+  auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(5));
+  GroupFailure r1(store, "g/1/error", 1), r2(store, "g/1/error", 2);
+
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(r2.read_report(last), "");
+  EXPECT_EQ(r1.first(), "");
+  EXPECT_EQ(r1.report("allreduce #3", "allreduce #3: rank 1 timed out"), "allreduce #3: rank 1 timed out");
+  EXPECT_EQ(store->get_string("g/1/error"), "rank 1 failed: allreduce #3: rank 1 timed out");
+  EXPECT_EQ(r1.first(), "allreduce #3: rank 1 timed out");
+
+  EXPECT_EQ(r2.read_report(last), "") << "read again within half a second";
+  last -= std::chrono::seconds(1);
+  EXPECT_EQ(r2.read_report(last), "rank 1 failed: allreduce #3: rank 1 timed out");
+
+  EXPECT_EQ(r2.report("recv #0 from rank 1 (tag 2)", "EOF from rank 1"),
+            "recv #0 from rank 1 (tag 2): rank 2 stopped because rank 1 failed: allreduce #3: rank 1 timed out "
+            "(here: EOF from rank 1)");
+  EXPECT_EQ(store->get_string("g/1/error"), "rank 1 failed: allreduce #3: rank 1 timed out") << "first one wins";
+  EXPECT_EQ(r1.report("", "send #4 to rank 2 (tag 0): reset"),
+            "rank 1: the group failed: allreduce #3: rank 1 timed out (here: send #4 to rank 2 (tag 0): reset)");
+  EXPECT_EQ(r1.first(), "allreduce #3: rank 1 timed out") << "the first failure stays the group's";
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -24,24 +24,12 @@
 
 namespace kiln::distributed::tcp {
 
-void GroupFailure::record(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (first_.empty()) first_ = message;
-}
-
-std::string GroupFailure::first() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return first_;
-}
-
 namespace {
 
 // How long the engine, with ops pending, keeps yielding the CPU and looking again after its last progress before
 // it sleeps in poll(): the peer's bytes are usually microseconds away, and a sleep and its wakeup cost more (the
 // same trade as Mesh::run's).
 constexpr auto kYieldBeforePoll = std::chrono::microseconds(50);
-// How often a rank with ops pending reads the store for another rank's failure report.
-constexpr auto kRemoteCheckEvery = std::chrono::milliseconds(500);
 // A peer whose end of this rank's connection to it closed (or refused it: its listener exists from before its
 // address was in the store, so a refusal means it is gone) may still have messages on their way on its own
 // connection to this rank, whose opening can be delayed on a real network: a recv waiting for such a peer fails
@@ -123,7 +111,6 @@ struct P2PEngine::Impl {
   uint64_t moved = 0;  // bytes moved and ops admitted so far: what counts as progress
   std::thread thread;
 
-  std::string error_key() const { return cfg.keys_at + "/error"; }
   std::string me() const { return "rank " + std::to_string(cfg.rank); }
 
   static std::string op_name(const P2POp& op) { return op.work->name(); }
@@ -163,28 +150,11 @@ struct P2PEngine::Impl {
   // ---- failure ----
 
   // Fails the group: `message` for `trigger` (the op that failed, if any), "the group failed" for every other
-  // pending op; closes every connection. `report`: the failure is this rank's own, to be reported in the store,
-  // unless another rank reported first: a peer that failed closed its connections, so what this rank saw (an
-  // EOF) is only the consequence, and the peer's report becomes the message.
+  // pending op; closes every connection. `report`: the failure is this rank's own, reported through the store
+  // (where another rank's earlier report becomes the message: GroupFailure::report).
   void fail_all(std::string message, bool report, const ThreadedWork* trigger) {
     if (!failed.empty()) return;
-    if (report) {
-      try {
-        if (cfg.store->check({error_key()})) {
-          const std::string first = cfg.store->get_string(error_key()), own = me() + " failed: ";
-          const std::string op = trigger ? trigger->name() + ": " : std::string();
-          // This rank's own report (its collectives failed first): the group failed here already.
-          message = first.rfind(own, 0) == 0
-                        ? op + me() + ": the group failed: " + first.substr(own.size()) + " (here: " + message + ")"
-                        : op + me() + " stopped because " + first + " (here: " + message + ")";
-        } else {
-          const std::string text = me() + " failed: " + message;
-          cfg.store->compare_set(error_key(), {}, Bytes(text.begin(), text.end()));
-        }
-      } catch (const std::exception&) {
-        // The store is unreachable too: this rank's own error is all there is to report.
-      }
-    }
+    if (report) message = cfg.failure->report(trigger ? trigger->name() : std::string(), message);
     failed = message;
     cfg.failure->record(message);
     const auto fail_op = [&](P2POp& op) {
@@ -573,12 +543,9 @@ struct P2PEngine::Impl {
     }
   }
 
-  void check_remote(Clock::time_point now) {
-    if (now - last_remote_check < kRemoteCheckEvery) return;
-    last_remote_check = now;
-    if (!cfg.store->check({error_key()})) return;
-    const std::string report = cfg.store->get_string(error_key());
-    fail_all(me() + " stopped because " + report, false, nullptr);
+  void check_remote() {
+    const std::string report = cfg.failure->read_report(last_remote_check);
+    if (!report.empty()) fail_all(me() + " stopped because " + report, false, nullptr);
   }
 
   // ---- the thread ----
@@ -621,7 +588,7 @@ struct P2PEngine::Impl {
         check_outgoing_ends();
         const auto now = Clock::now();
         if (failed.empty()) check_deadlines(now);
-        if (failed.empty() && pending()) check_remote(now);
+        if (failed.empty() && pending()) check_remote();
       } catch (const std::exception& e) {
         fail_all(me() + ": point-to-point engine: " + e.what(), true, nullptr);
       }

@@ -21,7 +21,7 @@
 //
 // Deadlines and failure: each op must finish within the group's timeout from when it was issued. Any error
 // (a peer's EOF or reset, a mismatched or corrupt header, a deadline) fails the whole group, as a collective's
-// error does: it is reported in the store under "<group>/<n>/error", every pending op fails with it, the
+// error does (GroupFailure's store protocol, group_failure.h): every pending op fails with it, the
 // connections close (the peers' engines see EOF at once), and the group's collectives fail from then on. A
 // failure elsewhere in the group (fail()) or another rank's report in the store fails every pending op too.
 //
@@ -30,28 +30,16 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/store.h"
+#include "kiln/distributed/tcp/group_failure.h"
 
 namespace kiln::distributed::tcp {
 
 // Handshake::purpose of a point-to-point connection.
 inline constexpr uint32_t kP2PPurpose = 0x50325020;  // "P2P "
-
-// The group's first failure, shared by the thread running its collectives and the point-to-point engine.
-class GroupFailure {
- public:
-  // Keeps `message` unless a failure is kept already.
-  void record(const std::string& message);
-  std::string first() const;  // "" while the group is healthy
-
- private:
-  mutable std::mutex mutex_;
-  std::string first_;
-};
 
 struct P2PConfig {
   std::shared_ptr<Store> store;
@@ -61,7 +49,7 @@ struct P2PConfig {
   uint64_t job_id = 0;
   std::string host;  // the address to listen on and publish
   Duration timeout{0};
-  std::shared_ptr<GroupFailure> failure;
+  std::shared_ptr<GroupFailure> failure;  // the group's, shared with its collectives
 };
 
 class P2PEngine {

@@ -141,7 +141,7 @@ ProcessGroupTCP::ProcessGroupTCP(std::shared_ptr<Store> store, int rank, int siz
   KILN_CHECK(options_.timeout.count() > 0, "ProcessGroupTCP: timeout must be positive, got ",
              options_.timeout.count(), " ms");
   mesh_ = Mesh::connect(*store_, options_.name, rank, size, host, Clock::now() + options_.timeout);
-  failure_ = std::make_shared<GroupFailure>();
+  failure_ = std::make_shared<GroupFailure>(store_, mesh_->store_keys() + "/error", rank);
   p2p_ = std::make_unique<P2PEngine>(P2PConfig{store_, options_.name, mesh_->store_keys(), rank, size,
                                                mesh_->job_id(), host, options_.timeout, failure_});
   queue_ = std::make_shared<OpQueue>();
@@ -218,15 +218,6 @@ void ProcessGroupTCP::worker_loop() {
   }
 }
 
-void ProcessGroupTCP::check_remote_failure(const std::string& op, Clock::time_point& last_read) {
-  const auto now = Clock::now();
-  if (now - last_read < std::chrono::milliseconds(500)) return;
-  last_read = now;
-  if (!store_->check({error_key()})) return;
-  const std::string what = store_->get_string(error_key());
-  KILN_CHECK(false, op, ": rank ", rank_, " stopped because ", what);
-}
-
 void ProcessGroupTCP::run_task(QueuedOp& task) {
   if (const std::string earlier = failure_->first(); !earlier.empty()) {
     mesh_->close_all();  // the failure may have been point to point's, which leaves the mesh to this thread
@@ -240,36 +231,19 @@ void ProcessGroupTCP::run_task(QueuedOp& task) {
   auto last_read = Clock::now() - std::chrono::seconds(1);
   bool remote = false;
   ctx.check = [&] {
-    try {
-      check_remote_failure(task.name, last_read);
-    } catch (const Error&) {
-      remote = true;
-      throw;
-    }
+    const std::string report = failure_->read_report(last_read);
+    remote = !report.empty();
+    KILN_CHECK(!remote, task.name, ": rank ", rank_, " stopped because ", report);
   };
   try {
     const Collective c{*mesh_, ctx, task.header, std::max<size_t>(options_.segment_bytes, 1), &scratch_};
     task.body(c);
     task.work->finish();
   } catch (const std::exception& e) {
-    std::string message = e.what();
-    try {
-      if (!remote && store_->check({error_key()})) {
-        // A peer that failed first closed its sockets: its report (in the store before it closed them) is the
-        // cause, what this rank saw (EOF) only the consequence.
-        message = task.name + ": rank " + std::to_string(rank_) + " stopped because " +
-                  store_->get_string(error_key()) + " (here: " + e.what() + ")";
-        remote = true;
-      }
-      if (!remote) {
-        const std::string report = "rank " + std::to_string(rank_) + " failed: " + e.what();
-        store_->compare_set(error_key(), {}, Bytes(report.begin(), report.end()));
-      }
-    } catch (const std::exception&) {
-      // The store is unreachable too: this rank's own error is all there is to report.
-    }
+    // A failure read from the store is another rank's, reported already; anything else is this rank's own.
+    const std::string message = remote ? e.what() : failure_->report(task.name, e.what());
     mesh_->close_all();
-    failure_->record(message);
+    failure_->record(message);  // (report() did, unless the failure was read from the store)
     p2p_->fail(message);
     task.work->fail(message);
   }

@@ -72,9 +72,6 @@ class ProcessGroupTCP : public ProcessGroup {
   void worker_loop();
   // Runs one op; every failure ends up in the op's Work (never thrown). Called by whichever thread took the op.
   void run_task(QueuedOp& task);
-  // Throws when another rank has reported a failure in the store (read at most every 0.5 s).
-  void check_remote_failure(const std::string& op, Clock::time_point& last_read);
-  std::string error_key() const { return mesh_->store_keys() + "/error"; }
 
   std::shared_ptr<Store> store_;
   ProcessGroupOptions options_;
