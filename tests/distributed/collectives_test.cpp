@@ -193,14 +193,19 @@ TEST(CrossBackend, GlooTimeoutNamesTheOpAndStaysFailed) {
   kiln::test::expect_all_ok(results);
 }
 
-// A gloo rank killed (SIGKILL) in the middle of all-reduces: the others fail well before their deadline (gloo
-// sees the closed connections), naming the backend and the op. NOTE: gloo's own message names the peer by its
-// address ("Connection closed by peer [127.0.0.1]:40872"), not by its rank.
-TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthersPromptly) {
+// A gloo rank killed (SIGKILL) in the middle of all-reduces: every other rank fails, naming the backend and the
+// op, by its deadline at the latest, and a rank whose connection to the dead one was in use fails at once (gloo
+// sees it close). Gloo spreads no failure: a rank waiting only on a live peer that has itself failed waits out
+// its deadline (docs/distributed.md), so "at once" holds for at least one rank, not for every one.
+// NOTE: gloo's own message names the peer by its address ("Connection closed by peer [127.0.0.1]:40872").
+TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthers) {
   if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
   const std::string path = store_path("gloo_kill");
   auto results = run_ranks(3, [&](int rank) {
-    auto pg = make_group("gloo", path, rank, 3);  // a 20 s deadline
+    auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
+    ProcessGroupOptions o;
+    o.timeout = std::chrono::seconds(4);
+    auto pg = new_group("gloo", store, rank, 3, o);
     Tensor t = zeros({200000}, kFloat32);
     pg->allreduce(t)->wait();
     if (rank == 1) {
@@ -220,13 +225,17 @@ TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthersPromptly) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     rank_check(message.find("gloo allreduce #") != std::string::npos,
                "rank " + std::to_string(rank) + ": " + message);
-    rank_check(seconds < 10, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) +
-                                 " s: " + message);
+    rank_check(seconds < 4 + 6, "rank " + std::to_string(rank) + " failed only after " + std::to_string(seconds) +
+                                    " s, past its 4 s deadline: " + message);
+    if (seconds < 2) store->set("prompt/" + std::to_string(rank), "1");
   }, std::chrono::seconds(40));
   for (const auto& r : results) {
     if (r.rank == 1) EXPECT_TRUE(!r.exited && r.status == SIGKILL) << r.describe();
     else EXPECT_TRUE(r.ok()) << r.describe();
   }
+  FileStore store(path, -1, std::chrono::seconds(5));
+  EXPECT_TRUE(store.check({"prompt/0"}) || store.check({"prompt/2"}))
+      << "neither survivor saw rank 1's connection close within 2 s";
 }
 
 int thread_count() {
