@@ -65,9 +65,22 @@ struct OpWorker::Completer {
   bool ended = false;  // its thread has returned (idle): to be joined and replaced
 };
 
-OpWorker::OpWorker(std::string backend, int rank) : backend_(std::move(backend)), rank_(rank) {
+// How often the watcher looks for another rank's report while ops are in flight (GroupFailure::read_report
+// reads the store at most this often too).
+constexpr auto kWatchInterval = std::chrono::milliseconds(500);
+
+OpWorker::OpWorker(std::string backend, int rank, FailureSharing sharing)
+    : backend_(std::move(backend)), rank_(rank), sharing_(std::move(sharing)) {
   const BlockSigpipe no_sigpipe;  // the worker and, through it, every completer
   worker_ = std::thread([this] { run_worker(); });
+  if (sharing_.reports) {
+    try {
+      watcher_ = std::thread([this] { run_watcher(); });
+    } catch (...) {
+      stop();  // the worker thread must not outlive a constructor that throws
+      throw;
+    }
+  }
 }
 
 OpWorker::~OpWorker() { stop(); }
@@ -82,36 +95,87 @@ void OpWorker::stop() {
   // The worker is done: no completer is made from here on, and each returns once its queue is empty.
   for (auto& [stream, c] : completers_)
     if (c->thread.joinable()) c->thread.join();
+  // Every op has ended: nothing left to watch.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    watcher_stop_ = true;
+  }
+  watcher_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
 }
 
 std::shared_ptr<Work> OpWorker::enqueue(const std::string& op, const std::string& stream, const std::string& suffix,
                                         std::function<Completion(const std::string&)> body,
                                         const std::string& completer) {
   std::shared_ptr<ThreadedWork> work;
+  bool watch = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::string name = op + " #" + std::to_string(seq_[stream]++) + suffix;
     KILN_CHECK(!stop_, backend_, " ", name, ": rank ", rank_, ": the process group is shutting down");
     work = std::make_shared<ThreadedWork>(name);
+    if (!failure_.empty()) {
+      // Failed already: at once, not behind an op that may still be stuck in the engine.
+      work->complete(true, failed_earlier(name));
+      return work;
+    }
     ops_.push_back(std::make_unique<Task>(Task{std::move(name), completer.empty() ? stream : completer,
                                                std::move(body), {}, work}));
+    watch = sharing_.reports != nullptr && live_.empty();  // the watcher sleeps until ops are in flight
+    if (sharing_.reports) live_.push_back(work);
   }
   cv_.notify_all();
+  if (watch) watcher_cv_.notify_all();
   return work;
 }
 
-void OpWorker::fail(Task& task, const std::string& what) {
+std::string OpWorker::failed_earlier(const std::string& name) const {
+  return backend_ + " " + name + ": rank " + std::to_string(rank_) + ": the group failed earlier (a failed " +
+         backend_ + " group is not usable again): " + failure_;
+}
+
+void OpWorker::fail_after_failure(Task& task) {
   std::string message;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (failure_.empty()) {
-      message = backend_ + " " + task.name + ": rank " + std::to_string(rank_) + ": " + what;
-      failure_ = message;
-    } else {
-      message = backend_ + " " + task.name + ": rank " + std::to_string(rank_) +
-                ": the group failed earlier (a failed " + backend_ + " group is not usable again): " + failure_;
+    message = failed_earlier(task.name);
+  }
+  task.work->complete(true, message);
+}
+
+void OpWorker::fail(Task& task, std::string what) {
+  if (sharing_.explain) {
+    try {
+      what = sharing_.explain(what);
+    } catch (const std::exception&) {
+      // the engine's own words are still the error
     }
   }
+  const std::string me = "rank " + std::to_string(rank_);
+  bool first = false, close = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first = failure_.empty();
+    close = sharing_.close && !closed_;
+    closed_ = true;
+  }
+  std::string message;
+  if (first) {
+    const std::string op = backend_ + " " + task.name;
+    message = op + ": " + me + ": " + what;
+    if (sharing_.reports) {
+      // Reported before the connections close: a peer that sees them close finds the cause in the store.
+      const std::string own = op + ": " + what;
+      const std::string reported = sharing_.reports->report(op, own);
+      if (reported != own) message = reported;  // another rank failed first: its report is the cause
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.empty()) failure_ = message;
+  } else {
+    std::lock_guard<std::mutex> lock(mutex_);
+    message = failed_earlier(task.name) + " (here: " + what + ")";
+  }
+  if (close) sharing_.close();
   task.work->complete(true, message);
 }
 
@@ -125,7 +189,7 @@ void OpWorker::run_worker() {
     const bool failed_before = !failure_.empty();
     lock.unlock();
     if (failed_before) {
-      fail(*task, "");
+      fail_after_failure(*task);
     } else {
       try {
         task->completion = task->body(task->name);
@@ -193,6 +257,48 @@ void OpWorker::run_completer(Completer& c) {
       fail(*task, e.what());
     }
     task.reset();
+    lock.lock();
+  }
+}
+
+void OpWorker::run_watcher() {
+  auto last_read = std::chrono::steady_clock::now() - kWatchInterval;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    std::erase_if(live_, [](const std::weak_ptr<ThreadedWork>& w) {
+      const std::shared_ptr<ThreadedWork> work = w.lock();
+      return work == nullptr || work->is_completed();
+    });
+    if (watcher_stop_) return;
+    if (live_.empty() || !failure_.empty()) {
+      // Nothing in flight, or the group failed already (later ops fail at once): wait for an op.
+      watcher_cv_.wait(lock);
+      continue;
+    }
+    watcher_cv_.wait_for(lock, kWatchInterval);
+    if (watcher_stop_ || !failure_.empty()) continue;
+    lock.unlock();
+    std::string report;
+    try {
+      report = sharing_.reports->read_report(last_read);
+    } catch (const std::exception&) {
+      // The store is unreachable (its server's rank has left): nothing learned; the ops' own deadlines hold.
+    }
+    lock.lock();
+    if (report.empty() || !failure_.empty()) continue;
+    const std::string cause = "rank " + std::to_string(rank_) + " stopped because " + report;
+    failure_ = backend_ + ": " + cause;
+    std::vector<std::shared_ptr<ThreadedWork>> doomed;
+    for (const auto& w : live_)
+      if (std::shared_ptr<ThreadedWork> work = w.lock()) doomed.push_back(std::move(work));
+    live_.clear();
+    const bool close = sharing_.close && !closed_;
+    closed_ = true;
+    lock.unlock();
+    sharing_.reports->record(failure_);
+    for (const auto& work : doomed) work->complete(true, backend_ + " " + work->name() + ": " + cause);
+    // After the Works: an op failing on the ended connections meanwhile finds the group failed already.
+    if (close) sharing_.close();
     lock.lock();
   }
 }

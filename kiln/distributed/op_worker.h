@@ -15,6 +15,15 @@
 // in MPI, a gloo pair that saw an error is closed), so the first failure sticks: every later op of the group
 // fails at once, naming it. A group that failed is not usable again.
 //
+// Spreading a failure (FailureSharing, optional; gloo uses it, MPI leaves it to mpirun, which ends every rank
+// when one dies): the first failure is reported through the store (GroupFailure, group_failure.h), so the
+// other ranks name its cause, and the group's connections are ended (FailureSharing::close), so each peer
+// waiting on this rank sees them end at once and fails in turn. A rank that waits on no such peer learns it
+// from the store: while any op is in flight, a watcher thread reads the report about every half second, and
+// on finding one fails every op in flight or queued with "<op> #<seq>: rank R stopped because rank Q failed:
+// ...", then ends the connections too (the engine's calls waiting on them fail; those of an engine that cannot
+// be interrupted go on to their deadline, keeping their tensors, which they may still write).
+//
 // The simpler sibling of tcp's queue (tcp/process_group_tcp.cpp), which also runs ops on waiting callers'
 // threads: the engines here have their own threads and locks, so the op runs on the worker alone.
 #pragma once
@@ -27,10 +36,14 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "kiln/distributed/group_failure.h"
 #include "kiln/distributed/process_group.h"
 
 namespace kiln::distributed {
+
+class ThreadedWork;
 
 // Blocks SIGPIPE for the calling thread while it lives, and for the threads it starts meanwhile (they inherit
 // its signal mask): the engines write to sockets without MSG_NOSIGNAL (gloo's pairs use writev), so a peer
@@ -57,10 +70,22 @@ void check_cpu_tensor(const Tensor& t, const std::string& backend, const std::st
 void check_tensor_list(const std::vector<Tensor>& tensors, const Tensor& like, int size, const std::string& backend,
                        const std::string& what, const std::string& role);
 
+// How a group's failures reach its other ranks (see above). Every member may be empty.
+struct FailureSharing {
+  std::shared_ptr<GroupFailure> reports;  // the store protocol; empty: nothing is reported or watched for
+  // Ends the group's connections (the engine's calls waiting on them fail, the peers see them end). Called
+  // once, on the worker, a completer or the watcher thread: when an op of this rank first fails, or when the
+  // watcher finds another rank's report.
+  std::function<void()> close;
+  // Adds to an engine's error what it leaves out (gloo names a peer by an address only: which ranks' connections
+  // had ended).
+  std::function<std::string(const std::string&)> explain;
+};
+
 class OpWorker {
  public:
   // `backend` and `rank` name this group in errors.
-  OpWorker(std::string backend, int rank);
+  OpWorker(std::string backend, int rank, FailureSharing sharing = {});
   // Runs what is queued (each op bounded by its own deadline), then joins the threads.
   ~OpWorker();
   OpWorker(const OpWorker&) = delete;
@@ -84,11 +109,17 @@ class OpWorker {
   struct Completer;  // one stream's completions and the thread that runs them
   void run_worker();
   void run_completer(Completer& c);
+  void run_watcher();  // only with FailureSharing::reports
   // Joins and forgets the completers whose threads ended idle. Called by the worker with mutex_ held.
   void reap_idle_completers();
-  // Fails `task`'s Work with "<backend> <op>: rank R: <what>", or, after an earlier failure, with one naming
-  // that first failure; the first failure is recorded for every later op.
-  void fail(Task& task, const std::string& what);
+  // `task` threw `what`: fails its Work with "<backend> <op>: rank R: <what>" (another rank's report, when the
+  // store has one, becomes the cause), or, after an earlier failure, with one naming that first failure; the
+  // first failure is recorded for every later op. Closes the connections the first time (FailureSharing).
+  void fail(Task& task, std::string what);
+  // Fails `task`'s Work, unrun, because the group failed before it.
+  void fail_after_failure(Task& task);
+  // The message of op `name` failing because of the group's first failure. Called with mutex_ held.
+  std::string failed_earlier(const std::string& name) const;
 
   std::string backend_;
   int rank_;
@@ -99,7 +130,12 @@ class OpWorker {
   std::map<std::string, uint64_t> seq_;  // per stream
   std::map<std::string, std::unique_ptr<Completer>> completers_;  // per stream, made by the worker thread
   std::string failure_;                  // the first failure's message
-  std::thread worker_;
+  FailureSharing sharing_;
+  bool closed_ = false;                  // sharing_.close was called
+  std::vector<std::weak_ptr<ThreadedWork>> live_;  // Works not known to be complete: the watcher's to fail
+  bool watcher_stop_ = false;
+  std::condition_variable watcher_cv_;
+  std::thread worker_, watcher_;
 };
 
 }  // namespace kiln::distributed

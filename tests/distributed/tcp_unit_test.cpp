@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "kiln/distributed/tcp/algorithms.h"
-#include "kiln/distributed/tcp/group_failure.h"
+#include "kiln/distributed/group_failure.h"
 #include "kiln/distributed/tcp/reduce_kernels.h"
 #include "kiln/tensor/error.h"
 
@@ -238,10 +238,11 @@ TEST(TcpSocket, ConnectGivesUpAtItsDeadline) {
   EXPECT_STREQ(got, hello);
 }
 
-// The failure protocol both halves of a tcp group share: the first rank to fail writes its report and keeps its
-// own message; a rank failing afterwards takes that report as the cause; a rank reading its own report (its
-// other half failed first) says the group failed here; reads of the store are spaced by half a second.
-TEST(TcpGroupFailure, FirstReportWinsAndBecomesTheOthersCause) {
+// The failure protocol every group shares (tcp's collectives and point to point, gloo's OpWorker): the first rank
+// to fail writes its report and keeps its own message; a rank failing afterwards takes that report as the cause; a
+// rank reading its own report (its other half failed first) says the group failed here; reads of the store are
+// spaced by half a second.
+TEST(GroupFailure, FirstReportWinsAndBecomesTheOthersCause) {
   const std::string path = testing::TempDir() + "kiln_group_failure_" + std::to_string(getpid());
   std::remove(path.c_str());
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(5));

@@ -1,6 +1,14 @@
 // ProcessGroupGloo: kiln's store as Gloo's rendezvous, the mesh, and each op as Gloo calls. See the header.
 #include "kiln/distributed/gloo/process_group_gloo.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -11,7 +19,10 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "kiln/distributed/tcp/reduce_kernels.h"
@@ -83,6 +94,70 @@ void allreduce_in_place(const std::shared_ptr<::gloo::Context>& context, void* d
   if (op == ReduceOp::Avg) tcp::divide_by(data, count, dtype, size);
 }
 
+// "[address]:port", as Gloo writes an address (Pair::address(), a peer in its errors); twice, with the port's
+// bytes in either order: Debian's Gloo prints the network-order value as it is (port 41729 shows as 419).
+std::vector<std::string> format_end(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = {};
+  uint16_t port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    inet_ntop(AF_INET, &in.sin_addr, host, sizeof host);
+    port = in.sin_port;
+  } else {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+    inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
+    port = in6.sin6_port;
+  }
+  std::string prefix("[");  // (appended, not "[" + host: GCC 12 warns falsely of an overlapping memcpy)
+  prefix.append(host).append("]:");
+  std::vector<std::string> forms{prefix + std::to_string(ntohs(port))};
+  if (ntohs(port) != port) forms.push_back(prefix + std::to_string(port));
+  return forms;
+}
+
+// A connected TCP socket of this process: its descriptor and both ends, each in format_end's forms.
+struct Connection {
+  int fd;
+  std::vector<std::string> near, far;
+};
+
+// Every connected TCP socket of this process (Gloo's among them; Gloo does not say which are its own).
+// Linux: /proc/self/fd.
+std::vector<Connection> connections() {
+  std::vector<Connection> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage near{}, far{};
+    socklen_t near_len = sizeof near, far_len = sizeof far;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&near), &near_len) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&far), &far_len) != 0)
+      continue;  // not connected (a listener), or gone meanwhile
+    if (near.ss_family != AF_INET && near.ss_family != AF_INET6) continue;
+    found.push_back({fd, format_end(near), format_end(far)});
+  }
+  return found;
+}
+
+bool has_form(const std::vector<std::string>& forms, const std::string& address) {
+  return std::find(forms.begin(), forms.end(), address) != forms.end();
+}
+
+// The lines of a store value written as "line\n" each.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t at = 0, end; (end = text.find('\n', at)) != std::string::npos; at = end + 1)
+    lines.push_back(text.substr(at, end - at));
+  return lines;
+}
+
 }  // namespace
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
@@ -93,7 +168,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
              options_.timeout.count(), " ms");
   // The n-th group of this name on this rank meets the n-th on the others, under keys of its own.
   const int64_t incarnation = store->add(options_.name + "/gloo/rank" + std::to_string(rank) + "/made", 1);
-  StoreAdapter adapter(store, options_.name + "/gloo/" + std::to_string(incarnation) + "/", options_.timeout);
+  keys_ = options_.name + "/gloo/" + std::to_string(incarnation) + "/";
+  StoreAdapter adapter(store, keys_, options_.timeout);
   try {
     const BlockSigpipe no_sigpipe;  // for gloo's own threads too: its device's loop thread starts here
     ::gloo::transport::tcp::attr attr(options_.host.c_str());
@@ -106,10 +182,72 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     KILN_CHECK(false, "ProcessGroupGloo: rank ", rank, " of ", size, " could not connect group '", options_.name,
                "' on ", options_.host, ": ", e.what());
   }
-  worker_ = std::make_unique<OpWorker>("gloo", rank);
+  find_connections(store);
+  FailureSharing sharing;
+  sharing.reports = std::make_shared<GroupFailure>(store, keys_ + "error", rank);
+  sharing.close = [this] { end_connections(); };
+  sharing.explain = [this](const std::string& what) { return explain_peer(what); };
+  worker_ = std::make_unique<OpWorker>("gloo", rank, std::move(sharing));
 }
 
-ProcessGroupGloo::~ProcessGroupGloo() { worker_->stop(); }
+void ProcessGroupGloo::find_connections(const std::shared_ptr<Store>& store) {
+  // Each rank publishes, for each peer r, the address of its pair with r (the listening end Gloo made for that
+  // pair): one end of the pair's connection, the near end where the peer connected to this rank, the far end
+  // where this rank connected to the peer.
+  std::vector<std::string> own(static_cast<size_t>(size_));
+  std::string pairs;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) own[r] = context_->getPair(r)->address().str();
+    pairs += own[r] + "\n";
+  }
+  store->set(keys_ + "pairs/" + std::to_string(rank_), pairs);
+  const std::vector<Connection> sockets = connections();
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(keys_ + "pairs/" + std::to_string(r));
+  store->wait(keys, options_.timeout);
+  std::vector<std::string> their_ends(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<std::string> theirs = lines_of(store->get_string(keys[r]));
+    if (r != rank_ && static_cast<int>(theirs.size()) == size_) their_ends[r] = theirs[rank_];
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const std::string& their_end = their_ends[r];
+    for (const Connection& c : sockets) {
+      if (!has_form(c.near, own[r]) && (their_end.empty() || !has_form(c.far, their_end))) continue;
+      // A descriptor of kiln's own for the socket: Gloo may close its own at any time, and the number be reused.
+      const int fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
+      if (fd >= 0) connection_fds_.emplace_back(r, fd);
+      break;
+    }
+  }
+}
+
+void ProcessGroupGloo::end_connections() {
+  // Shut down, not closed: Gloo's loop then reads the end of each connection on this side too, and fails every
+  // call waiting on it (Context::closeConnections only closes the sockets, and a call of this rank waiting on
+  // one would wait out its deadline); the peers read the end as well.
+  for (const auto& [peer, fd] : connection_fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+std::string ProcessGroupGloo::explain_peer(const std::string& what) const {
+  // Gloo names a peer by an address (which end of which connection depends on who connected whom): kiln's own
+  // descriptors say instead which connections the far side has ended (a dead process, or a rank that ended its
+  // connections on failing).
+  std::string ended;
+  for (const auto& [peer, fd] : connection_fds_) {
+    pollfd p{fd, POLLRDHUP, 0};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0)
+      ended += std::string(ended.empty() ? "" : "; ") + "the connection to rank " + std::to_string(peer) + " had ended";
+  }
+  return ended.empty() ? what : what + " (" + ended + ")";
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  worker_->stop();
+  for (const auto& [peer, fd] : connection_fds_) ::close(fd);
+}
 
 std::shared_ptr<Work> ProcessGroupGloo::allreduce(Tensor tensor, ReduceOp op) {
   check_cpu_tensor(tensor, "gloo", "allreduce");

@@ -13,13 +13,19 @@
 // division, floating dtypes only.
 //
 // Ops run in issue order on the group's worker (op_worker.h); a failure (gloo::IoException, a timeout) becomes
-// a kiln::Error naming the op, its sequence number and this rank, and the group is not usable afterwards.
-// Unlike tcp, a failed rank does not tell the others through the store: they fail at their own deadline, or
-// at once when Gloo sees the connection close.
+// a kiln::Error naming the op, its sequence number, this rank and the peers whose connections had ended
+// (Gloo names a peer by an address only); the group is not usable afterwards. Failures spread as on tcp (OpWorker's FailureSharing):
+// the first is reported through the store under "<name>/gloo/<incarnation>/error", and a rank whose op fails
+// ends all its connections, so the ranks waiting on it fail at once, with the report as the cause. A rank
+// with nothing to see end reads the report within about a second, fails its pending ops and ends its own
+// connections in turn (Gloo's calls waiting on them fail too, so the group's destructor does not wait out
+// their deadlines).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/distributed/op_worker.h"
 #include "kiln/distributed/process_group.h"
@@ -50,8 +56,19 @@ class ProcessGroupGloo : public ProcessGroup {
   std::shared_ptr<Work> recv(Tensor tensor, int src, int tag = 0) override;
 
  private:
+  // Finds this group's sockets among the process's (Gloo does not expose them) and keeps a descriptor of each.
+  // Called once the mesh is connected; a collective step (every rank publishes what it needs in the store).
+  void find_connections(const std::shared_ptr<Store>& store);
+  // Shuts down this group's connections (FailureSharing::close): Gloo's calls waiting on them fail, on this
+  // rank and on the peers.
+  void end_connections();
+  // `what` with the peers whose connections have ended (Gloo names a peer by an address only).
+  std::string explain_peer(const std::string& what) const;
+
   ProcessGroupOptions options_;
+  std::string keys_;  // "<name>/gloo/<incarnation>/": this group's keys in the store
   std::shared_ptr<gloo::Context> context_;
+  std::vector<std::pair<int, int>> connection_fds_;  // (peer, kiln's descriptor of its socket): find_connections
   std::unique_ptr<OpWorker> worker_;  // last: stopped first, while the context is still alive
 };
 

@@ -34,7 +34,7 @@
 
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/store.h"
-#include "kiln/distributed/tcp/group_failure.h"
+#include "kiln/distributed/group_failure.h"
 
 namespace kiln::distributed::tcp {
 

@@ -1,7 +1,7 @@
-// A tcp group's failure record and store protocol: see group_failure.h.
-#include "kiln/distributed/tcp/group_failure.h"
+// A process group's failure record and store protocol: see group_failure.h.
+#include "kiln/distributed/group_failure.h"
 
-namespace kiln::distributed::tcp {
+namespace kiln::distributed {
 
 GroupFailure::GroupFailure(std::shared_ptr<Store> store, std::string error_key, int rank)
     : store_(std::move(store)), key_(std::move(error_key)), rank_(rank) {}
@@ -47,4 +47,4 @@ std::string GroupFailure::first() const {
   return first_;
 }
 
-}  // namespace kiln::distributed::tcp
+}  // namespace kiln::distributed

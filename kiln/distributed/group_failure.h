@@ -1,15 +1,16 @@
-// GroupFailure: a tcp group's first failure, and how it spreads through the store. Shared by the thread that runs
-// the group's collectives (process_group_tcp.cpp) and its point-to-point engine (p2p.cpp), so both report and
-// read failures by one protocol:
+// GroupFailure: a process group's first failure, and how it spreads through the store. One protocol for every
+// place that runs ops: the tcp backend's collectives (tcp/process_group_tcp.cpp) and point-to-point engine
+// (tcp/p2p.cpp), and the OpWorker of the gloo backend (op_worker.h):
 //
-//   - The first rank to fail writes "rank R failed: <what>" under "<group>/<n>/error" (compare-and-set: the
+//   - The first rank to fail writes "rank R failed: <what>" under the group's error key (compare-and-set: the
 //     first writer wins), then closes its connections, so its peers see EOF at once.
 //   - A rank whose op then fails on that EOF finds the report in the store and fails with it ("rank Q stopped
 //     because rank R failed: ..."): the report is the cause, what it saw only the consequence.
 //   - A rank waiting in an op reads the key about every half second (read_report), so it learns of a failure
 //     it has no connection to see.
 //
-// The first failure recorded here also fails every later op of the group, collective or point to point.
+// The first failure recorded here also fails every later op of the group, collective or point to point. The
+// class itself only keeps the record and talks to the store; closing connections is the backend's.
 #pragma once
 
 #include <chrono>
@@ -19,11 +20,11 @@
 
 #include "kiln/distributed/store.h"
 
-namespace kiln::distributed::tcp {
+namespace kiln::distributed {
 
 class GroupFailure {
  public:
-  // error_key: "<group>/<n>/error" (Mesh::store_keys() + "/error"); rank: this rank, for the messages.
+  // error_key: a key of this group alone (tcp: Mesh::store_keys() + "/error"); rank: this rank, for the messages.
   GroupFailure(std::shared_ptr<Store> store, std::string error_key, int rank);
 
   // This rank's op `op` ("" when no single op failed) failed with its own error `what`. Writes `what` to the store
@@ -48,4 +49,4 @@ class GroupFailure {
   std::string first_;
 };
 
-}  // namespace kiln::distributed::tcp
+}  // namespace kiln::distributed
