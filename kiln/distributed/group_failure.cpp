@@ -10,17 +10,19 @@ std::string GroupFailure::report(const std::string& op, const std::string& what)
   const std::string me = "rank " + std::to_string(rank_);
   std::string message = what;
   try {
-    if (store_->check({key_})) {
-      const std::string first = store_->get_string(key_), own = me + " failed: ";
+    // Written unless a report is there: the value stored afterwards says who was first, also when another rank
+    // failed at the same moment.
+    const std::string text = me + " failed: " + what;
+    const Bytes stored = store_->compare_set(key_, {}, Bytes(text.begin(), text.end()));
+    const std::string first(stored.begin(), stored.end());
+    if (first != text) {
+      const std::string own = me + " failed: ";
       const std::string prefix = op.empty() ? std::string() : op + ": ";
       // This rank's own report (the other half of the group, collectives or point to point, failed first): the
       // group failed here already.
       message = first.rfind(own, 0) == 0
                     ? prefix + me + ": the group failed: " + first.substr(own.size()) + " (here: " + what + ")"
                     : prefix + me + " stopped because " + first + " (here: " + what + ")";
-    } else {
-      const std::string text = me + " failed: " + what;
-      store_->compare_set(key_, {}, Bytes(text.begin(), text.end()));
     }
   } catch (const std::exception&) {
     // The store is unreachable too: this rank's own error is all there is to report.

@@ -144,23 +144,24 @@ void OpWorker::fail_after_failure(Task& task) {
 }
 
 void OpWorker::fail(Task& task, std::string what) {
-  if (sharing_.explain) {
-    try {
-      what = sharing_.explain(what);
-    } catch (const std::exception&) {
-      // the engine's own words are still the error
-    }
-  }
   const std::string me = "rank " + std::to_string(rank_);
   bool first = false, close = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    first = failure_.empty();
+    first = failure_.empty() && !reporting_;
+    reporting_ = reporting_ || first;  // the watcher must not take this rank's own report for another's
     close = sharing_.close && !closed_;
     closed_ = true;
   }
   std::string message;
   if (first) {
+    if (sharing_.explain) {
+      try {
+        what = sharing_.explain(what);
+      } catch (const std::exception&) {
+        // the engine's own words are still the error
+      }
+    }
     const std::string op = backend_ + " " + task.name;
     message = op + ": " + me + ": " + what;
     if (sharing_.reports) {
@@ -171,9 +172,12 @@ void OpWorker::fail(Task& task, std::string what) {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (failure_.empty()) failure_ = message;
+    reporting_ = false;
   } else {
     std::lock_guard<std::mutex> lock(mutex_);
-    message = failed_earlier(task.name) + " (here: " + what + ")";
+    // (Another thread of this rank may still be reporting the first failure: then this op's own error it is.)
+    message = failure_.empty() ? backend_ + " " + task.name + ": " + me + ": " + what
+                               : failed_earlier(task.name) + " (here: " + what + ")";
   }
   if (close) sharing_.close();
   task.work->complete(true, message);
@@ -276,7 +280,7 @@ void OpWorker::run_watcher() {
       continue;
     }
     watcher_cv_.wait_for(lock, kWatchInterval);
-    if (watcher_stop_ || !failure_.empty()) continue;
+    if (watcher_stop_ || !failure_.empty() || reporting_) continue;
     lock.unlock();
     std::string report;
     try {
@@ -285,7 +289,10 @@ void OpWorker::run_watcher() {
       // The store is unreachable (its server's rank has left): nothing learned; the ops' own deadlines hold.
     }
     lock.lock();
-    if (report.empty() || !failure_.empty()) continue;
+    // This rank's own report (written by fail() meanwhile) is no news: fail() records it.
+    if (report.empty() || !failure_.empty() || reporting_ ||
+        report.rfind("rank " + std::to_string(rank_) + " failed:", 0) == 0)
+      continue;
     const std::string cause = "rank " + std::to_string(rank_) + " stopped because " + report;
     failure_ = backend_ + ": " + cause;
     std::vector<std::shared_ptr<ThreadedWork>> doomed;

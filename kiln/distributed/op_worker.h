@@ -132,6 +132,7 @@ class OpWorker {
   std::string failure_;                  // the first failure's message
   FailureSharing sharing_;
   bool closed_ = false;                  // sharing_.close was called
+  bool reporting_ = false;               // fail() is reporting this rank's first failure to the store
   std::vector<std::weak_ptr<ThreadedWork>> live_;  // Works not known to be complete: the watcher's to fail
   bool watcher_stop_ = false;
   std::condition_variable watcher_cv_;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <future>
+#include <thread>
 
 #include "kiln/distributed/op_worker.h"
 #include "kiln/distributed/store.h"
@@ -74,6 +75,9 @@ TEST(OpWorkerFailures, AnotherRanksReportFailsTheOpsInFlightAndQueuedWithinASeco
       return {};
     });
     EXPECT_TRUE(contains(failure_of(*later, Duration(5000)), "failed earlier")) << failure_of(*later, Duration(0));
+    // The watcher ends the connections just after it failed the Works.
+    for (auto until = Clock::now() + std::chrono::seconds(5); closes.load() == 0 && Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_EQ(closes.load(), 1) << "the connections end, so the peers waiting on this rank fail too";
     release.set_value();
   }  // the destructor waits for the stuck call, which now returns

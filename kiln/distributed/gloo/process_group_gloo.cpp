@@ -183,17 +183,22 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                "' on ", options_.host, ": ", e.what());
   }
   find_connections(store);
-  FailureSharing sharing;
-  sharing.reports = std::make_shared<GroupFailure>(store, keys_ + "error", rank);
-  sharing.close = [this] { end_connections(); };
-  sharing.explain = [this](const std::string& what) { return explain_peer(what); };
-  worker_ = std::make_unique<OpWorker>("gloo", rank, std::move(sharing));
+  try {
+    FailureSharing sharing;
+    sharing.reports = std::make_shared<GroupFailure>(store, keys_ + "error", rank);
+    sharing.close = [this] { end_connections(); };
+    sharing.explain = [this](const std::string& what) { return explain_peer(what); };
+    worker_ = std::make_unique<OpWorker>("gloo", rank, std::move(sharing));
+  } catch (...) {
+    for (const auto& [peer, fd] : connection_fds_) ::close(fd);  // no destructor runs for a throwing constructor
+    throw;
+  }
 }
 
 void ProcessGroupGloo::find_connections(const std::shared_ptr<Store>& store) {
-  // Each rank publishes, for each peer r, the address of its pair with r (the listening end Gloo made for that
-  // pair): one end of the pair's connection, the near end where the peer connected to this rank, the far end
-  // where this rank connected to the peer.
+  // Each rank publishes, for each peer r, the address of its pair with r: once connected, Gloo's pair takes its
+  // socket's own (near) end as its address. So the socket of this rank's pair with r is the one whose near end
+  // is this rank's address for r and whose far end is r's address for this rank: both ends must match.
   std::vector<std::string> own(static_cast<size_t>(size_));
   std::string pairs;
   for (int r = 0; r < size_; ++r) {
@@ -201,27 +206,43 @@ void ProcessGroupGloo::find_connections(const std::shared_ptr<Store>& store) {
     pairs += own[r] + "\n";
   }
   store->set(keys_ + "pairs/" + std::to_string(rank_), pairs);
-  const std::vector<Connection> sockets = connections();
-
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(keys_ + "pairs/" + std::to_string(r));
   store->wait(keys, options_.timeout);
-  std::vector<std::string> their_ends(static_cast<size_t>(size_));
+  std::vector<std::string> theirs(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
-    const std::vector<std::string> theirs = lines_of(store->get_string(keys[r]));
-    if (r != rank_ && static_cast<int>(theirs.size()) == size_) their_ends[r] = theirs[rank_];
+    const std::vector<std::string> lines = lines_of(store->get_string(keys[r]));
+    if (r != rank_ && static_cast<int>(lines.size()) == size_) theirs[r] = lines[rank_];
   }
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    const std::string& their_end = their_ends[r];
-    for (const Connection& c : sockets) {
-      if (!has_form(c.near, own[r]) && (their_end.empty() || !has_form(c.far, their_end))) continue;
-      // A descriptor of kiln's own for the socket: Gloo may close its own at any time, and the number be reused.
-      const int fd = fcntl(c.fd, F_DUPFD_CLOEXEC, 0);
-      if (fd >= 0) connection_fds_.emplace_back(r, fd);
-      break;
+
+  // The sockets are listed only now, and each one taken is dup'ed at once and checked again through the
+  // duplicate: another thread may close a descriptor meanwhile and the number be reused.
+  std::vector<std::pair<int, int>> found;
+  try {
+    const std::vector<Connection> sockets = connections();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || own[r].empty() || theirs[r].empty()) continue;
+      const auto is_pair = [&](const Connection& c) { return has_form(c.near, own[r]) && has_form(c.far, theirs[r]); };
+      const auto match = std::find_if(sockets.begin(), sockets.end(), is_pair);
+      if (match == sockets.end() || std::find_if(std::next(match), sockets.end(), is_pair) != sockets.end())
+        continue;  // none, or not one alone: leave this connection to Gloo (its calls keep their deadline)
+      const int fd = fcntl(match->fd, F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) continue;
+      sockaddr_storage near{}, far{};
+      socklen_t near_len = sizeof near, far_len = sizeof far;
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&near), &near_len) == 0 &&
+          getpeername(fd, reinterpret_cast<sockaddr*>(&far), &far_len) == 0 &&
+          is_pair(Connection{fd, format_end(near), format_end(far)})) {
+        found.emplace_back(r, fd);
+      } else {
+        ::close(fd);
+      }
     }
+  } catch (...) {
+    for (const auto& [peer, fd] : found) ::close(fd);
+    throw;
   }
+  connection_fds_ = std::move(found);
 }
 
 void ProcessGroupGloo::end_connections() {

@@ -17,9 +17,9 @@
 // (Gloo names a peer by an address only); the group is not usable afterwards. Failures spread as on tcp (OpWorker's FailureSharing):
 // the first is reported through the store under "<name>/gloo/<incarnation>/error", and a rank whose op fails
 // ends all its connections, so the ranks waiting on it fail at once, with the report as the cause. A rank
-// with nothing to see end reads the report within about a second, fails its pending ops and ends its own
+// with nothing to see end reads the report within about half a second, fails its pending ops and ends its own
 // connections in turn (Gloo's calls waiting on them fail too, so the group's destructor does not wait out
-// their deadlines).
+// their deadlines). A peer that hangs alive (SIGSTOP) is found only at the deadline, as on tcp.
 #pragma once
 
 #include <memory>
