@@ -34,10 +34,7 @@ bool has_backend(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::string store_path(const std::string& name) {
-  static int counter = 0;
-  return testing::TempDir() + "kiln_coll_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-}
+std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("coll_" + name); }
 
 std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const std::string& path, int rank, int world,
                                          const std::string& name = "default") {

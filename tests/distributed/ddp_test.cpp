@@ -28,10 +28,7 @@ namespace F = nn::functional;
 
 constexpr int64_t kIn = 5, kHidden = 7, kOut = 3, kBatch = 12;  // kBatch: divisible by 2, 3 and 4
 
-std::string store_path(const std::string& name) {
-  static int counter = 0;
-  return testing::TempDir() + "kiln_ddp_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-}
+std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("ddp_" + name); }
 
 std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world,
                                          const std::string& backend = "tcp") {

@@ -13,9 +13,11 @@
 // rank_check below, or let kiln::Error through).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -47,6 +49,19 @@ struct RankResult {
 };
 
 // Throws std::runtime_error(what) when cond is false: a failed check in a child.
+// A path in the test temp directory for a FileStore or a result file, with nothing at it. Its name carries this
+// process's id and a counter, and whatever an earlier process of the same id left there is removed first:
+// process ids are reused (often within one CI run, pid_max being 32768), and a store left behind would hand
+// its old keys (addresses, a failure report) to the new job.
+inline std::string fresh_temp_path(const std::string& stem) {
+  static std::atomic<int> counter{0};
+  const std::string path =
+      testing::TempDir() + "kiln_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  return path;
+}
+
 inline void rank_check(bool cond, const std::string& what) {
   if (!cond) throw std::runtime_error(what);
 }

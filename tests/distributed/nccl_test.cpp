@@ -58,10 +58,7 @@ std::vector<int> worlds() {
   return w;
 }
 
-std::string store_path(const std::string& name) {
-  static int counter = 0;
-  return testing::TempDir() + "kiln_nccl_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-}
+std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("nccl_" + name); }
 
 std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world, ProcessGroupOptions o = {}) {
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));

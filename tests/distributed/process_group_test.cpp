@@ -26,10 +26,7 @@ using kiln::test::check_allreduce;
 using kiln::test::rank_check;
 using kiln::test::run_ranks;
 
-std::string store_path(const std::string& name) {
-  static int counter = 0;
-  return testing::TempDir() + "kiln_pg_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-}
+std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("pg_" + name); }
 
 std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world, ProcessGroupOptions o = {}) {
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));

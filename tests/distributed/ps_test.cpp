@@ -38,10 +38,7 @@ namespace F = nn::functional;
 
 constexpr int64_t kIn = 6, kHidden = 300, kOut = 4, kBatch = 12;  // fc1's weight (7.2 KB) is split at 4 KB
 
-std::string temp_path(const std::string& name) {
-  static int counter = 0;
-  return testing::TempDir() + "kiln_ps_" + name + "_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-}
+std::string temp_path(const std::string& name) { return kiln::test::fresh_temp_path("ps_" + name); }
 
 struct Net : nn::Module {
   nn::Linear fc1, fc2;
