@@ -8,6 +8,9 @@
 //   - the fused Adam step (multi-tensor kernel) over a model-shaped list, 64 weights of 2^18 and 64 biases of 512
 //     float32 elements, in GB/s of memory traffic (parameter, gradient and two moments read, three written),
 //     against the same copy.
+//   - host to device copies of 64 MiB: from kiln's pinned memory with non_blocking, and from ordinary memory,
+//     against cudaMemcpyAsync from pinned memory; and pinning a batch buffer through kiln's cache against
+//     cudaHostAlloc + cudaFreeHost.
 // Times come from CUDA events on the current stream: after warm-up, each timed run queues `inner` calls back to
 // back (so the GPU never waits on the host between them), and the figure is the median over >= 10 runs;
 // variants alternate run by run so both see the same clocks and temperature. A kiln op that fails prints
@@ -21,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -194,6 +198,51 @@ void bench_optimizer(int runs) {
       gbs(2 * bytes, ms[0]));
 }
 
+// Host to device copies of a 64 MiB float32 tensor: kiln's copy from its pinned memory with non_blocking
+// (only queued, as the Trainer copies a pinned loader's batches) and from ordinary memory (staged by the
+// driver and waited for), against cudaMemcpyAsync from a cudaHostAlloc'd buffer. Then pinning a batch buffer
+// (128 x 28 x 28 float32, 392 KiB) and freeing it: kiln's cache against cudaHostAlloc + cudaFreeHost, in
+// wall-clock microseconds (lower is better).
+void bench_host_copies(int runs) {
+  const int64_t n = int64_t{16} << 20;
+  const size_t bytes = static_cast<size_t>(n) * 4;
+  Tensor dev = empty({n}, TensorOptions(kFloat32).device(Device::cuda()));
+  Tensor pinned = cuda::empty_pinned({n}, kFloat32);
+  pinned.fill_(1.0);
+  Tensor pageable = full({n}, 1.0);
+  void* raw = nullptr;
+  BENCH_CHECK(cudaHostAlloc(&raw, bytes, cudaHostAllocPortable));
+  std::memset(raw, 0, bytes);
+  auto anchor = [&] {
+    BENCH_CHECK(cudaMemcpyAsync(dev.raw_data_ptr(), raw, bytes, cudaMemcpyHostToDevice, cuda::current_stream().handle));
+  };
+  std::vector<double> ms = time_variants(
+      {anchor, [&] { dev.copy_(pinned, /*non_blocking=*/true); }, [&] { dev.copy_(pageable); }}, runs);
+  cuda::synchronize();
+  BENCH_CHECK(cudaFreeHost(raw));
+  auto gbs = [&](double t_ms) { return static_cast<double>(bytes) / (t_ms / 1e3) / 1e9; };
+  row("H2D copy 64 MiB f32 from kiln's pinned memory, non_blocking (GB/s)", gbs(ms[1]), "cudaMemcpyAsync H2D, pinned",
+      gbs(ms[0]));
+  row("H2D copy 64 MiB f32 from ordinary memory (GB/s)", gbs(ms[2]), "cudaMemcpyAsync H2D, pinned", gbs(ms[0]));
+
+  const int64_t batch = 128 * 28 * 28;
+  std::vector<double> kiln_us, cuda_us;
+  for (int r = 0; r < runs; ++r) {
+    double t0 = bench::now_seconds();
+    for (int i = 0; i < 20; ++i) Tensor b = cuda::empty_pinned({batch}, kFloat32);
+    kiln_us.push_back((bench::now_seconds() - t0) / 20 * 1e6);
+    t0 = bench::now_seconds();
+    for (int i = 0; i < 20; ++i) {
+      void* p = nullptr;
+      BENCH_CHECK(cudaHostAlloc(&p, static_cast<size_t>(batch) * 4, cudaHostAllocPortable));
+      BENCH_CHECK(cudaFreeHost(p));
+    }
+    cuda_us.push_back((bench::now_seconds() - t0) / 20 * 1e6);
+  }
+  row("pin and free a 392 KiB batch buffer (us, lower is better)", bench::median(kiln_us),
+      "cudaHostAlloc + cudaFreeHost", bench::median(cuda_us));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,6 +278,12 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::printf("| fused Adam | n/a (error) | | | |\n");
     std::fprintf(stderr, "optimizer: %s\n", e.what());
+  }
+  try {
+    bench_host_copies(runs);
+  } catch (const std::exception& e) {
+    std::printf("| host copies | n/a (error) | | | |\n");
+    std::fprintf(stderr, "host copies: %s\n", e.what());
   }
   BENCH_CHECK(cublasDestroy(handle));
   std::printf("\n# %.1f s\n", kiln::bench::now_seconds() - t0);

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "kiln/tensor/cuda/cuda.h"
+
 namespace kiln::data {
 
 Batch default_collate(std::vector<Example>&& examples) {
@@ -64,8 +66,19 @@ struct DataLoader::Run {
 
 namespace {
 
+// A copy of `batch` with each CPU tensor in pinned memory.
+Batch pinned(Batch&& batch) {
+  for (Tensor& t : batch) {
+    if (!t.defined() || !t.device().is_cpu()) continue;
+    Tensor p = cuda::empty_pinned(t.sizes(), t.dtype());
+    p.copy_(t);
+    t = std::move(p);
+  }
+  return std::move(batch);
+}
+
 Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, int64_t batch_size, int64_t b,
-                   const CollateFn& collate) {
+                   const CollateFn& collate, bool pin) {
   Result r;
   size_t begin = static_cast<size_t>(b * batch_size);
   size_t end = std::min(indices.size(), begin + static_cast<size_t>(batch_size));
@@ -74,6 +87,7 @@ Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, 
     examples.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) examples.push_back(dataset.get(indices[i]));
     r.batch = collate ? collate(std::move(examples)) : default_collate(std::move(examples));
+    if (pin) r.batch = pinned(std::move(r.batch));
   } catch (const std::exception& e) {
     r.failed = true;
     r.message = detail::concat("DataLoader: building batch ", b, " (sampler positions ", begin, "..", end - 1,
@@ -88,7 +102,10 @@ Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, 
 }  // namespace
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options, std::shared_ptr<Sampler> sampler)
-    : dataset_(std::move(dataset)), options_(std::move(options)), sampler_(std::move(sampler)) {
+    : dataset_(std::move(dataset)),
+      options_(std::move(options)),
+      pin_(options_.pin_memory && cuda::is_available()),
+      sampler_(std::move(sampler)) {
   KILN_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
   KILN_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be at least 1, got ", options_.batch_size);
   KILN_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be non-negative, got ", options_.num_workers);
@@ -178,7 +195,7 @@ void DataLoader::worker_loop(Run& run) {
       if (run.stop || run.next_claim >= run.num_batches) return;
       b = run.next_claim++;
     }
-    Result r = build_batch(*dataset_, run.indices, options_.batch_size, b, options_.collate);
+    Result r = build_batch(*dataset_, run.indices, options_.batch_size, b, options_.collate, pin_);
     {
       std::lock_guard<std::mutex> lock(run.mutex);
       run.ready.emplace(b, std::move(r));
@@ -199,7 +216,7 @@ void DataLoader::fetch_next() {
   }
   Result r;
   if (options_.num_workers == 0) {
-    r = build_batch(*dataset_, run.indices, options_.batch_size, run.next_batch, options_.collate);
+    r = build_batch(*dataset_, run.indices, options_.batch_size, run.next_batch, options_.collate, pin_);
     ++run.next_batch;
   } else {
     {

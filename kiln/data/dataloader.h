@@ -50,6 +50,10 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   // Merges a batch's examples; empty means default_collate.
   CollateFn collate = {};
+  // Copies each batch's CPU tensors into pinned (page-locked) host memory where it is built (on the worker),
+  // so that `to(cuda, non_blocking = true)` copies it to the GPU without waiting (the Trainer does so). Without
+  // a CUDA device it does nothing (pins_memory() says): one program runs on either machine.
+  bool pin_memory = false;
 };
 
 // Where a loader stands, for exact resume: the epoch, how many of its batches were handed out, and the seed of
@@ -74,6 +78,8 @@ class DataLoader {
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   const std::shared_ptr<Sampler>& sampler() const { return sampler_; }
   const DataLoaderOptions& options() const { return options_; }
+  // Whether batches come in pinned memory: pin_memory was asked for and a CUDA device is present.
+  bool pins_memory() const { return pin_; }
 
   // The next range-for runs epoch `epoch` from its first batch.
   void set_epoch(uint64_t epoch);
@@ -111,6 +117,7 @@ class DataLoader {
 
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
+  bool pin_ = false;
   std::shared_ptr<Sampler> sampler_;
   std::shared_ptr<RandomSampler> own_random_sampler_;  // the sampler shuffle = true made, else null
   DataLoaderState state_;

@@ -32,6 +32,9 @@ void* alloc_pinned(size_t nbytes) {
 
 void free_pinned(void*) {}
 bool is_pinned(const void*) { return false; }
+void record_pinned_use(const void*, const Stream&) {}
+PinnedStats pinned_memory_stats() { return {}; }
+void empty_pinned_cache() {}
 
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }

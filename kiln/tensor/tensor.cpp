@@ -1,6 +1,8 @@
 // TensorImpl, metadata, element access, and the copies and conversions every other file relies on.
 #include "kiln/tensor/tensor.h"
 
+#include "kiln/tensor/cuda/cuda.h"
+
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/views.h"
@@ -108,7 +110,7 @@ Tensor clone(const Tensor& self) {
   return out;
 }
 
-const Tensor& copy_(const Tensor& dst, const Tensor& src) {
+const Tensor& copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   KILN_CHECK(dst.defined() && src.defined(), "copy_: ", dst.defined() ? "source" : "destination", " tensor is undefined");
   Shape b = broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
   KILN_CHECK(b == dst.sizes(), "copy_: source of shape ", shape_str(src.sizes()), " cannot be broadcast to ",
@@ -123,20 +125,33 @@ const Tensor& copy_(const Tensor& dst, const Tensor& src) {
   if (s.sizes() != dst.sizes()) s = expand(s, dst.sizes());
   // A copy between devices runs on the device that is not the CPU (its kernel knows how to reach both).
   Device run_on = dst.device().is_cpu() ? s.device() : dst.device();
-  get_kernel<Op::copy>(run_on)(dst, s);
+  if (non_blocking) get_kernel<Op::copy_async>(run_on)(dst, s);
+  else get_kernel<Op::copy>(run_on)(dst, s);
   dst.bump_version("copy_");
   return dst;
 }
 
-Tensor to(const Tensor& self, Device device, DType dtype) {
+Tensor to(const Tensor& self, Device device, DType dtype, bool non_blocking) {
   if (device == self.device() && dtype == self.dtype()) return self;
-  Tensor out = empty(self.sizes(), TensorOptions(dtype).device(device));
-  copy_(out, self);
+  // Back to the host without waiting needs a pinned landing place (PyTorch does the same); where the host will
+  // not pin it, ordinary memory and a copy that waits.
+  Tensor out;
+  if (non_blocking && device.is_cpu() && self.device().is_cuda()) {
+    try {
+      out = cuda::empty_pinned(self.sizes(), dtype);
+    } catch (const Error&) {
+      non_blocking = false;
+    }
+  }
+  if (!out.defined()) out = empty(self.sizes(), TensorOptions(dtype).device(device));
+  copy_(out, self, non_blocking);
   return out;
 }
 
 Tensor to(const Tensor& self, DType dtype) { return to(self, self.device(), dtype); }
-Tensor to(const Tensor& self, Device device) { return to(self, device, self.dtype()); }
+Tensor to(const Tensor& self, Device device, bool non_blocking) {
+  return to(self, device, self.dtype(), non_blocking);
+}
 
 const Tensor& fill_(const Tensor& self, const Scalar& value) {
   if (self.numel() > 0) get_kernel<Op::fill>(self.device())(self, value);

@@ -207,10 +207,12 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   // In-place methods are const, as in current PyTorch: they change the data, never the handle.
-  const Tensor& copy_(const Tensor& src) const;  // broadcasts src, converts dtype and device
+  // Broadcasts src, converts dtype and device. non_blocking: see ops::copy_ (views.h): a copy between host and GPU
+  // from or into pinned memory is only queued.
+  const Tensor& copy_(const Tensor& src, bool non_blocking = false) const;
   Tensor to(DType dtype) const;  // returns *this when nothing changes, as PyTorch does
-  Tensor to(Device device) const;
-  Tensor to(Device device, DType dtype) const;
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor to(Device device, DType dtype, bool non_blocking = false) const;
   Tensor cpu() const { return to(kCPU); }
 
   // ---- math (see ops.h for each one's doc) ----

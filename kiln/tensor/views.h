@@ -40,11 +40,18 @@ Tensor as_strided(const Tensor& self, IntArrayRef shape, IntArrayRef strides,
 // ---- copies and conversion ----
 Tensor contiguous(const Tensor& self);
 Tensor clone(const Tensor& self);
-// Writes src into dst: broadcasts src, converts dtype and device; safe when the two overlap.
-const Tensor& copy_(const Tensor& dst, const Tensor& src);
-Tensor to(const Tensor& self, Device device, DType dtype);  // returns self when nothing changes
+// Writes src into dst: broadcasts src, converts dtype and device; safe when the two overlap. non_blocking: a
+// copy between host and GPU whose host side is pinned memory (from the host: contiguous; to it: contiguous and
+// of dst's dtype) is only queued on the GPU's current stream, and the call returns at once. The host must then
+// synchronize (the stream, an event) before it reads a pinned destination or writes a pinned source it still
+// holds; kiln's pinned cache only keeps memory whose tensor is gone from being reused too early. Any other copy
+// waits, as without non_blocking (so does one autograd records into a tensor that requires grad).
+const Tensor& copy_(const Tensor& dst, const Tensor& src, bool non_blocking = false);
+// Returns self when nothing changes. non_blocking, from a GPU to the CPU: the result is pinned memory (where a
+// device is present) and the copy only queued, as copy_'s.
+Tensor to(const Tensor& self, Device device, DType dtype, bool non_blocking = false);
 Tensor to(const Tensor& self, DType dtype);
-Tensor to(const Tensor& self, Device device);
+Tensor to(const Tensor& self, Device device, bool non_blocking = false);
 const Tensor& fill_(const Tensor& self, const Scalar& value);
 
 }  // namespace kiln::ops

@@ -143,15 +143,19 @@ Run build_run(const RunConfig& cfg) {
   // Evaluation in training-size batches by default, so that it needs no more memory than a training step.
   const int64_t eval_batch = cfg.data.val_batch_size.value_or(cfg.data.batch_size);
   const int workers = static_cast<int>(cfg.data.num_workers);
+  // Pinned batches only help copies to a GPU; on the CPU they would cost a copy each.
+  const std::string& accelerator = cfg.trainer.accelerator;
+  const bool pin = cfg.data.pin_memory && (accelerator == "cuda" || (accelerator == "auto" && cuda::is_available()));
   run.train = std::make_unique<data::DataLoader>(
-      run.data.train, data::DataLoaderOptions{.batch_size = cfg.data.batch_size, .shuffle = cfg.data.shuffle,
-                                              .num_workers = workers, .seed = static_cast<uint64_t>(cfg.data.seed)});
+      run.data.train,
+      data::DataLoaderOptions{.batch_size = cfg.data.batch_size, .shuffle = cfg.data.shuffle, .num_workers = workers,
+                              .seed = static_cast<uint64_t>(cfg.data.seed), .pin_memory = pin});
   if (run.data.val) {
     run.val = std::make_unique<data::DataLoader>(
-        run.data.val, data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers});
+        run.data.val, data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers, .pin_memory = pin});
   }
-  run.test = std::make_unique<data::DataLoader>(run.data.test,
-                                                data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers});
+  run.test = std::make_unique<data::DataLoader>(
+      run.data.test, data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers, .pin_memory = pin});
   return run;
 }
 

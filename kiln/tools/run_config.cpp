@@ -80,6 +80,8 @@ void declare_data(Schema<R>& s) {
   d.add("batch_size", &D::batch_size, "training batch size").at_least(1);
   d.add("val_batch_size", &D::val_batch_size, "validation and test batch size (null: batch_size)").at_least(1);
   d.add("num_workers", &D::num_workers, "loader threads (0: load in the training thread)").at_least(0);
+  d.add("pin_memory", &D::pin_memory,
+        "build batches in pinned host memory, so that copies to the GPU do not wait (only when training on cuda)");
   d.add("shuffle", &D::shuffle, "shuffle the training set every epoch");
   d.add("val_size", &D::val_size, "examples held out of the training set for validation").at_least(0);
   d.add("normalize", &D::normalize, "scale inputs to zero mean and unit variance");

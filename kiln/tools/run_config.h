@@ -78,6 +78,7 @@ struct RunConfig {
     int64_t batch_size = 64;
     std::optional<int64_t> val_batch_size;  // null: batch_size
     int64_t num_workers = 0;
+    bool pin_memory = true;
     bool shuffle = true;
     int64_t val_size = 5000;
     bool normalize = true;

@@ -170,9 +170,13 @@ void Trainer::resolve_device() {
 }
 
 data::Batch Trainer::to_device(const data::Batch& batch) const {
+  // To a GPU without waiting where the loader pinned the batch (DataLoaderOptions::pin_memory): the step's
+  // kernels queue behind the copy on the same stream, and the pinned cache keeps the batch's memory until the
+  // copy has run. Batches in ordinary memory are copied as before, waiting.
+  const bool non_blocking = device_.is_cuda();
   data::Batch out;
   out.reserve(batch.size());
-  for (const Tensor& t : batch) out.push_back(t.defined() ? t.to(device_) : t);
+  for (const Tensor& t : batch) out.push_back(t.defined() ? t.to(device_, non_blocking) : t);
   return out;
 }
 

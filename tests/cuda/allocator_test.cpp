@@ -1,6 +1,6 @@
 // The caching CUDA allocator with real tensors: reuse, statistics against cudaMemGetInfo, empty_cache, streams
 // (a stream held at a host function makes "not yet reusable" deterministic), poison on reuse, pinned host
-// memory and out-of-memory recovery. The bookkeeping itself is tested on the CPU (caching_allocator_test.cpp).
+// memory (its cache, non-blocking copies, a loader's pinned batches) and out-of-memory recovery. The bookkeeping itself is tested on the CPU (caching_allocator_test.cpp).
 //
 // Most tests allocate on a fresh stream of their own: its pool starts empty, so which block comes back is
 // known exactly, whatever other tests left cached on the default stream.
@@ -10,8 +10,10 @@
 #ifdef KILN_WITH_CUDA
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
+#include "kiln/data/dataloader.h"
 #include "kiln/tensor/caching_allocator.h"
 #include "kiln/tensor/cuda/stream.h"
 
@@ -42,13 +44,24 @@ class Gate {
     cudaStreamSynchronize(stream_.handle);  // the host function reads this object
   }
   void open() { open_.store(true); }
+  // Whether the gate gave up waiting (20 s): a test whose host thread blocked on the held stream, instead of
+  // hanging.
+  bool timed_out() const { return timed_out_.load(); }
 
  private:
   static void CUDART_CB wait(void* self) {
-    while (!static_cast<Gate*>(self)->open_.load()) std::this_thread::yield();
+    Gate& g = *static_cast<Gate*>(self);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!g.open_.load()) {
+      if (std::chrono::steady_clock::now() > until) {
+        g.timed_out_.store(true);
+        return;
+      }
+      std::this_thread::yield();
+    }
   }
   cuda::Stream stream_;
-  std::atomic<bool> open_{false};
+  std::atomic<bool> open_{false}, timed_out_{false};
 };
 
 using CudaAllocator = test::CudaTest;
@@ -219,6 +232,81 @@ TEST_F(CudaAllocator, PinnedMemoryRoundTrip) {
   Tensor back = cuda::empty_pinned({1000, 3}, kFloat32);
   back.copy_(g);
   EXPECT_EQ(test::values(back), want);
+}
+
+// Non-blocking copies between kiln's pinned memory and the GPU are only queued: behind a closed gate they have
+// not run, and the pinned block a waiting copy reads or writes is not handed out again, though its tensor is
+// gone (another block is). Once the gate opens the results are right and the blocks are reused. Pinned
+// blocks are made before the gate closes: pinning memory may wait for the device.
+TEST_F(CudaAllocator, NonBlockingCopiesQueueAndKeepTheirPinnedMemoryFromReuse) {
+  cuda::Stream s = cuda::Stream::create(0);
+  cuda::StreamGuard guard(s);
+  const int64_t n = int64_t{1} << 20;  // 4 MiB of float32: one size class for every block below
+  {
+    std::vector<Tensor> spare;
+    for (int i = 0; i < 6; ++i) spare.push_back(cuda::empty_pinned({n}, kFloat32));
+  }  // six idle blocks of the class in the cache: enough for every one taken below
+  Tensor host = cuda::empty_pinned({n}, kFloat32);
+  host.fill_(1.5);
+  Tensor bytes = cuda::empty_pinned({n}, kUInt8);
+  bytes.fill_(200);
+  void* host_block = host.raw_data_ptr();
+  Tensor dev, widened, back;
+  void* dropped_block = nullptr;
+  {
+    Gate gate(s);
+    dev = host.to(Device::cuda(0), /*non_blocking=*/true);  // returns: the copy waits behind the gate
+    widened = bytes.to(Device::cuda(0), kFloat32, /*non_blocking=*/true);  // moved as bytes, widened on the GPU
+    host = Tensor();  // dropped while its copy waits
+    Tensor next = cuda::empty_pinned({n}, kFloat32);
+    EXPECT_NE(next.raw_data_ptr(), host_block) << "a block was handed out again while a copy from it waited";
+    next.fill_(-7.0);  // would overwrite what the waiting copy is to read, had the block been reused
+    Tensor dropped = dev.to(kCPU, /*non_blocking=*/true);  // device to host: a pinned result, the copy queued
+    EXPECT_TRUE(cuda::is_pinned(dropped.raw_data_ptr()));
+    dropped_block = dropped.raw_data_ptr();
+    dropped = Tensor();  // dropped while the copy into it waits
+    Tensor other = cuda::empty_pinned({n}, kFloat32);
+    EXPECT_NE(other.raw_data_ptr(), dropped_block) << "a block was handed out again while a copy into it waited";
+    back = dev.to(kCPU, /*non_blocking=*/true);
+    gate.open();
+    s.synchronize();
+    EXPECT_FALSE(gate.timed_out()) << "the host waited for the held stream: a copy did not just queue";
+  }
+  EXPECT_EQ(test::values(dev.cpu()), std::vector<double>(n, 1.5));
+  EXPECT_EQ(test::values(back), std::vector<double>(n, 1.5));
+  EXPECT_EQ(test::values(widened.cpu()), std::vector<double>(n, 200.0));
+  const uint64_t hits = cuda::pinned_memory_stats().cache_hits;
+  Tensor again = cuda::empty_pinned({n}, kFloat32);
+  EXPECT_EQ(cuda::pinned_memory_stats().cache_hits, hits + 1) << "the copies have run: their blocks are reusable";
+  // Into pinned memory that is not laid out as the source, non_blocking still waits: the host lays the data
+  // out, so it must have arrived, and reading it at once gives it.
+  Tensor rows = arange(2 * n, TensorOptions(kFloat32)).view({2, n});
+  Tensor wide = cuda::empty_pinned({n, 2}, kFloat32);
+  wide.t().copy_(rows.to(Device::cuda(0)), /*non_blocking=*/true);
+  EXPECT_EQ(test::values(wide.t()), test::values(rows));
+}
+
+// A loader with pin_memory builds its batches in pinned memory (on its workers too), and the Trainer's
+// non-blocking copy of such a batch gives the batch.
+TEST_F(CudaAllocator, DataLoaderPinsItsBatches) {
+  std::vector<double> xs;
+  for (int i = 0; i < 40; ++i) xs.push_back(i * 0.5);
+  auto ds = std::make_shared<data::TensorDataset>(
+      std::vector<Tensor>{test::make_tensor(xs, {20, 2}, kFloat32), arange(20)});
+  for (int workers : {0, 2}) {
+    data::DataLoader loader(ds, {.batch_size = 8, .num_workers = workers, .pin_memory = true});
+    EXPECT_TRUE(loader.pins_memory());
+    int64_t seen = 0;
+    for (auto& batch : loader) {
+      for (const Tensor& t : batch) EXPECT_TRUE(cuda::is_pinned(t.raw_data_ptr())) << workers << " workers";
+      Tensor x = batch[0].to(Device::cuda(0), true), y = batch[1].to(Device::cuda(0), true);
+      const std::vector<double> want(xs.begin() + 2 * seen, xs.begin() + 2 * (seen + batch[1].numel()));
+      EXPECT_EQ(test::values(x.cpu()), want);
+      EXPECT_EQ(test::values(y.cpu())[0], static_cast<double>(seen));
+      seen += batch[1].numel();
+    }
+    EXPECT_EQ(seen, 20);
+  }
 }
 
 TEST_F(CudaAllocator, TooLargeAnAllocationFailsClearlyAndTheAllocatorRecovers) {

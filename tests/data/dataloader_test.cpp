@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "data/data_test_util.h"
+#include "kiln/tensor/cuda/cuda.h"
 #include "tensor/test_util.h"
 
 namespace kiln::test {
@@ -58,6 +59,29 @@ TEST(DataLoader, SequentialBatches) {
   EXPECT_EQ(batches[0][1].dtype(), kInt64);
   expect_tensor_near(batches[2][1], {8, 9}, {2});  // the short last batch
   expect_tensor_near(batches[2][0], {8, -8, 9, -9}, {2, 2});
+}
+
+// pin_memory asks for batches in pinned memory; without a CUDA device it does nothing, and the batches are the
+// same as without it (the GPU side, where batches come pinned: tests/cuda/allocator_test.cpp).
+TEST(DataLoader, PinMemoryWithoutADeviceChangesNothing) {
+  if (cuda::is_available()) GTEST_SKIP() << "a CUDA device is present: the GPU tests cover pinned batches";
+  for (int workers : {0, 2}) {
+    DataLoader plain(make_dataset(10), {.batch_size = 4, .num_workers = workers});
+    DataLoader pinned(make_dataset(10), {.batch_size = 4, .num_workers = workers, .pin_memory = true});
+    EXPECT_TRUE(pinned.options().pin_memory);
+    EXPECT_FALSE(pinned.pins_memory());
+    std::vector<Batch> a, b;
+    for (auto& batch : plain) a.push_back(batch);
+    for (auto& batch : pinned) b.push_back(batch);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(b[i][0].sizes(), a[i][0].sizes());
+      EXPECT_EQ(values(b[i][0]), values(a[i][0]));
+      EXPECT_EQ(values(b[i][1]), values(a[i][1]));
+      EXPECT_EQ(b[i][1].dtype(), kInt64);
+      EXPECT_FALSE(cuda::is_pinned(b[i][0].raw_data_ptr()));
+    }
+  }
 }
 
 TEST(DataLoader, DropLast) {

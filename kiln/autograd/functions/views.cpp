@@ -194,8 +194,8 @@ Tensor Tensor::clone() const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 // to: the gradient goes back to the input's dtype and device
-Tensor Tensor::to(Device device, DType dtype) const {
-  Tensor out = ops::to(*this, device, dtype);
+Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
+  Tensor out = ops::to(*this, device, dtype, non_blocking);
   if (out.impl() == impl() || !should_record(*this)) return out;
   if (!is_floating(dtype)) return out;  // integer results have no gradient
   record("to", out, {*this}, [from_device = this->device(), from_dtype = this->dtype()](const Tensor& g, const OpNode&) {
@@ -204,18 +204,18 @@ Tensor Tensor::to(Device device, DType dtype) const {
   return out;
 }
 Tensor Tensor::to(DType dtype) const { return to(device(), dtype); }
-Tensor Tensor::to(Device device) const { return to(device, dtype()); }
+Tensor Tensor::to(Device device, bool non_blocking) const { return to(device, dtype(), non_blocking); }
 
 // copy_: the old value of self is overwritten (no gradient); src gets g, summed back if it was broadcast
-const Tensor& Tensor::copy_(const Tensor& src) const {
+const Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) const {
   if (!should_record(*this, src)) {
-    ops::copy_(*this, src);
+    ops::copy_(*this, src, non_blocking);
     return *this;
   }
   Tensor self = *this;
   record_inplace("copy_", self, [&](const Tensor& old) {
     Tensor out = empty_like(old);
-    ops::copy_(out, src);
+    ops::copy_(out, src, non_blocking);
     record("copy_", out, {old, src}, [](const Tensor& g, const OpNode& n) {
       return TensorList{Tensor(), n.needs_input_grad(1) ? g : Tensor()};
     });

@@ -63,13 +63,36 @@ void record_stream(const Tensor& t, const Stream& stream);
 
 // ---- pinned (page-locked) host memory: host<->device copies from it run at full speed and can be async ----
 
+// kiln pins host memory through a cache (pinned_cache.h): cudaHostAlloc is slow and cudaFreeHost synchronizes
+// the device, so freed blocks are kept and reused, each only once the asynchronous copies that used it have run.
+
 // nbytes of pinned host memory (nullptr for 0 bytes); throws kiln::Error without a CUDA device.
 void* alloc_pinned(size_t nbytes);
+// Gives memory from alloc_pinned back to the cache. The cache knows of kiln's own copies only: code that queues
+// its own cudaMemcpyAsync on this memory calls record_pinned_use, or synchronizes, before freeing it.
 void free_pinned(void* ptr);
-// Whether ptr points into pinned host memory (false in a CPU-only build).
+// Whether ptr points into pinned host memory, kiln's or pinned some other way (false in a CPU-only build).
 bool is_pinned(const void* ptr);
 // A CPU tensor whose storage is pinned memory, freed when its last view goes; contents uninitialized.
 Tensor empty_pinned(IntArrayRef shape, DType dtype);
+// An asynchronous copy queued on `stream` reads or writes the pinned memory at host_ptr: kiln's cache does not
+// hand that memory out again until the copy has run. (The non-blocking copies of Tensor::to and copy_ call
+// this; memory pinned some other way is its owner's to keep alive.)
+void record_pinned_use(const void* host_ptr, const Stream& stream);
+
+struct PinnedStats {
+  size_t allocated_bytes = 0;  // in blocks handed out now (as rounded)
+  size_t cached_bytes = 0;     // in blocks kept for reuse
+  uint64_t allocations = 0;    // requests of a nonzero size
+  uint64_t cache_hits = 0;     // of those, the ones served by a cached block
+  uint64_t host_allocs = 0;    // cudaHostAlloc calls that succeeded
+  uint64_t host_frees = 0;     // cudaFreeHost calls
+};
+// Zeros without a device.
+PinnedStats pinned_memory_stats();
+// Gives the cached pinned blocks that no copy still uses back to the system (empty_cache() is the device's
+// memory only, as in PyTorch).
+void empty_pinned_cache();
 
 // ---- matrix products (linalg_cuda.cu) ----
 

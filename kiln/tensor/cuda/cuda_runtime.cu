@@ -1,4 +1,5 @@
-// Device discovery, device memory (the caching allocator over cudaMalloc) and pinned host memory.
+// Device discovery, device memory (the caching allocator over cudaMalloc) and pinned host memory (the pinned
+// cache over cudaHostAlloc, pinned_cache.h).
 //
 // NOTE: on a machine without a GPU or without its driver, cudaGetDeviceCount fails ("CUDA driver version is
 // insufficient for CUDA runtime version", "no CUDA-capable device is detected"). kiln treats any such
@@ -14,6 +15,7 @@
 
 #include "kiln/tensor/allocator.h"
 #include "kiln/tensor/caching_allocator.h"
+#include "kiln/tensor/pinned_cache.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/stream.h"
@@ -60,8 +62,51 @@ void check_device(Device device, const char* what) {
              " CUDA device", n == 1 ? "" : "s", ")");
 }
 
-// The caching allocator's view of CUDA. Only ever called with the allocator's mutex held, so the event free
-// lists need no lock of their own.
+// Events recorded to mark a stream's progress (a freed block's last use, a copy from pinned memory), kept for
+// reuse once finished, per device: cudaEventCreate is not free. Not locked: each owner calls it under its own
+// mutex. `what` names the operation in errors.
+class EventPool {
+ public:
+  cudaEvent_t record(int device, cudaStream_t stream, const char* what) {
+    DeviceGuard guard(device);
+    std::vector<cudaEvent_t>& spare = spare_events(device);
+    cudaEvent_t event = nullptr;
+    if (!spare.empty()) {
+      event = spare.back();
+      spare.pop_back();
+    } else {
+      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), what);
+    }
+    cudaError_t err = cudaEventRecord(event, stream);
+    if (err != cudaSuccess) {
+      spare.push_back(event);
+      KILN_CUDA_CHECK(err, what);
+    }
+    return event;
+  }
+
+  static bool done(cudaEvent_t event, const char* what) {
+    cudaError_t err = cudaEventQuery(event);
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    KILN_CUDA_CHECK(err, what);
+    return true;
+  }
+
+  void release(int device, cudaEvent_t event) { spare_events(device).push_back(event); }
+
+ private:
+  std::vector<cudaEvent_t>& spare_events(int device) {
+    if (static_cast<size_t>(device) >= spare_.size()) spare_.resize(device + 1);
+    return spare_[device];
+  }
+  std::vector<std::vector<cudaEvent_t>> spare_;  // recorded and finished events, per device
+};
+
+// The caching allocator's view of CUDA. Only ever called with the allocator's mutex held, so the event pool
+// needs no lock of its own.
 class CudaMemory final : public DeviceMemory {
  public:
   void* malloc(int device, size_t nbytes) override {
@@ -87,31 +132,11 @@ class CudaMemory final : public DeviceMemory {
   }
 
   void* record_event(int device, StreamHandle stream) override {
-    DeviceGuard guard(device);
-    std::vector<cudaEvent_t>& spare = spare_events(device);
-    cudaEvent_t event = nullptr;
-    if (!spare.empty()) {
-      event = spare.back();
-      spare.pop_back();
-    } else {
-      KILN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "free (record_stream)");
-    }
-    cudaError_t err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
-    if (err != cudaSuccess) {
-      spare.push_back(event);
-      KILN_CUDA_CHECK(err, "free (record_stream)");
-    }
-    return event;
+    return events_.record(device, static_cast<cudaStream_t>(stream), "free (record_stream)");
   }
 
   bool event_done(int, void* event) override {
-    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    KILN_CUDA_CHECK(err, "allocate (waiting for a block used on another stream)");
-    return true;
+    return EventPool::done(static_cast<cudaEvent_t>(event), "allocate (waiting for a block used on another stream)");
   }
 
   void wait_event(int, void* event) override {
@@ -119,9 +144,7 @@ class CudaMemory final : public DeviceMemory {
                     "allocate (waiting for a block used on another stream)");
   }
 
-  void release_event(int device, void* event) override {
-    spare_events(device).push_back(static_cast<cudaEvent_t>(event));
-  }
+  void release_event(int device, void* event) override { events_.release(device, static_cast<cudaEvent_t>(event)); }
 
   void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override {
     DeviceGuard guard(device);
@@ -129,11 +152,7 @@ class CudaMemory final : public DeviceMemory {
   }
 
  private:
-  std::vector<cudaEvent_t>& spare_events(int device) {
-    if (static_cast<size_t>(device) >= spare_.size()) spare_.resize(device + 1);
-    return spare_[device];
-  }
-  std::vector<std::vector<cudaEvent_t>> spare_;  // recorded and finished events, per device, for reuse
+  EventPool events_;
 };
 
 CachingAllocator& caching_allocator() {
@@ -210,37 +229,88 @@ void record_stream(const Tensor& t, const Stream& stream) {
 
 // ---- pinned host memory ----
 
+namespace {
+
+// The pinned cache's view of CUDA (pinned_cache.h). Its events are only touched with the cache's mutex held
+// (host_alloc and host_free run without it and touch nothing shared).
+class CudaPinnedMemory final : public PinnedMemory {
+ public:
+  void* host_alloc(size_t nbytes) override {
+    void* p = nullptr;
+    // Portable: pinned for every device's context, not only the current one's.
+    cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    KILN_CUDA_CHECK(err, "pin host memory");
+    return p;
+  }
+
+  void host_free(void* ptr) override {
+    // NOTE: cudaFreeHost synchronizes with the device; errors cannot be thrown here (called from destructors).
+    cudaFreeHost(ptr);
+    cudaGetLastError();
+  }
+
+  void* record_event(int device, void* stream) override {
+    return events_.record(device, static_cast<cudaStream_t>(stream), "copy (pinned memory's event)");
+  }
+
+  bool event_done(int, void* event) override {
+    return EventPool::done(static_cast<cudaEvent_t>(event), "pinned memory (waiting for a copy that used it)");
+  }
+
+  void release_event(int device, void* event) override { events_.release(device, static_cast<cudaEvent_t>(event)); }
+
+ private:
+  EventPool events_;
+};
+
+// Never destroyed, as the device allocator: pinned tensors held in static variables may go after it would have.
+PinnedCache& pinned_cache() {
+  static PinnedCache* cache = new PinnedCache(std::make_unique<CudaPinnedMemory>());
+  return *cache;
+}
+
+}  // namespace
+
 void* alloc_pinned(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   KILN_CHECK(device_count() > 0, "alloc_pinned: no CUDA device is available on this machine, so host memory "
              "cannot be pinned (", nbytes, " bytes asked)");
-  void* p = nullptr;
-  // Portable: pinned for every device's context, not only the current one's.
-  cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    detail::throw_error(detail::concat("alloc_pinned: cannot pin ", nbytes, " bytes of host memory: ",
-                                       cudaGetErrorString(err)));
-  }
-  return p;
+  return pinned_cache().allocate(nbytes);
 }
 
 void free_pinned(void* ptr) {
   if (ptr == nullptr) return;
-  // NOTE: cudaFreeHost synchronizes with the device before the pages go back (one reason pinning is kept to
-  // buffers that live long); errors cannot be thrown here (called from tensor destructors).
-  cudaFreeHost(ptr);
-  cudaGetLastError();
+  pinned_cache().release(ptr);
 }
 
 bool is_pinned(const void* ptr) {
   if (ptr == nullptr || device_count() == 0) return false;
-  cudaPointerAttributes attr{};
+  if (pinned_cache().owns(ptr)) return true;
+  cudaPointerAttributes attr{};  // host memory pinned some other way (cudaHostRegister, another library)
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
   return attr.type == cudaMemoryTypeHost;
+}
+
+void record_pinned_use(const void* host_ptr, const Stream& stream) {
+  if (host_ptr == nullptr || device_count() == 0) return;
+  pinned_cache().record_use(host_ptr, stream.device, stream.handle);
+}
+
+PinnedStats pinned_memory_stats() {
+  if (device_count() == 0) return {};
+  return pinned_cache().stats();
+}
+
+void empty_pinned_cache() {
+  if (device_count() == 0) return;
+  pinned_cache().empty();
 }
 
 Tensor empty_pinned(IntArrayRef shape, DType dtype) {

@@ -111,6 +111,7 @@ using AdamStepKernel = void(std::span<const Tensor> params, std::span<const Tens
 #define KILN_FORALL_OPS(X)                 \
   /* data movement and creation */         \
   X(copy, UnaryKernel)                     \
+  X(copy_async, UnaryKernel)               \
   X(fill, FillKernel)                      \
   X(arange, RangeKernel)                   \
   X(uniform, RandomKernel)                 \
