@@ -269,5 +269,38 @@ TEST(GroupFailure, FirstReportWinsAndBecomesTheOthersCause) {
   std::remove(path.c_str());
 }
 
+// A store as a rank sees it that looked for a report a moment before another rank wrote one: check() says
+// no key, everything else is the real store's.
+class LooksTooEarly final : public Store {
+ public:
+  explicit LooksTooEarly(std::shared_ptr<Store> s) : s_(std::move(s)) {}
+  void set(const std::string& k, const Bytes& v) override { s_->set(k, v); }
+  Bytes get(const std::string& k) override { return s_->get(k); }
+  int64_t add(const std::string& k, int64_t d) override { return s_->add(k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override { return s_->compare_set(k, e, d); }
+  bool check(const std::vector<std::string>&) override { return false; }
+  void wait(const std::vector<std::string>& k, std::optional<Duration> t) override { s_->wait(k, t); }
+  bool delete_key(const std::string& k) override { return s_->delete_key(k); }
+  int64_t num_keys() override { return s_->num_keys(); }
+
+ private:
+  std::shared_ptr<Store> s_;
+};
+
+// Two ranks failing at once (both neighbours of a dead one): the one whose write comes second learns from the
+// write itself that it was not first, and names the first as the cause, though it looked too early to see it.
+TEST(GroupFailure, OfTwoRanksFailingAtOnceTheSecondNamesTheFirst) {
+  const std::string path = testing::TempDir() + "kiln_group_failure_race_" + std::to_string(getpid());
+  std::remove(path.c_str());
+  auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(5));
+  GroupFailure first(store, "g/2/error", 1);
+  GroupFailure second(std::make_shared<LooksTooEarly>(store), "g/2/error", 3);
+  EXPECT_EQ(first.report("allreduce #7", "EOF from rank 2"), "EOF from rank 2");
+  EXPECT_EQ(second.report("allreduce #7", "reset by rank 2"),
+            "allreduce #7: rank 3 stopped because rank 1 failed: EOF from rank 2 (here: reset by rank 2)");
+  EXPECT_EQ(store->get_string("g/2/error"), "rank 1 failed: EOF from rank 2") << "the first report stays";
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace kiln::distributed::tcp
