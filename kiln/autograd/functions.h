@@ -13,6 +13,8 @@
 
 #include "kiln/tensor/ops.h"
 #include "kiln/tensor/ops/conv.h"
+#include "kiln/tensor/ops/cross_entropy.h"
+#include "kiln/tensor/ops/normalization.h"
 
 namespace kiln {
 
@@ -130,6 +132,16 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 // x (N, C, H, W) -> {out (N, C, OH, OW), int64 indices of each max in its plane}; differentiable in out
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dParams& p);
+
+// ---- fused loss and normalization (functions/cross_entropy.cpp, functions/normalization.cpp) ----
+// Each backward rule calls its fused backward kernel; under create_graph it computes the same gradient from
+// differentiable ops instead, so higher derivatives work too.
+// logits (N, C), target (N) int64, weight (C) or undefined -> {loss (N), row weight (N)} (ops/cross_entropy.h);
+// differentiable in logits (the weight is a constant, as in PyTorch)
+std::pair<Tensor, Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                             const CrossEntropyParams& p);
+// x (M, D), weight and bias (D) or undefined -> (M, D), each row normalized (ops/normalization.h)
+Tensor layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 
 // ---- no gradient: the tensor layer's functions as they are ----
 using ops::all;

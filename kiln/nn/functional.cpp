@@ -1,4 +1,6 @@
-// The math of nn's layers and losses, each a composite of differentiable ops: its gradient comes from them.
+// The math of nn's layers and losses, composites of differentiable ops whose gradients come from them, but for
+// layer_norm and cross_entropy over class indices: those call fused ops with backward rules of their own
+// (kiln/autograd/functions/normalization.cpp and cross_entropy.cpp), a kernel or two instead of a dozen.
 #include "kiln/nn/functional.h"
 
 #include <vector>
@@ -61,15 +63,17 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
   for (int64_t i = 0; i < k; ++i)
     KILN_CHECK(x.size(x.dim() - k + i) == normalized_shape[static_cast<size_t>(i)], "layer_norm: input of shape ",
                shape_str(x.sizes()), " does not end in normalized_shape ", shape_str(normalized_shape));
-  std::vector<int64_t> dims;
-  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  Tensor mu = x.mean(dims, /*keepdim=*/true);
-  Tensor centered = x - mu;
-  Tensor var = (centered * centered).mean(dims, true);  // biased, as layer norm defines it
-  Tensor y = centered * rsqrt(var + eps);
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  for (const Tensor* p : {&weight, &bias})
+    KILN_CHECK(!p->defined() || p->sizes() == Shape(normalized_shape.begin(), normalized_shape.end()),
+               "layer_norm: weight and bias must have the normalized_shape ", shape_str(normalized_shape), ", got ",
+               shape_str(p->sizes()));
+  // The normalized dims as one: rows (M, D) for the fused kernel.
+  int64_t rows = 1, d = 1;
+  for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.size(i);
+  for (int64_t s : normalized_shape) d *= s;
+  Tensor w = weight.defined() ? weight.reshape({d}) : weight;
+  Tensor b = bias.defined() ? bias.reshape({d}) : bias;
+  return layer_norm_rows(x.reshape({rows, d}), w, b, eps).view(x.sizes());
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
@@ -85,12 +89,18 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 
 namespace {
 // Checks class-index targets: int64, shape (N, d1, ...) for input (N, C, d1, ...), values in [0, C) or ignored.
-void check_class_targets(const char* op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
+// The dtype and shape of class-index targets: int64, (N, d1, ...) for input (N, C, d1, ...).
+void check_class_target_shape(const char* op, const Tensor& input, const Tensor& target) {
   KILN_CHECK(target.dtype() == kInt64, op, ": class-index targets must be int64, got ", target.dtype());
   Shape expected = input.sizes();
   expected.erase(expected.begin() + 1);
   KILN_CHECK(target.sizes() == expected, op, ": input of shape ", shape_str(input.sizes()), " needs a target of shape ",
              shape_str(expected), ", got ", shape_str(target.sizes()));
+}
+
+// Also the values: in [0, C) or ignore_index (a host sync on a GPU: the fused cross-entropy checks in its kernel).
+void check_class_targets(const char* op, const Tensor& input, const Tensor& target, int64_t ignore_index) {
+  check_class_target_shape(op, input, target);
   int64_t classes = input.size(1);
   Tensor bad = ops::logical_and(ops::logical_or(ops::lt(target, 0), ops::ge(target, classes)),
                                 ops::ne(target, ignore_index));
@@ -107,7 +117,7 @@ bool unbatched(const Tensor& input) { return input.dim() == 1; }
 }  // namespace
 
 namespace {
-// nll_loss for `op` (nll_loss or cross_entropy, whose errors then name it).
+// nll_loss, whose errors name `op`.
 Tensor nll(const char* op, const Tensor& input_in, const Tensor& target_in, const NllLossOptions& options) {
   bool single = unbatched(input_in);
   Tensor input = single ? input_in.unsqueeze(0) : input_in;
@@ -157,13 +167,13 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const Cros
   int64_t classes = input.size(1);
   KILN_CHECK(!options.weight.defined() || (options.weight.dim() == 1 && options.weight.size(0) == classes),
              "cross_entropy: weight must be (", classes, "), got ", shape_str(options.weight.sizes()));
-  // NOTE: log_softmax, not log(softmax): the latter underflows to -inf for very unlikely classes.
-  Tensor logp = log_softmax(input, 1);
   double eps = options.label_smoothing;
 
   if (target_in.is_floating_point()) {  // class probabilities, input's shape
     Tensor target = single ? target_in.unsqueeze(0) : target_in;
     check_same_shape("cross_entropy", input, target);
+    // NOTE: log_softmax, not log(softmax): the latter underflows to -inf for very unlikely classes.
+    Tensor logp = log_softmax(input, 1);
     if (eps > 0) target = target * (1.0 - eps) + eps / static_cast<double>(classes);
     Tensor weighted = options.weight.defined() ? logp * class_weight_view(options.weight, input.dim()) : logp;
     Tensor loss = -(weighted * target).sum({1});  // (N, d1, ...)
@@ -172,34 +182,30 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const Cros
     return reduce(loss, options.reduction);
   }
 
+  // Class indices: the fused kernel (log_softmax, pick, weights, ignore_index and smoothing in one pass; the
+  // target values are checked there, without a host sync on a GPU) over rows (N d1 ..., C).
   Tensor target = single ? target_in.unsqueeze(0) : target_in;
-  Tensor picked = nll("cross_entropy", logp, target, {options.weight, options.ignore_index, options.reduction});
-  if (eps == 0.0) return (single && options.reduction == Reduction::None) ? picked.squeeze(0) : picked;
-  // Label smoothing: (1 - eps) of the loss against the target, eps of it against the uniform distribution,
-  // whose loss per position is -sum_c w_c logp_c / C.
-  Tensor ignored = ops::eq(target, options.ignore_index);
-  Tensor weighted = options.weight.defined() ? logp * class_weight_view(options.weight, input.dim()) : logp;
-  Tensor smooth = masked_fill(-weighted.sum({1}), ignored, 0.0);  // (N, d1, ...)
-  Tensor smooth_reduced;
+  check_class_target_shape("cross_entropy", input, target);
+  std::vector<int64_t> class_last;  // (N, C, d1, ...) -> (N, d1, ..., C)
+  for (int64_t d = 0; d < input.dim(); ++d)
+    if (d != 1) class_last.push_back(d);
+  class_last.push_back(1);
+  Tensor rows = input.dim() == 2 ? input : input.permute(class_last).reshape({-1, classes});
+  auto [loss, row_weight] =
+      cross_entropy_rows(rows, target.reshape({-1}), options.weight, {options.ignore_index, eps});
   switch (options.reduction) {
-    case Reduction::None:
-      smooth_reduced = smooth;
-      break;
-    case Reduction::Sum:
-      smooth_reduced = smooth.sum();
-      break;
-    case Reduction::Mean: {
-      Tensor safe_target = ops::masked_fill(target, ignored, 0);
-      Tensor w = options.weight.defined()
-                     ? ops::masked_fill(ops::index_select(options.weight, 0, ops::reshape(safe_target, {-1})),
-                                        ops::reshape(ignored, {-1}), 0)
-                     : ops::to(ops::logical_not(ignored), input.dtype());
-      smooth_reduced = smooth.sum() / ops::sum(w);
-      break;
+    case Reduction::None: {
+      Tensor per_position = loss.view(target.sizes());
+      return single ? per_position.squeeze(0) : per_position;
     }
+    case Reduction::Sum:
+      return loss.sum();
+    case Reduction::Mean:
+      break;
   }
-  Tensor loss = picked * (1.0 - eps) + smooth_reduced * (eps / static_cast<double>(classes));
-  return (single && options.reduction == Reduction::None) ? loss.squeeze(0) : loss;
+  // PyTorch's weighted mean, smoothing term included: the sum over the weights of the targets (NaN when every
+  // target is ignored).
+  return loss.sum() / ops::sum(row_weight);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -34,6 +34,8 @@ void install_builtin_kernels() {
   detail::register_indexing_cpu_kernels();
   detail::register_conv_cpu_kernels();
   detail::register_optim_cpu_kernels();
+  detail::register_cross_entropy_cpu_kernels();
+  detail::register_normalization_cpu_kernels();
 #ifdef KILN_WITH_CUDA
   detail::register_cuda_kernels();
 #endif

@@ -501,6 +501,53 @@ INSTANTIATE_TEST_SUITE_P(LinalgGradGrad, OpGrad, ::testing::ValuesIn(gradgrad(li
 INSTANTIATE_TEST_SUITE_P(IndexingGradGrad, OpGrad, ::testing::ValuesIn(gradgrad(indexing_cases())), case_name);
 INSTANTIATE_TEST_SUITE_P(ViewsGradGrad, OpGrad, ::testing::ValuesIn(gradgrad(view_cases())), case_name);
 
+// ---- fused loss and normalization (functions/cross_entropy.cpp, functions/normalization.cpp) ----
+
+// Their backward rules call fused kernels; the GradGrad twins check the differentiable form they switch to
+// under create_graph.
+std::vector<GradCase> fused_cases() {
+  auto i64 = [](std::vector<int64_t> v, Shape s) { return [v, s] { return int64s(v, s); }; };
+  auto targets = i64({2, 0, 4, 1}, {4});
+  auto with_ignored = i64({2, -100, 4, 1}, {4});
+  auto wide_targets = i64({39, 0, 17}, {3});
+  auto ce = [](CrossEntropyParams p, bool weighted) {
+    return [p, weighted](In in) {
+      Tensor w = weighted ? f64({0.5, 2.0, 1.0, 0.25, 1.5}, {5}) : Tensor();
+      return cross_entropy_rows(in[0], in[1], w, p).first;
+    };
+  };
+  return {
+      single("cross_entropy_rows", [targets] { return TensorVec{leaf({4, 5}), targets()}; }, ce({}, false)),
+      single("cross_entropy_rows_weight", [targets] { return TensorVec{leaf({4, 5}), targets()}; }, ce({}, true)),
+      single("cross_entropy_rows_ignore_smoothing", [with_ignored] { return TensorVec{leaf({4, 5}), with_ignored()}; },
+             ce({.ignore_index = -100, .label_smoothing = 0.2}, false)),
+      single("cross_entropy_rows_weight_ignore_smoothing",
+             [with_ignored] { return TensorVec{leaf({4, 5}), with_ignored()}; },
+             ce({.ignore_index = -100, .label_smoothing = 0.3}, true)),
+      single("cross_entropy_rows_full_smoothing", [targets] { return TensorVec{leaf({4, 5}), targets()}; },
+             ce({.label_smoothing = 1.0}, true)),
+      single("cross_entropy_rows_transposed", [targets] { return TensorVec{leaf({5, 4}), targets()}; },
+             [](In in) { return cross_entropy_rows(in[0].t(), in[1], Tensor(), {}).first; }),
+      single("cross_entropy_rows_wide", [wide_targets] { return TensorVec{leaf({3, 40}), wide_targets()}; },
+             ce({.label_smoothing = 0.1}, false)),
+      single("layer_norm_rows", leaves({{3, 5}, {5}, {5}}),
+             [](In in) { return layer_norm_rows(in[0], in[1], in[2], 1e-5); }),
+      single("layer_norm_rows_no_affine", leaves({{4, 6}}), [](In in) { return layer_norm_rows(in[0], {}, {}, 1e-5); }),
+      single("layer_norm_rows_weight_only", leaves({{2, 7}, {7}}),
+             [](In in) { return layer_norm_rows(in[0], in[1], {}, 0.1); }),
+      single("layer_norm_rows_bias_only", leaves({{2, 7}, {7}}),
+             [](In in) { return layer_norm_rows(in[0], {}, in[1], 1e-5); }),
+      single("layer_norm_rows_transposed", leaves({{5, 3}, {5}, {5}}),
+             [](In in) { return layer_norm_rows(in[0].t(), in[1], in[2], 1e-5); }),
+      // Many rows and wide ones: the parameter gradients sum over rows in blocks of columns.
+      single("layer_norm_rows_wide", leaves({{9, 70}, {70}, {70}}),
+             [](In in) { return layer_norm_rows(in[0], in[1], in[2], 1e-5) * ramp({9, 70}); }),
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Fused, OpGrad, ::testing::ValuesIn(fused_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(FusedGradGrad, OpGrad, ::testing::ValuesIn(gradgrad(fused_cases())), case_name);
+
 // ---- second derivatives ----
 
 // gradcheck of the create_graph gradient of sum(f): its Jacobian is f's Hessian (for each input pair).

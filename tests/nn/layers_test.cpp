@@ -86,6 +86,26 @@ TEST(LayerNorm, MatchesItsFormulaAndGradchecks) {
   gradcheck([&](const std::vector<Tensor>& in) { return nn::F::layer_norm(in[0], {3, 4}); }, {x3});
 }
 
+// The fused kernels' gradients and those of the differentiable form used under create_graph agree, over two
+// normalized dims (flattened into one) of a non-contiguous input, with (3, 4) weight and bias.
+TEST(LayerNorm, FusedAndCreateGraphGradientsAgree) {
+  Tensor x = randn64({4, 2, 3}, 5).permute({1, 0, 2}).detach().requires_grad_();  // (2, 4, 3), not contiguous
+  Tensor w = (randn64({4, 3}, 6) * 0.5 + 1.0).detach().requires_grad_();
+  Tensor b = randn64({4, 3}, 7).requires_grad_();
+  Tensor r = randn64({2, 4, 3}, 8);
+  auto loss = [&] { return (nn::F::layer_norm(x, {4, 3}, w, b, 1e-5) * r).sum(); };
+  std::vector<Tensor> plain = autograd::grad({loss()}, {x, w, b});
+  std::vector<Tensor> recorded = autograd::grad({loss()}, {x, w, b}, {}, std::nullopt, /*create_graph=*/true);
+  for (size_t i = 0; i < 3; ++i) {
+    if (i < 2) EXPECT_TRUE(recorded[i].requires_grad()) << i;  // db = sum of r: a constant
+    std::vector<double> a = plain[i].to_vector<double>(), c = recorded[i].detach().to_vector<double>();
+    ASSERT_EQ(a.size(), c.size());
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_NEAR(a[k], c[k], 1e-12) << "gradient " << i << " element " << k;
+  }
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::layer_norm(in[0], {4, 3}, in[1], in[2]); }, {x, w, b});
+  expect_error([&] { nn::F::layer_norm(x, {4, 3}, ones({12}, kFloat64)); }, {"layer_norm", "(4, 3)", "(12)"});
+}
+
 TEST(Dropout, ZeroesAFractionAndScalesTheRest) {
   auto drop = nn::Dropout(0.25);
   Tensor x = ones({100000});

@@ -102,6 +102,27 @@ TEST(CrossEntropy, ProbabilityTargetsSpatialAndUnbatched) {
               nn::F::cross_entropy(logits.narrow(0, 0, 1), tensor(std::vector<int64_t>{2}, {1})).item<double>(), 1e-12);
 }
 
+// The fused kernel's backward and the differentiable form it switches to under create_graph give one gradient;
+// (N, C, L) logits reach the kernel permuted, and their gradient comes back through the permutation.
+TEST(CrossEntropy, FusedAndCreateGraphGradientsAgree) {
+  Tensor x = randn64({3, 5, 4}, 7);
+  Tensor t = tensor(std::vector<int64_t>{0, 4, -100, 2, 1, 1, 3, 0, 2, 4, 4, -100}, {3, 4});
+  nn::F::CrossEntropyOptions opt;
+  opt.weight = tensor({0.5, 1.0, 2.0, 1.5, 0.7}, kFloat64);
+  opt.label_smoothing = 0.15;
+  Tensor z = x.detach().requires_grad_();
+  Tensor plain = autograd::grad({nn::F::cross_entropy(z, t, opt)}, {z})[0];
+  Tensor recorded = autograd::grad({nn::F::cross_entropy(z, t, opt)}, {z}, {}, std::nullopt, /*create_graph=*/true)[0];
+  EXPECT_TRUE(recorded.requires_grad());
+  std::vector<double> a = plain.to_vector<double>(), b = recorded.detach().to_vector<double>();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-14) << "element " << i;
+  gradcheck([&](const std::vector<Tensor>& in) { return nn::F::cross_entropy(in[0], t, opt); }, {z});
+  // Every target ignored: the weighted mean is 0 / 0, NaN, as in PyTorch.
+  Tensor all_ignored = full({3, 4}, -100, kInt64);
+  EXPECT_TRUE(std::isnan(nn::F::cross_entropy(x, all_ignored).item<double>()));
+}
+
 TEST(CrossEntropy, BadTargetsAreClearErrors) {
   Tensor logits = zeros({2, 3});
   expect_error([&] { nn::F::cross_entropy(logits, tensor(std::vector<int64_t>{0, 3}, {2})); },

@@ -338,6 +338,8 @@ void register_cuda_indexing_kernels();     // indexing_cuda.cu
 void register_cuda_random_kernels();       // random_cuda.cu
 void register_cuda_conv_kernels();         // conv_cuda.cu
 void register_cuda_optim_kernels();        // optim_cuda.cu
+void register_cuda_cross_entropy_kernels(); // cross_entropy_cuda.cu
+void register_cuda_normalization_kernels(); // normalization_cuda.cu
 
 void register_cuda_kernels() {
   register_cuda_copy_kernels();
@@ -349,6 +351,8 @@ void register_cuda_kernels() {
   register_cuda_random_kernels();
   register_cuda_conv_kernels();
   register_cuda_optim_kernels();
+  register_cuda_cross_entropy_kernels();
+  register_cuda_normalization_kernels();
 }
 
 }  // namespace kiln::detail

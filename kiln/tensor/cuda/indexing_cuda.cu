@@ -9,9 +9,8 @@
 // index_add add atomically, in the same op-math arithmetic as the CPU (float for the 16-bit floats), so
 // without duplicates the result equals the CPU's, and with duplicates only the order of a float sum differs.
 //
-// Index values are checked on the device: reading them on the host would need a synchronization per op. A
-// bad index is skipped (a read gives 0) and recorded in mapped host memory; the next CUDA indexing op
-// launched after the faulty one has finished throws the error (at once with KILN_CUDA_SYNC_DEBUG).
+// Index values are checked on the device (index_check.cuh): a bad index is skipped (a read gives 0) and the
+// next CUDA indexing op launched after the faulty one has finished throws the error.
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -19,13 +18,66 @@
 #include <utility>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/index_check.cuh"
 #include "kiln/tensor/cuda/loops_cuda.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/tensor.h"
 
 namespace kiln {
+
+namespace cuda {
+
+const char* index_op_name(IndexOpId op) {
+  static const char* const names[] = {"index_select", "gather", "scatter", "scatter_add", "index_add",
+                                      "cross_entropy", "cross_entropy_backward"};
+  static_assert(std::size(names) == kNumIndexOps);
+  return op >= 0 && op < kNumIndexOps ? names[op] : "CUDA indexing";
+}
+
+std::pair<IndexError*, IndexError*> index_error_slot() {
+  static std::pair<IndexError*, IndexError*> slot{nullptr, nullptr};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* host = nullptr;
+    void* device = nullptr;
+    // Portable: with unified addressing the one device pointer is valid on every device.
+    KILN_CUDA_CHECK(cudaHostAlloc(&host, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable),
+                    "CUDA indexing: the index error slot");
+    std::memset(host, 0, sizeof(IndexError));
+    KILN_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0), "CUDA indexing: the index error slot");
+    slot = {static_cast<IndexError*>(host), static_cast<IndexError*>(device)};
+  });
+  return slot;
+}
+
+void raise_pending_index_error() {
+  volatile IndexError* e = index_error_slot().first;
+  if (e->set == 0) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const int64_t value = e->value, size = e->size;
+  const int32_t dim = e->dim, op = e->op;
+  e->set = 0;
+  const char* name = index_op_name(static_cast<IndexOpId>(op));
+  if (op == kCrossEntropyId || op == kCrossEntropyBackwardId)
+    KILN_CHECK(false, name, ": target ", value, " is out of range for ", size, " classes",
+               " (found on the GPU by an earlier launch)");
+  KILN_CHECK(false, name, ": index ", value, " is out of range for dim ", dim, " of size ", size,
+             " (found on the GPU by an earlier launch)");
+}
+
+}  // namespace cuda
+
 namespace {
+
+using cuda::IndexCheck;
+using cuda::IndexOpId;
+using cuda::kGatherId;
+using cuda::kIndexAddId;
+using cuda::kIndexSelectId;
+using cuda::kScatterAddId;
+using cuda::kScatterId;
+using cuda::raise_pending_index_error;
 
 // ---- geometry: the operands' offsets come from cuda::Layout / cuda::OffsetCalc (loops_cuda.cuh) ----
 
@@ -49,67 +101,6 @@ unsigned blocks_for(int64_t n) {
   const int64_t blocks = (n + kIndexBlock - 1) / kIndexBlock;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks > (1 << 16) ? (1 << 16) : blocks);
 }
-
-// ---- index errors, found on the device ----
-
-enum IndexOpId : int32_t { kIndexSelectId, kGatherId, kScatterId, kScatterAddId, kIndexAddId };
-const char* const kIndexOpNames[] = {"index_select", "gather", "scatter", "scatter_add", "index_add"};
-
-// In mapped (zero-copy) host memory: kernels write it, the host reads it without a copy.
-struct IndexError {
-  int64_t value, size;
-  int32_t dim, op;
-  int32_t set;
-};
-
-// The slot as the host sees it (first) and as kernels do (second); made once, on the first launch.
-std::pair<IndexError*, IndexError*> index_error_slot() {
-  static std::pair<IndexError*, IndexError*> slot{nullptr, nullptr};
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* host = nullptr;
-    void* device = nullptr;
-    // Portable: with unified addressing the one device pointer is valid on every device.
-    KILN_CUDA_CHECK(cudaHostAlloc(&host, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable),
-                    "CUDA indexing: the index error slot");
-    std::memset(host, 0, sizeof(IndexError));
-    KILN_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0), "CUDA indexing: the index error slot");
-    slot = {static_cast<IndexError*>(host), static_cast<IndexError*>(device)};
-  });
-  return slot;
-}
-
-// Throws the error an earlier (finished) launch recorded, and clears it.
-void raise_pending_index_error() {
-  volatile IndexError* e = index_error_slot().first;
-  if (e->set == 0) return;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  const int64_t value = e->value, size = e->size;
-  const int32_t dim = e->dim, op = e->op;
-  e->set = 0;
-  const char* name = op >= 0 && op <= kIndexAddId ? kIndexOpNames[op] : "CUDA indexing";
-  KILN_CHECK(false, name, ": index ", value, " is out of range for dim ", dim, " of size ", size,
-             " (found on the GPU by an earlier launch)");
-}
-
-// What a kernel needs to check its index values and report the first bad one.
-struct IndexCheck {
-  IndexError* slot;
-  int64_t size;
-  int32_t dim, op;
-
-  __device__ __forceinline__ bool ok(int64_t idx) const { return idx >= 0 && idx < size; }
-  __device__ void report(int64_t idx) const {
-    volatile IndexError* e = slot;
-    if (e->set != 0) return;  // one is enough; racing writers may mix fields of two bad indices of one op
-    e->value = idx;
-    e->size = size;
-    e->dim = dim;
-    e->op = op;
-    __threadfence_system();
-    e->set = 1;
-  }
-};
 
 // ---- atomic adds in op-math arithmetic ----
 
@@ -222,13 +213,9 @@ void with_index_type(const cuda::Layout<N>& geom, F&& launch) {
   else launch.template operator()<int64_t>();
 }
 
-IndexCheck make_check(IndexOpId op, int64_t dim, int64_t size) {
-  return IndexCheck{index_error_slot().second, size, static_cast<int32_t>(dim), op};
-}
-
 // After a launch: in KILN_CUDA_SYNC_DEBUG builds the kernel has finished, so its index errors are known now.
 void check_launch(IndexOpId op) {
-  KILN_CUDA_CHECK_LAUNCH(kIndexOpNames[op]);
+  KILN_CUDA_CHECK_LAUNCH(cuda::index_op_name(op));
 #ifdef KILN_CUDA_SYNC_DEBUG
   raise_pending_index_error();
 #endif
@@ -237,14 +224,14 @@ void check_launch(IndexOpId op) {
 // out: index's shape (gather) or x's with dim -> k (index_select), contiguous or not; x: any strides.
 void gather_launch(IndexOpId op, const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index,
                    const Shape& index_strides) {
-  const char* name = kIndexOpNames[op];
+  const char* name = cuda::index_op_name(op);
   const Shape x_strides = strides_without(x, dim);
   const cuda::Layout<3> geom(out.sizes(), {out.strides(), x_strides, index_strides});
   if (geom.numel == 0) return;
   cuda::DeviceGuard guard(out.device().index);
   raise_pending_index_error();
   cudaStream_t stream = cuda::current_stream(out.device().index).handle;
-  const IndexCheck check = make_check(op, dim, x.size(dim));
+  const IndexCheck check = cuda::make_index_check(op, dim, x.size(dim));
   visit_element_size(out.element_size(), name, [&]<typename T>() {
     with_index_type(geom, [&]<typename Index>() {
       gather_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
@@ -270,14 +257,14 @@ void gather_cuda(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& 
 // 0 along dim), index and src.
 void scatter_launch(IndexOpId op, const Tensor& self, int64_t dim, const Tensor& index, const Shape& index_strides,
                     const Tensor& src, const Shape& shape, const Scalar& alpha) {
-  const char* name = kIndexOpNames[op];
+  const char* name = cuda::index_op_name(op);
   const Shape self_strides = strides_without(self, dim);
   const cuda::Layout<3> geom(shape, {self_strides, index_strides, src.strides()});
   if (geom.numel == 0) return;
   cuda::DeviceGuard guard(self.device().index);
   raise_pending_index_error();
   cudaStream_t stream = cuda::current_stream(self.device().index).handle;
-  const IndexCheck check = make_check(op, dim, self.size(dim));
+  const IndexCheck check = cuda::make_index_check(op, dim, self.size(dim));
   const auto* index_ptr = static_cast<const int64_t*>(index.raw_data_ptr());
   if (op == kScatterId) {
     visit_element_size(self.element_size(), name, [&]<typename T>() {

@@ -107,6 +107,30 @@ using AdamStepKernel = void(std::span<const Tensor> params, std::span<const Tens
                             std::span<const Tensor> exp_avgs, std::span<const Tensor> exp_avg_sqs,
                             std::span<const double> steps, const AdamStepParams& s);
 
+// Cross-entropy over class indices, fused with its log_softmax (ops/cross_entropy.h has the math).
+struct CrossEntropyParams {
+  int64_t ignore_index = -100;  // rows whose target is this contribute nothing
+  double label_smoothing = 0;   // in [0, 1]
+};
+// logits: (N, C) contiguous, target: (N) int64 contiguous, weight: (C) in logits' dtype or undefined.
+// loss, row_weight: (N) in logits' dtype; lse: (N) in logits' op-math dtype (float32, or float64).
+using CrossEntropyKernel = void(const Tensor& loss, const Tensor& row_weight, const Tensor& lse,
+                                const Tensor& logits, const Tensor& target, const Tensor& weight,
+                                const CrossEntropyParams& p);
+// grad_logits: (N, C), grad_loss: (N), the rest as the forward's.
+using CrossEntropyBackwardKernel = void(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                                        const Tensor& lse, const Tensor& target, const Tensor& weight,
+                                        const CrossEntropyParams& p);
+
+// Layer normalization over the last dim, fused (ops/normalization.h has the math).
+// x, y: (M, D) contiguous; weight, bias: (D) in x's dtype or undefined; mean, rstd: (M) in x's op-math dtype.
+using LayerNormKernel = void(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                             const Tensor& weight, const Tensor& bias, double eps);
+// grad_x: (M, D) or undefined; grad_weight, grad_bias: (D) or undefined (not wanted); grad_y: (M, D).
+using LayerNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                     const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& weight);
+
 // X(op, kernel signature)
 #define KILN_FORALL_OPS(X)                 \
   /* data movement and creation */         \
@@ -192,6 +216,12 @@ using AdamStepKernel = void(std::span<const Tensor> params, std::span<const Tens
   X(conv2d_backward_weight, Conv2dBackwardWeightKernel) \
   X(max_pool2d, MaxPool2dKernel)           \
   X(max_pool2d_backward, MaxPool2dBackwardKernel) \
+  /* fused losses */                       \
+  X(cross_entropy, CrossEntropyKernel)     \
+  X(cross_entropy_backward, CrossEntropyBackwardKernel) \
+  /* fused normalization */                \
+  X(layer_norm, LayerNormKernel)           \
+  X(layer_norm_backward, LayerNormBackwardKernel) \
   /* fused optimizer updates */            \
   X(sgd_step, SgdStepKernel)               \
   X(adam_step, AdamStepKernel)

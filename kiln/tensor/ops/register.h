@@ -14,6 +14,8 @@ void register_linalg_cpu_kernels();
 void register_indexing_cpu_kernels();
 void register_conv_cpu_kernels();
 void register_optim_cpu_kernels();
+void register_cross_entropy_cpu_kernels();
+void register_normalization_cpu_kernels();
 
 #ifdef KILN_WITH_CUDA
 void register_cuda_kernels();  // kiln/tensor/cuda: device memory, copies, and the CUDA kernels so far

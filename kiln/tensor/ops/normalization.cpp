@@ -1,0 +1,86 @@
+// Frontends of the fused layer norm: checks that name the op, contiguous inputs in x's dtype, outputs on x's
+// device, then that device's kernel.
+#include "kiln/tensor/ops/normalization.h"
+
+#include <limits>
+#include <string>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/binary.h"
+#include "kiln/tensor/views.h"
+
+namespace kiln::ops {
+
+namespace {
+
+DType stats_dtype(DType x) { return x == kFloat64 ? kFloat64 : kFloat32; }
+
+// An affine parameter (D) on x's device, in x's dtype and contiguous; undefined stays undefined.
+Tensor check_param(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  if (!t.defined()) return t;
+  KILN_CHECK(t.sizes() == Shape{x.size(1)}, op, ": ", name, " must be (", x.size(1), ") for input of shape ",
+             shape_str(x.sizes()), ", got ", shape_str(t.sizes()));
+  KILN_CHECK(t.device() == x.device(), op, ": ", name, " is on ", t.device(), ", input on ", x.device());
+  return contiguous(to(t, x.dtype()));
+}
+
+void check_x(const char* op, const Tensor& x) {
+  KILN_CHECK(x.defined(), op, ": the input tensor is undefined");
+  KILN_CHECK(x.dim() == 2, op, ": input must be (M, D), got ", shape_str(x.sizes()));
+  KILN_CHECK(is_floating(x.dtype()), op, ": input must be floating point, got ", x.dtype());
+}
+
+}  // namespace
+
+LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_x("layer_norm", x);
+  KILN_CHECK(eps >= 0.0, "layer_norm: eps must be non-negative, got ", eps);
+  Tensor w = check_param("layer_norm", "weight", weight, x);
+  Tensor b = check_param("layer_norm", "bias", bias, x);
+  const int64_t m = x.size(0);
+  TensorOptions so = TensorOptions(stats_dtype(x.dtype())).device(x.device());
+  LayerNormForward r{empty(x.sizes(), TensorOptions(x.dtype()).device(x.device())), empty({m}, so), empty({m}, so)};
+  if (x.numel() == 0) {
+    // D == 0: the mean of nothing is NaN, as in PyTorch; there is nothing to write in y.
+    if (m > 0) {
+      fill_(r.mean, std::numeric_limits<double>::quiet_NaN());
+      fill_(r.rstd, std::numeric_limits<double>::quiet_NaN());
+    }
+    return r;
+  }
+  get_kernel<Op::layer_norm>(x.device())(r.y, r.mean, r.rstd, contiguous(x), w, b, eps);
+  return r;
+}
+
+LayerNormBackward layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& weight, bool want_x, bool want_weight, bool want_bias) {
+  const char* op = "layer_norm_backward";
+  check_x(op, x);
+  KILN_CHECK(grad_y.defined() && grad_y.sizes() == x.sizes() && grad_y.device() == x.device(), op,
+             ": grad_y must have the input's shape ", shape_str(x.sizes()), " on ", x.device());
+  const Shape rows{x.size(0)};
+  const DType sd = stats_dtype(x.dtype());
+  KILN_CHECK(mean.defined() && rstd.defined() && mean.sizes() == rows && rstd.sizes() == rows &&
+                 mean.dtype() == sd && rstd.dtype() == sd && mean.device() == x.device() &&
+                 rstd.device() == x.device(),
+             op, ": mean and rstd must be the forward's (", x.size(0), ") ", sd, " tensors");
+  Tensor w = check_param(op, "weight", weight, x);
+  TensorOptions o = TensorOptions(x.dtype()).device(x.device());
+  LayerNormBackward r;
+  if (want_x) r.grad_x = empty(x.sizes(), o);
+  if (want_weight) r.grad_weight = empty({x.size(1)}, o);
+  if (want_bias) r.grad_bias = empty({x.size(1)}, o);
+  if (!want_x && !want_weight && !want_bias) return r;
+  if (x.numel() == 0) {  // no rows: the parameter gradients are empty sums
+    if (want_weight) fill_(r.grad_weight, 0);
+    if (want_bias) fill_(r.grad_bias, 0);
+    return r;
+  }
+  get_kernel<Op::layer_norm_backward>(x.device())(r.grad_x, r.grad_weight, r.grad_bias,
+                                                  contiguous(to(grad_y, x.dtype())), contiguous(x), contiguous(mean),
+                                                  contiguous(rstd), w);
+  return r;
+}
+
+}  // namespace kiln::ops

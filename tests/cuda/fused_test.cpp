@@ -1,0 +1,153 @@
+// The fused cross-entropy and layer-norm CUDA kernels against the CPU kernels on the same random inputs (a
+// fresh seed each run, printed with every failure; device memory poisoned first): forward and backward, every
+// float dtype, narrow rows (a warp each), wide rows (a block each), many rows (the parameter gradients' two
+// launches), weights, ignore_index and smoothing; a bad target found on the device and raised by the next
+// call, as a bad index is by the next indexing op; and both through autograd and nn, against the CPU.
+#include <random>
+#include <string>
+
+#include "cuda/cuda_test_util.h"
+
+namespace kiln {
+namespace {
+
+class CudaFused : public test::CudaTest {};
+
+uint32_t fresh_seed() {
+  static std::random_device device;
+  return device();
+}
+
+std::string seed_note(uint32_t seed) { return " (seed " + std::to_string(seed) + ")"; }
+
+TEST_F(CudaFused, CrossEntropyMatchesTheCpu) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  struct Case {
+    int64_t n, c;
+    bool weighted;
+    CrossEntropyParams p;
+  };
+  const std::vector<Case> cases = {{1, 1, false, {}},
+                                   {64, 10, false, {}},
+                                   {64, 10, true, {.ignore_index = 3}},
+                                   {37, 1000, true, {.label_smoothing = 0.1}},
+                                   {5, 1025, false, {.label_smoothing = 0.2}},
+                                   {3, 5000, true, {.ignore_index = -1, .label_smoothing = 1.0}},
+                                   {4097, 7, false, {.label_smoothing = 0.05}}};
+  for (DType dtype : test::kFloatDTypes) {
+    for (const Case& cs : cases) {
+      const std::string what = "cross_entropy (" + std::to_string(cs.n) + ", " + std::to_string(cs.c) + ") " +
+                               dtype_name(dtype) + seed_note(seed);
+      Tensor z = test::random_tensor({cs.n, cs.c}, dtype, rng, test::Layout::Contiguous, -5, 5);
+      std::uniform_int_distribution<int64_t> cls(0, cs.c - 1);
+      std::vector<int64_t> tv(static_cast<size_t>(cs.n));
+      for (size_t i = 0; i < tv.size(); ++i) tv[i] = i % 7 == 2 ? cs.p.ignore_index : cls(rng);
+      Tensor t = tensor(tv, {cs.n});
+      Tensor w = cs.weighted ? test::random_tensor({cs.c}, dtype, rng, test::Layout::Contiguous, 0.1, 2) : Tensor();
+      Tensor g = test::random_tensor({cs.n}, dtype, rng);
+      ops::CrossEntropyForward cpu = ops::cross_entropy_forward(z, t, w, cs.p);
+      ops::CrossEntropyForward gpu = ops::cross_entropy_forward(z.to(Device::cuda()), t.to(Device::cuda()), w.defined() ? w.to(Device::cuda()) : w, cs.p);
+      const double rtol = test::cuda_rtol(dtype);
+      test::expect_matches_cpu(gpu.loss, cpu.loss, what + ": loss", rtol, 8 * rtol);
+      test::expect_matches_cpu(gpu.row_weight, cpu.row_weight, what + ": row weight");
+      test::expect_matches_cpu(gpu.lse, cpu.lse, what + ": lse", dtype == kFloat64 ? 1e-12 : 1e-5);
+      Tensor gcpu = ops::cross_entropy_backward(g, z, cpu.lse, t, w, cs.p);
+      Tensor ggpu = ops::cross_entropy_backward(g.to(Device::cuda()), z.to(Device::cuda()), gpu.lse, t.to(Device::cuda()), w.defined() ? w.to(Device::cuda()) : w, cs.p);
+      test::expect_matches_cpu(ggpu, gcpu, what + ": gradient", rtol, 4 * rtol);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST_F(CudaFused, CrossEntropyBadTargetIsRaisedByTheNextCall) {
+  Tensor z = randn({4, 5}).to(Device::cuda());
+  Tensor bad = tensor(std::vector<int64_t>{0, 7, 1, 2}, {4}).to(Device::cuda());
+  Tensor good = tensor(std::vector<int64_t>{0, 1, 2, 3}, {4}).to(Device::cuda());
+  ops::CrossEntropyForward f = ops::cross_entropy_forward(z, bad, {}, {});
+  cuda::synchronize();
+  std::vector<float> loss = f.loss.cpu().to_vector<float>();
+  EXPECT_TRUE(std::isnan(loss[1])) << "the bad row's loss";
+  EXPECT_FALSE(std::isnan(loss[0]));
+  test::expect_error([&] { ops::cross_entropy_forward(z, good, {}, {}); },
+                     {"cross_entropy", "target 7", "5 classes", "earlier launch"});
+  // Raised once: the call after it runs.
+  ops::CrossEntropyForward ok = ops::cross_entropy_forward(z, good, {}, {});
+  cuda::synchronize();
+  for (float v : ok.loss.cpu().to_vector<float>()) EXPECT_FALSE(std::isnan(v));
+}
+
+// The slot the indexing kernels report through (index_check.cuh) is the same one.
+TEST_F(CudaFused, BadIndexIsRaisedByTheNextIndexingOp) {
+  Tensor x = randn({4, 3}).to(Device::cuda());
+  Tensor bad = tensor(std::vector<int64_t>{0, 9}, {2}).to(Device::cuda());
+  Tensor good = tensor(std::vector<int64_t>{0, 1}, {2}).to(Device::cuda());
+  Tensor out = ops::index_select(x, 0, bad);
+  cuda::synchronize();
+  test::expect_error([&] { ops::index_select(x, 0, good); }, {"index_select", "index 9", "size 4", "earlier launch"});
+  Tensor ok = ops::index_select(x, 0, good);
+  test::expect_matches_cpu(ok, ops::index_select(x.cpu(), 0, good.cpu()), "index_select after the error");
+  (void)out;
+}
+
+TEST_F(CudaFused, LayerNormMatchesTheCpu) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  struct Case {
+    int64_t m, d;
+    bool weight, bias;
+  };
+  const std::vector<Case> cases = {{1, 1, true, true},   {64, 10, false, false}, {33, 768, true, true},
+                                   {5, 1025, true, false}, {3, 5000, false, true}, {4099, 37, true, true},
+                                   {20000, 64, true, true}};
+  for (DType dtype : test::kFloatDTypes) {
+    for (const Case& cs : cases) {
+      const std::string what = "layer_norm (" + std::to_string(cs.m) + ", " + std::to_string(cs.d) + ") " +
+                               dtype_name(dtype) + seed_note(seed);
+      Tensor x = test::random_tensor({cs.m, cs.d}, dtype, rng, test::Layout::Contiguous, -3, 5);
+      Tensor w = cs.weight ? test::random_tensor({cs.d}, dtype, rng) : Tensor();
+      Tensor b = cs.bias ? test::random_tensor({cs.d}, dtype, rng) : Tensor();
+      Tensor g = test::random_tensor({cs.m, cs.d}, dtype, rng);
+      auto dev = [](const Tensor& t) { return t.defined() ? t.to(Device::cuda()) : t; };
+      ops::LayerNormForward cpu = ops::layer_norm_forward(x, w, b, 1e-5);
+      ops::LayerNormForward gpu = ops::layer_norm_forward(x.to(Device::cuda()), dev(w), dev(b), 1e-5);
+      const double rtol = test::cuda_rtol(dtype);
+      test::expect_matches_cpu(gpu.y, cpu.y, what + ": y", rtol, 4 * rtol);
+      test::expect_matches_cpu(gpu.mean, cpu.mean, what + ": mean", dtype == kFloat64 ? 1e-12 : 1e-5, 1e-6);
+      test::expect_matches_cpu(gpu.rstd, cpu.rstd, what + ": rstd", dtype == kFloat64 ? 1e-12 : 1e-5);
+      ops::LayerNormBackward rc = ops::layer_norm_backward(g, x, cpu.mean, cpu.rstd, w, true, cs.weight, cs.bias);
+      ops::LayerNormBackward rg =
+          ops::layer_norm_backward(g.to(Device::cuda()), x.to(Device::cuda()), gpu.mean, gpu.rstd, dev(w), true, cs.weight, cs.bias);
+      test::expect_matches_cpu(rg.grad_x, rc.grad_x, what + ": dx", rtol, 8 * rtol);
+      // The parameter gradients sum over m rows in another order than the CPU's (and in float, not double).
+      const double sum_tol = rtol * (4 + std::sqrt(static_cast<double>(cs.m)));
+      if (cs.weight) test::expect_matches_cpu(rg.grad_weight, rc.grad_weight, what + ": dw", rtol, sum_tol);
+      if (cs.bias) test::expect_matches_cpu(rg.grad_bias, rc.grad_bias, what + ": db", rtol, sum_tol);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Through autograd and nn: the losses and gradients of a layer norm followed by a cross-entropy on (N, C, L)
+// logits with smoothing, on the GPU against the CPU, in float64.
+TEST_F(CudaFused, ThroughNnMatchesTheCpu) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  Tensor x = test::random_tensor({6, 5, 8}, kFloat64, rng);
+  Tensor w = test::random_tensor({8}, kFloat64, rng), b = test::random_tensor({8}, kFloat64, rng);
+  Tensor t = randint(0, 5, {6, 8}, kInt64);
+  auto run = [&](Device dev) {
+    Tensor xd = x.to(dev).requires_grad_(), wd = w.to(dev).requires_grad_(), bd = b.to(dev).requires_grad_();
+    Tensor h = nn::F::layer_norm(xd, {8}, wd, bd, 1e-5);
+    Tensor loss = nn::F::cross_entropy(h, t.to(dev), {.label_smoothing = 0.1});
+    loss.backward();
+    return std::vector<Tensor>{loss.detach(), xd.grad(), wd.grad(), bd.grad()};
+  };
+  std::vector<Tensor> cpu = run(kCPU), gpu = run(Device::cuda());
+  const char* names[] = {"loss", "dx", "dw", "db"};
+  for (size_t i = 0; i < cpu.size(); ++i)
+    test::expect_matches_cpu(gpu[i], cpu[i], std::string(names[i]) + seed_note(seed), 1e-11, 1e-12);
+}
+
+}  // namespace
+}  // namespace kiln

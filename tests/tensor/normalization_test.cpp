@@ -1,0 +1,163 @@
+// The fused layer-norm kernels (ops::layer_norm_forward / layer_norm_backward) against float64 references
+// computed here from the inputs' stored values: mean, rstd, output and the three gradients, in every float
+// dtype, with and without the affine parameters, on narrow, wide and many rows (the parameter gradients sum
+// over rows in blocks of 64 columns); then a large common offset (where E[x^2] - E[x]^2 would cancel), the
+// same bits on any thread count, and the errors. (The gradient formulas are checked against central
+// differences in tests/autograd/ops_grad_test.cpp.)
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Reference {
+  std::vector<double> y, mean, rstd, dx, dw, db;
+};
+
+Reference reference(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
+                    const std::vector<double>& g, double eps) {
+  const int64_t m = x.size(0), d = x.size(1);
+  std::vector<double> v = test::values(x);
+  Reference r;
+  r.dw.assign(static_cast<size_t>(d), 0.0);
+  r.db.assign(static_cast<size_t>(d), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    const double* row = v.data() + i * d;
+    const double* gr = g.data() + i * d;
+    double mu = 0, var = 0;
+    for (int64_t k = 0; k < d; ++k) mu += row[k];
+    mu /= static_cast<double>(d);
+    for (int64_t k = 0; k < d; ++k) var += (row[k] - mu) * (row[k] - mu);
+    var /= static_cast<double>(d);
+    const double rs = 1 / std::sqrt(var + eps);
+    r.mean.push_back(mu);
+    r.rstd.push_back(rs);
+    double s1 = 0, s2 = 0;
+    for (int64_t k = 0; k < d; ++k) {
+      const double xhat = (row[k] - mu) * rs, wk = w.empty() ? 1.0 : w[k];
+      r.y.push_back(xhat * wk + (b.empty() ? 0.0 : b[k]));
+      s1 += gr[k] * wk;
+      s2 += gr[k] * wk * xhat;
+      r.dw[k] += gr[k] * xhat;
+      r.db[k] += gr[k];
+    }
+    for (int64_t k = 0; k < d; ++k) {
+      const double xhat = (row[k] - mu) * rs, wk = w.empty() ? 1.0 : w[k];
+      r.dx.push_back(rs * (gr[k] * wk - s1 / d - xhat * s2 / d));
+    }
+  }
+  return r;
+}
+
+void check_case(int64_t m, int64_t d, bool affine, DType dtype, std::mt19937& rng, double offset = 0) {
+  const std::string what = "layer_norm (" + std::to_string(m) + ", " + std::to_string(d) + ") " +
+                           dtype_name(dtype) + (affine ? " affine" : "") +
+                           (offset != 0 ? " offset " + std::to_string(offset) : "");
+  Tensor x = test::random_tensor({m, d}, dtype, rng, test::Layout::Contiguous, offset - 2, offset + 2);
+  Tensor w = affine ? test::random_tensor({d}, dtype, rng, test::Layout::Contiguous, 0.5, 1.5) : Tensor();
+  Tensor b = affine ? test::random_tensor({d}, dtype, rng) : Tensor();
+  Tensor g = test::random_tensor({m, d}, dtype, rng);
+  const double eps = 1e-5;
+  Reference ref = reference(x, affine ? test::values(w) : std::vector<double>{},
+                            affine ? test::values(b) : std::vector<double>{}, test::values(g), eps);
+  ops::LayerNormForward f = ops::layer_norm_forward(x, w, b, eps);
+  // A large common offset costs digits in any precision: x - mean is exact only to the rounding of the mean
+  // (about offset units in the last place). 32 of those leave room for the sums of the gradients; a one-pass
+  // E[x^2] - E[x]^2 variance misses by far more (2.5% in float at offset 1000).
+  const double unit = dtype == kFloat64 ? 1.1e-16 : dtype == kFloat32 ? 6e-8 : 0;
+  const double tol = std::max(test::tolerance(dtype), 32 * unit * std::abs(offset));
+  const double stat_tol = std::max(dtype == kFloat64 ? 1e-12 : 1e-5, 32 * unit * std::abs(offset));
+  test::expect_tensor_near(f.y, ref.y, {m, d}, tol, 2 * tol, what + ": y");
+  test::expect_tensor_near(f.mean, ref.mean, {m}, stat_tol, stat_tol * (1 + std::abs(offset)), what + ": mean");
+  test::expect_tensor_near(f.rstd, ref.rstd, {m}, stat_tol, stat_tol, what + ": rstd");
+  ops::LayerNormBackward r = ops::layer_norm_backward(g, x, f.mean, f.rstd, w, true, affine, affine);
+  // dx is a difference of terms of size |g| rstd: an absolute error of a few of their roundings.
+  test::expect_tensor_near(r.grad_x, ref.dx, {m, d}, tol, 8 * tol, what + ": dx");
+  if (affine) {
+    // Sums over m rows: the error grows with the square root of m.
+    const double sum_tol = tol * (2 + std::sqrt(static_cast<double>(m)));
+    test::expect_tensor_near(r.grad_weight, ref.dw, {d}, tol, sum_tol, what + ": dw");
+    test::expect_tensor_near(r.grad_bias, ref.db, {d}, tol, sum_tol, what + ": db");
+  } else {
+    EXPECT_FALSE(r.grad_weight.defined() || r.grad_bias.defined()) << what;
+  }
+}
+
+TEST(LayerNormKernel, MatchesFloat64Reference) {
+  std::mt19937 rng(8);
+  for (DType d : test::kFloatDTypes) {
+    check_case(1, 1, true, d, rng);
+    check_case(5, 7, false, d, rng);
+    check_case(5, 7, true, d, rng);
+    check_case(130, 64 * 3 + 5, true, d, rng);
+    check_case(2, 1500, true, d, rng);
+    check_case(3, 4096, false, d, rng);
+  }
+}
+
+// x = 1000 + noise: the two-pass variance keeps its digits (E[x^2] - E[x]^2 would lose six of them in float).
+TEST(LayerNormKernel, LargeOffset) {
+  std::mt19937 rng(9);
+  check_case(4, 300, true, kFloat32, rng, 1000.0);
+  check_case(4, 300, true, kFloat64, rng, 1e6);
+}
+
+TEST(LayerNormKernel, OnlyTheWantedGradients) {
+  std::mt19937 rng(10);
+  Tensor x = test::random_tensor({4, 6}, kFloat32, rng), w = ones({6}), g = test::random_tensor({4, 6}, kFloat32, rng);
+  ops::LayerNormForward f = ops::layer_norm_forward(x, w, {}, 1e-5);
+  ops::LayerNormBackward only_w = ops::layer_norm_backward(g, x, f.mean, f.rstd, w, false, true, false);
+  EXPECT_FALSE(only_w.grad_x.defined());
+  EXPECT_TRUE(only_w.grad_weight.defined());
+  EXPECT_FALSE(only_w.grad_bias.defined());
+  ops::LayerNormBackward all = ops::layer_norm_backward(g, x, f.mean, f.rstd, w, true, true, true);
+  EXPECT_EQ(std::memcmp(only_w.grad_weight.raw_data_ptr(), all.grad_weight.raw_data_ptr(), all.grad_weight.nbytes()), 0);
+  // No rows: the parameter gradients are empty sums, zero.
+  Tensor none = zeros({0, 6});
+  ops::LayerNormForward f0 = ops::layer_norm_forward(none, w, {}, 1e-5);
+  ops::LayerNormBackward r0 = ops::layer_norm_backward(zeros({0, 6}), none, f0.mean, f0.rstd, w, true, true, true);
+  EXPECT_EQ(r0.grad_x.sizes(), (Shape{0, 6}));
+  EXPECT_EQ(r0.grad_weight.to_vector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(r0.grad_bias.to_vector<float>(), std::vector<float>(6, 0.0f));
+}
+
+TEST(LayerNormKernel, SameBitsOnAnyThreadCount) {
+  std::mt19937 rng(11);
+  Tensor x = test::random_tensor({500, 200}, kFloat32, rng), g = test::random_tensor({500, 200}, kFloat32, rng);
+  Tensor w = test::random_tensor({200}, kFloat32, rng);
+  const int threads = get_num_threads();
+  std::vector<ops::LayerNormBackward> runs;
+  std::vector<Tensor> ys;
+  for (int n : {1, std::max(2, threads)}) {
+    set_num_threads(n);
+    ops::LayerNormForward f = ops::layer_norm_forward(x, w, w, 1e-5);
+    ys.push_back(f.y);
+    runs.push_back(ops::layer_norm_backward(g, x, f.mean, f.rstd, w, true, true, true));
+  }
+  set_num_threads(threads);
+  auto same = [](const Tensor& a, const Tensor& b) { return std::memcmp(a.raw_data_ptr(), b.raw_data_ptr(), a.nbytes()) == 0; };
+  EXPECT_TRUE(same(ys[0], ys[1]));
+  EXPECT_TRUE(same(runs[0].grad_x, runs[1].grad_x));
+  EXPECT_TRUE(same(runs[0].grad_weight, runs[1].grad_weight));
+  EXPECT_TRUE(same(runs[0].grad_bias, runs[1].grad_bias));
+}
+
+TEST(LayerNormKernel, Errors) {
+  Tensor x = randn({3, 4});
+  test::expect_error([&] { ops::layer_norm_forward(x.flatten(), {}, {}, 1e-5); }, {"layer_norm", "(M, D)", "(12)"});
+  test::expect_error([&] { ops::layer_norm_forward(x, ones({5}), {}, 1e-5); }, {"layer_norm", "weight", "(4)", "(5)"});
+  test::expect_error([&] { ops::layer_norm_forward(x, {}, ones({3}), 1e-5); }, {"layer_norm", "bias", "(4)", "(3)"});
+  test::expect_error([&] { ops::layer_norm_forward(x.to(kInt32), {}, {}, 1e-5); }, {"layer_norm", "floating"});
+  test::expect_error([&] { ops::layer_norm_forward(x, {}, {}, -1.0); }, {"layer_norm", "eps"});
+  ops::LayerNormForward f = ops::layer_norm_forward(x, {}, {}, 1e-5);
+  test::expect_error([&] { ops::layer_norm_backward(randn({3, 5}), x, f.mean, f.rstd, {}, true, false, false); },
+                     {"layer_norm_backward", "grad_y", "(3, 4)"});
+  test::expect_error([&] { ops::layer_norm_backward(randn({3, 4}), x, f.mean.narrow(0, 0, 2), f.rstd, {}, true, false, false); },
+                     {"layer_norm_backward", "mean and rstd"});
+}
+
+}  // namespace
+}  // namespace kiln
