@@ -19,7 +19,7 @@ configure_and_build() {
   # Eigen for the CPU side: the binaries then need no BLAS library where they run.
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_CUDA=ON \
     -DKILN_BLAS=Eigen -DKILN_BUILD_BENCH=ON -DKILN_BENCH_TORCH=OFF -DKILN_BUILD_EXAMPLES=OFF >/dev/null || exit 1
-  cmake --build "$build" -j"$(nproc)" --target kiln_cuda_tests kiln_nccl_tests gpu_bench gpu_train_bench || exit 1
+  cmake --build "$build" -j"$(nproc)" --target kiln_cuda_tests kiln_nccl_tests gpu_bench gpu_train_bench fused_bench || exit 1
 }
 
 if [[ $mode == pack ]]; then
@@ -27,8 +27,8 @@ if [[ $mode == pack ]]; then
   configure_and_build "$build"
   mkdir -p "$bin"
   cp "$build/tests/kiln_cuda_tests" "$build/tests/distributed/kiln_nccl_tests" "$build/bench/gpu_bench" \
-    "$build/bench/gpu_train_bench" "$bin/"
-  strip "$bin/kiln_cuda_tests" "$bin/kiln_nccl_tests" "$bin/gpu_bench" "$bin/gpu_train_bench"
+    "$build/bench/gpu_train_bench" "$build/bench/fused_bench" "$bin/"
+  strip "$bin/kiln_cuda_tests" "$bin/kiln_nccl_tests" "$bin/gpu_bench" "$bin/gpu_train_bench" "$bin/fused_bench"
   ls -la "$bin"
   exit 0
 fi
@@ -41,11 +41,13 @@ if [[ $mode == build ]]; then
   nccl_tests="$build/tests/distributed/kiln_nccl_tests"
   bench="$build/bench/gpu_bench"
   train="$build/bench/gpu_train_bench"
+  fused="$build/bench/fused_bench"
 else
   tests="$bin/kiln_cuda_tests"
   nccl_tests="$bin/kiln_nccl_tests"  # absent from packs made before the nccl backend: then skipped
   bench="$bin/gpu_bench"
   train="$bin/gpu_train_bench"
+  fused="$bin/fused_bench"  # absent from older packs: then skipped
   # cuBLAS and cuDNN may live outside the loader's default path (machines set up for Python frameworks keep
   # them in site-packages): find each library the binaries miss and add its folder.
   for lib in $(ldd "$tests" "$bench" "$train" $([[ -x $nccl_tests ]] && echo "$nccl_tests") 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
@@ -79,6 +81,10 @@ echo "## GPU benchmarks"
 timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$bench" 2>&1
 brc=$?
 echo
+echo "## Fused cross-entropy and layer norm on the GPU, against their composites"
+frc=0
+if [[ -x $fused ]]; then timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$fused" cuda 20 2>&1; frc=$?; fi
+echo
 echo "## Training steps on the GPU (W2 MLP + SGD, W3 CNN + Adam), kiln and PyTorch"
 kiln_out=$(timeout "${KILN_GPU_BENCH_TIMEOUT:-120}" "$train" 2>&1); trc=$?
 echo "$kiln_out" | grep -v '^RESULT'
@@ -102,6 +108,6 @@ echo "| tests passed | ${passed:-0} |"
 echo "| tests failed | ${failed:-0} |"
 echo "| tests skipped | ${skipped:-0} |"
 echo "| test exit code | $rc |"
-echo "| benchmark exit codes (gpu_bench, gpu_train_bench) | $brc, $trc |"
+echo "| benchmark exit codes (gpu_bench, fused_bench, gpu_train_bench) | $brc, $frc, $trc |"
 echo "| wall time | $(( $(date +%s) - start )) s |"
-[[ $rc == 0 && $brc == 0 && $trc == 0 ]]
+[[ $rc == 0 && $brc == 0 && $frc == 0 && $trc == 0 ]]

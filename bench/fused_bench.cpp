@@ -1,0 +1,157 @@
+// The fused cross-entropy and layer norm, forward + backward through autograd, against the same math as
+// composites of kiln's differentiable ops (what nn::F ran before the fused ops) and, when the benchmark is
+// built against LibTorch (KILN_BENCH_WITH_TORCH), against torch's cross_entropy and layer_norm on the CPU.
+// Interleaved in one process, medians; ratios are kiln fused / anchor (below 1: faster).
+//
+// Shapes: cross-entropy at W3's (64, 10) and W2's (128, 10) batches, a 1000-class (4096, 1000) one and a
+// 32000-class (256, 32000) one; layer norm at (64, 10) and transformer widths (8192, 768), (4096, 1024).
+// On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
+// with a synchronize, against the composite only.
+//
+//   fused_bench [cpu|cuda] [reps]
+#include <kiln/kiln.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#ifdef KILN_BENCH_WITH_TORCH
+#include <torch/torch.h>
+#endif
+
+#include "bench_util.h"
+
+namespace {
+
+using kiln::Tensor;
+
+// The composites: cross-entropy as log_softmax, the target's entry and a mean; layer norm from mean, var,
+// rsqrt and the affine parameters. Both compute what the fused ops compute for these inputs.
+Tensor ce_composite(const Tensor& z, const Tensor& t) {
+  return -kiln::gather(kiln::log_softmax(z, 1), 1, t.unsqueeze(1)).mean();
+}
+Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor c = x - x.mean({1}, true);
+  return c * kiln::rsqrt((c * c).mean({1}, true) + 1e-5) * w + b;
+}
+
+void sync(kiln::Device d) {
+  if (d.is_cuda()) kiln::cuda::synchronize();
+}
+
+// Checks two losses agree before timing them: a fast wrong answer is not a figure.
+void check(const char* what, double a, double b) {
+  if (std::abs(a - b) > 1e-3 * std::max(1.0, std::abs(b))) {
+    std::fprintf(stderr, "fused_bench: %s: %g against %g\n", what, a, b);
+    std::exit(1);
+  }
+}
+
+void print_row(const char* op, const std::string& shape, const std::vector<double>& t, bool torch) {
+  std::printf("| %s | %s | %.1f | %.1f | %.2f |", op, shape.c_str(), t[0] * 1e6, t[1] * 1e6, t[0] / t[1]);
+  if (torch) std::printf(" %.1f | %.2f |", t[2] * 1e6, t[0] / t[2]);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool gpu = argc > 1 && std::strcmp(argv[1], "cuda") == 0;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
+  if (gpu && !kiln::cuda::is_available()) {
+    std::printf("fused_bench: no CUDA device\n");
+    return 0;
+  }
+  const kiln::Device dev = gpu ? kiln::Device::cuda() : kiln::Device(kiln::kCPU);
+  bool torch = false;
+#ifdef KILN_BENCH_WITH_TORCH
+  torch = !gpu;
+  torch::set_num_threads(kiln::get_num_threads());
+#endif
+  std::printf("fused_bench on %s, %d threads, medians of %d interleaved runs, us per forward + backward\n\n",
+              gpu ? "cuda" : "cpu", kiln::get_num_threads(), reps);
+  std::printf("| op | shape | fused | composite | fused / composite |%s\n",
+              torch ? " LibTorch | fused / LibTorch |" : "");
+  std::printf("|---|---|---|---|---|%s\n", torch ? "---|---|" : "");
+
+  const std::vector<std::pair<int64_t, int64_t>> ce_shapes = {{64, 10}, {128, 10}, {4096, 1000}, {256, 32000}};
+  for (auto [n, c] : ce_shapes) {
+    Tensor z = kiln::randn({n, c}).to(dev).requires_grad_();
+    Tensor t = kiln::randint(0, c, {n}).to(dev);
+    check("cross_entropy", kiln::nn::F::cross_entropy(z, t).item<double>(), ce_composite(z, t).item<double>());
+    std::vector<std::function<void()>> variants = {
+        [&] {
+          z.set_grad(Tensor());
+          kiln::nn::F::cross_entropy(z, t).backward();
+          sync(dev);
+        },
+        [&] {
+          z.set_grad(Tensor());
+          ce_composite(z, t).backward();
+          sync(dev);
+        }};
+#ifdef KILN_BENCH_WITH_TORCH
+    torch::Tensor tz, tt;
+    if (torch) {
+      tz = torch::from_blob(z.detach().data_ptr<float>(), {n, c}).clone().requires_grad_();
+      tt = torch::from_blob(t.data_ptr<int64_t>(), {n}, torch::kInt64).clone();
+      check("torch cross_entropy", torch::nn::functional::cross_entropy(tz, tt).item<double>(),
+            ce_composite(z, t).item<double>());
+      variants.push_back([&] {
+        tz.mutable_grad() = torch::Tensor();
+        torch::nn::functional::cross_entropy(tz, tt).backward();
+      });
+    }
+#endif
+    print_row("cross_entropy", "(" + std::to_string(n) + ", " + std::to_string(c) + ")",
+              kiln::bench::time_interleaved(variants, reps), torch);
+  }
+
+  const std::vector<std::pair<int64_t, int64_t>> ln_shapes = {{64, 10}, {8192, 768}, {4096, 1024}};
+  for (auto [m, d] : ln_shapes) {
+    Tensor x = kiln::randn({m, d}).to(dev).requires_grad_();
+    Tensor w = (kiln::randn({d}) * 0.1 + 1.0).to(dev).requires_grad_();
+    Tensor b = kiln::randn({d}).to(dev).requires_grad_();
+    Tensor r = kiln::randn({m, d}).to(dev);  // a weighting, so the gradient is not trivially structured
+    check("layer_norm", (kiln::nn::F::layer_norm(x, {d}, w, b, 1e-5) * r).sum().item<double>(),
+          (ln_composite(x, w, b) * r).sum().item<double>());
+    auto clear = [&] {
+      x.set_grad(Tensor());
+      w.set_grad(Tensor());
+      b.set_grad(Tensor());
+    };
+    std::vector<std::function<void()>> variants = {
+        [&] {
+          clear();
+          (kiln::nn::F::layer_norm(x, {d}, w, b, 1e-5) * r).sum().backward();
+          sync(dev);
+        },
+        [&] {
+          clear();
+          (ln_composite(x, w, b) * r).sum().backward();
+          sync(dev);
+        }};
+#ifdef KILN_BENCH_WITH_TORCH
+    torch::Tensor tx, tw, tb, tr;
+    if (torch) {
+      auto copy = [](const Tensor& k, std::vector<int64_t> shape) {
+        return torch::from_blob(k.detach().data_ptr<float>(), shape).clone();
+      };
+      tx = copy(x, {m, d}).requires_grad_();
+      tw = copy(w, {d}).requires_grad_();
+      tb = copy(b, {d}).requires_grad_();
+      tr = copy(r, {m, d});
+      variants.push_back([&] {
+        tx.mutable_grad() = torch::Tensor();
+        tw.mutable_grad() = torch::Tensor();
+        tb.mutable_grad() = torch::Tensor();
+        (torch::layer_norm(tx, {d}, tw, tb, 1e-5) * tr).sum().backward();
+      });
+    }
+#endif
+    print_row("layer_norm", "(" + std::to_string(m) + ", " + std::to_string(d) + ")",
+              kiln::bench::time_interleaved(variants, reps), torch);
+  }
+  return 0;
+}
