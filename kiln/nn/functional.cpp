@@ -204,7 +204,9 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const Cros
       break;
   }
   // PyTorch's weighted mean, smoothing term included: the sum over the weights of the targets (NaN when every
-  // target is ignored).
+  // target is ignored). Both sums in at least float32: 16-bit logits would count at most 65504 weights.
+  if (input.dtype() == kFloat16 || input.dtype() == kBFloat16)
+    return (sum(loss, {}, false, kFloat32) / ops::sum(row_weight, {}, false, kFloat32)).to(input.dtype());
   return loss.sum() / ops::sum(row_weight);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -118,6 +119,15 @@ TEST(CrossEntropy, FusedAndCreateGraphGradientsAgree) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-14) << "element " << i;
   gradcheck([&](const std::vector<Tensor>& in) { return nn::F::cross_entropy(in[0], t, opt); }, {z});
+  // An ignored position with NaN logits contributes nothing, in the loss and in both gradients.
+  Tensor with_nan = x.clone();
+  with_nan.select(0, 0).select(1, 2).fill_(std::numeric_limits<double>::quiet_NaN());  // t[0][2] is ignored
+  Tensor zn = with_nan.detach().requires_grad_();
+  EXPECT_FALSE(std::isnan(nn::F::cross_entropy(zn, t, opt).item<double>()));
+  for (bool create_graph : {false, true}) {
+    Tensor gn = autograd::grad({nn::F::cross_entropy(zn, t, opt)}, {zn}, {}, std::nullopt, create_graph)[0];
+    for (double v : gn.detach().to_vector<double>()) EXPECT_FALSE(std::isnan(v)) << "create_graph " << create_graph;
+  }
   // Every target ignored: the weighted mean is 0 / 0, NaN, as in PyTorch.
   Tensor all_ignored = full({3, 4}, -100, kInt64);
   EXPECT_TRUE(std::isnan(nn::F::cross_entropy(x, all_ignored).item<double>()));

@@ -88,12 +88,14 @@ void check_case(const Case& cs, DType dtype, std::mt19937& rng) {
   ops::CrossEntropyForward f = ops::cross_entropy_forward(z, target, wt, cs.p);
   const double tol = test::tolerance(dtype);
   EXPECT_EQ(f.loss.dtype(), dtype);
-  EXPECT_EQ(f.lse.dtype(), dtype == kFloat64 ? kFloat64 : kFloat32);
+  EXPECT_EQ(f.stats.dtype(), dtype == kFloat64 ? kFloat64 : kFloat32);
   // The loss is a difference of terms the size of the logits: an absolute error of a few units of them.
   test::expect_tensor_near(f.loss, ref.loss, {cs.n}, tol, 8 * tol, what + ": loss");
   test::expect_tensor_near(f.row_weight, ref.row_weight, {cs.n}, what + ": row weight");
-  test::expect_tensor_near(f.lse, ref.lse, {cs.n}, dtype == kFloat64 ? 1e-12 : 1e-5, 1e-5, what + ": lse");
-  Tensor grad = ops::cross_entropy_backward(gt, z, f.lse, target, wt, cs.p);
+  ASSERT_EQ(f.stats.sizes(), (Shape{cs.n, 2})) << what;
+  Tensor lse = f.stats.select(1, 0).to(kFloat64) + f.stats.select(1, 1).to(kFloat64);
+  test::expect_tensor_near(lse, ref.lse, {cs.n}, dtype == kFloat64 ? 1e-12 : 1e-5, 1e-5, what + ": lse");
+  Tensor grad = ops::cross_entropy_backward(gt, z, f.stats, target, wt, cs.p);
   test::expect_tensor_near(grad, ref.grad, {cs.n, cs.c}, tol, 2 * tol, what + ": gradient");
 }
 
@@ -123,10 +125,10 @@ TEST(CrossEntropyKernel, SameBitsOnAnyThreadCount) {
   const int threads = get_num_threads();
   set_num_threads(1);
   ops::CrossEntropyForward one = ops::cross_entropy_forward(z, t, {}, {.label_smoothing = 0.1});
-  Tensor g1 = ops::cross_entropy_backward(ones({300}), z, one.lse, t, {}, {.label_smoothing = 0.1});
+  Tensor g1 = ops::cross_entropy_backward(ones({300}), z, one.stats, t, {}, {.label_smoothing = 0.1});
   set_num_threads(std::max(2, threads));
   ops::CrossEntropyForward many = ops::cross_entropy_forward(z, t, {}, {.label_smoothing = 0.1});
-  Tensor g2 = ops::cross_entropy_backward(ones({300}), z, many.lse, t, {}, {.label_smoothing = 0.1});
+  Tensor g2 = ops::cross_entropy_backward(ones({300}), z, many.stats, t, {}, {.label_smoothing = 0.1});
   set_num_threads(threads);
   EXPECT_EQ(std::memcmp(one.loss.raw_data_ptr(), many.loss.raw_data_ptr(), one.loss.nbytes()), 0);
   EXPECT_EQ(std::memcmp(g1.raw_data_ptr(), g2.raw_data_ptr(), g1.nbytes()), 0);
@@ -151,13 +153,31 @@ TEST(CrossEntropyKernel, EdgeCases) {
   EXPECT_EQ(loss[4], 0.0);
   const double lse5 = std::log(std::exp(0.5) + std::exp(1.5));
   EXPECT_NEAR(loss[5], lse5 - 1.5, 1e-12);
-  Tensor g = ops::cross_entropy_backward(ones({6}, kFloat64), z, f.lse, t, {}, {});
+  Tensor g = ops::cross_entropy_backward(ones({6}, kFloat64), z, f.stats, t, {}, {});
   std::vector<double> gv = g.to_vector<double>();
   for (int k = 0; k < 3; ++k) EXPECT_EQ(gv[4 * 3 + k], 0.0) << "ignored NaN row";
   EXPECT_EQ(gv[5 * 3 + 0], 0.0);  // exp(-inf - lse) = 0
   // With smoothing, the -inf logit's log-probability enters the loss: infinite, as in PyTorch.
   ops::CrossEntropyForward s = ops::cross_entropy_forward(z, t, {}, {.label_smoothing = 0.1});
   EXPECT_EQ(s.loss.to_vector<double>()[5], kInf);
+}
+
+// Logits near 1e4 in float32: the loss and gradient keep float32's digits, because the kernels subtract the
+// row's max before the log of the sum (a log-sum-exp rounded to float near 1e4 is off by 5e-4, and
+// exp(z - lse) carries that into every probability).
+TEST(CrossEntropyKernel, LargeLogitsKeepTheirDigits) {
+  std::mt19937 rng(12);
+  Tensor z = test::random_tensor({16, 50}, kFloat32, rng, test::Layout::Contiguous, 1e4 - 4, 1e4 + 4);
+  std::vector<int64_t> tv(16);
+  for (size_t i = 0; i < tv.size(); ++i) tv[i] = static_cast<int64_t>(i * 3 % 50);
+  std::vector<double> g(16, 1.0);
+  const CrossEntropyParams p{.label_smoothing = 0.1};
+  Reference ref = reference(z, tv, {}, p, g);
+  Tensor t = tensor(tv, {16});
+  ops::CrossEntropyForward f = ops::cross_entropy_forward(z, t, {}, p);
+  test::expect_tensor_near(f.loss, ref.loss, {16}, 1e-5, 1e-5, "loss near 1e4");
+  test::expect_tensor_near(ops::cross_entropy_backward(ones({16}), z, f.stats, t, {}, p), ref.grad, {16, 50}, 1e-5,
+                           1e-6, "gradient near 1e4");
 }
 
 TEST(CrossEntropyKernel, Errors) {
@@ -181,10 +201,10 @@ TEST(CrossEntropyKernel, Errors) {
                      {"cross_entropy", "floating"});
   ops::CrossEntropyForward f = ops::cross_entropy_forward(z, tensor(std::vector<int64_t>{0, 1}, {2}), {}, {});
   test::expect_error(
-      [&] { ops::cross_entropy_backward(ones({3}), z, f.lse, tensor(std::vector<int64_t>{0, 1}, {2}), {}, {}); },
+      [&] { ops::cross_entropy_backward(ones({3}), z, f.stats, tensor(std::vector<int64_t>{0, 1}, {2}), {}, {}); },
       {"cross_entropy_backward", "grad_loss", "(2)"});
   test::expect_error(
-      [&] { ops::cross_entropy_backward(ones({2}), z, f.lse, tensor(std::vector<int64_t>{0, 7}, {2}), {}, {}); },
+      [&] { ops::cross_entropy_backward(ones({2}), z, f.stats, tensor(std::vector<int64_t>{0, 7}, {2}), {}, {}); },
       {"cross_entropy_backward", "target 7"});
 }
 

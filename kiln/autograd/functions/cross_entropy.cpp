@@ -29,12 +29,14 @@ Tensor cross_entropy_grad_composite(const Tensor& g, const Tensor& z, const Tens
   Tensor a = (g * ((1.0 - e) * wt)).unsqueeze(1);                                         // (N, 1)
   Tensor b = (g * (e / static_cast<double>(classes) * valid)).unsqueeze(1);               // (N, 1)
   Tensor prob = softmax(z, 1);
-  return prob * (a + b * ops::sum(w)) - b * w.unsqueeze(0) - a * onehot;  // ops::sum(w): W, 0-dim
+  Tensor grad = prob * (a + b * ops::sum(w)) - b * w.unsqueeze(0) - a * onehot;  // ops::sum(w): W, 0-dim
+  // Ignored rows: 0 even where their logits are NaN (a and b are 0 there, but NaN * 0 is NaN), as the kernel.
+  return where(ops::eq(target, p.ignore_index).unsqueeze(1), 0.0, grad);
 }
 }  // namespace
 
 // cross_entropy_rows: loss[n] = -(1 - e) w_t logp_t - (e / C) sum_c w_c logp_c (ops/cross_entropy.h);
-// dz = cross_entropy_backward(g, z, lse): the softmax minus the (smoothed, weighted) target, times g
+// dz = cross_entropy_backward(g, z, stats): the softmax minus the (smoothed, weighted) target, times g
 std::pair<Tensor, Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& target, const Tensor& weight,
                                              const CrossEntropyParams& p) {
   if (autocast::wants_float32({&logits, &weight}))
@@ -43,11 +45,11 @@ std::pair<Tensor, Tensor> cross_entropy_rows(const Tensor& logits, const Tensor&
   if (should_record(logits)) {
     record("cross_entropy", f.loss, {logits},
            [sz = SavedTensor(logits, false), st = SavedTensor(target, false),
-            sw = weight.defined() ? SavedTensor(weight, false) : SavedTensor(), lse = f.lse,
+            sw = weight.defined() ? SavedTensor(weight, false) : SavedTensor(), stats = f.stats,
             has_weight = weight.defined(), p](const Tensor& g, const OpNode& n) {
              Tensor z = sz.get(n), t = st.get(n), w = has_weight ? sw.get(n) : Tensor();
              if (autograd::GradMode::is_enabled()) return TensorList{cross_entropy_grad_composite(g, z, t, w, p)};
-             return TensorList{ops::cross_entropy_backward(g, z, lse, t, w, p)};
+             return TensorList{ops::cross_entropy_backward(g, z, stats, t, w, p)};
            });
   }
   return {f.loss, f.row_weight};

@@ -3,7 +3,8 @@
 //
 // Forward and dL/dx: a warp per row for rows of up to 1024 elements, a block per row beyond. The forward reads
 // a row three times (sum, sum of squared deviations from the mean, write), the second and third mostly from
-// L2; the two-pass variance does not cancel the way E[x^2] - E[x]^2 does. dL/dx reduces sum(g w) and
+// L2; the two-pass variance does not cancel the way E[x^2] - E[x]^2 does, and the sum is shifted by the
+// row's first element so that a large common offset keeps its digits in float. dL/dx reduces sum(g w) and
 // sum(g w xhat) over the row, then writes it.
 // dL/dw and dL/db sum over rows, in two launches so that each sum has one fixed order (the same bits every
 // run, no atomics): blocks of 32 columns x a chunk of rows write partial sums, and one thread per column adds
@@ -55,10 +56,13 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = static_cast<int>(threadIdx.x) % lanes;
   const bool active = row < rows;
   const T* p = x + (active ? row : 0) * d;
+  // The mean of x - x0, x0 the row's first element: a float sum of values near a large common offset would
+  // lose the offset's digits (the CPU sums in double instead).
+  const M x0 = static_cast<M>(p[0]);
   M s = 0;
   if (active)
-    for (int64_t i = lane; i < d; i += lanes) s += static_cast<M>(p[i]);
-  const M mu = row_sum(s, lanes) / static_cast<M>(d);
+    for (int64_t i = lane; i < d; i += lanes) s += static_cast<M>(p[i]) - x0;
+  const M mu = x0 + row_sum(s, lanes) / static_cast<M>(d);
   M sq = 0;
   if (active)
     for (int64_t i = lane; i < d; i += lanes) {

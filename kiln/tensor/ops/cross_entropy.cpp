@@ -12,7 +12,7 @@ namespace kiln::ops {
 
 namespace {
 
-DType lse_dtype(DType logits) { return logits == kFloat64 ? kFloat64 : kFloat32; }
+DType stats_dtype(DType logits) { return logits == kFloat64 ? kFloat64 : kFloat32; }
 
 // Checks logits (N, C), target (N) and weight (C) for `op`; returns weight in the logits' dtype, contiguous.
 Tensor check_inputs(const char* op, const Tensor& logits, const Tensor& target, const Tensor& weight,
@@ -42,28 +42,30 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   Tensor w = check_inputs("cross_entropy", logits, target, weight, p);
   const int64_t n = logits.size(0);
   TensorOptions o = TensorOptions(logits.dtype()).device(logits.device());
-  CrossEntropyForward r{empty({n}, o), empty({n}, o), empty({n}, TensorOptions(lse_dtype(logits.dtype())).device(logits.device()))};
+  CrossEntropyForward r{empty({n}, o), empty({n}, o),
+                        empty({n, 2}, TensorOptions(stats_dtype(logits.dtype())).device(logits.device()))};
   if (n == 0) return r;
-  get_kernel<Op::cross_entropy>(logits.device())(r.loss, r.row_weight, r.lse, contiguous(logits), contiguous(target),
-                                                 w, p);
+  get_kernel<Op::cross_entropy>(logits.device())(r.loss, r.row_weight, r.stats, contiguous(logits),
+                                                 contiguous(target), w, p);
   return r;
 }
 
-Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& lse, const Tensor& target,
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& stats, const Tensor& target,
                               const Tensor& weight, const CrossEntropyParams& p) {
   Tensor w = check_inputs("cross_entropy_backward", logits, target, weight, p);
   const int64_t n = logits.size(0);
   KILN_CHECK(grad_loss.defined() && grad_loss.sizes() == Shape{n} && grad_loss.device() == logits.device(),
              "cross_entropy_backward: grad_loss must be (", n, ") on ", logits.device(), ", got ",
              grad_loss.defined() ? shape_str(grad_loss.sizes()) : std::string("an undefined tensor"));
-  KILN_CHECK(lse.defined() && lse.sizes() == Shape{n} && lse.dtype() == lse_dtype(logits.dtype()) &&
-                 lse.device() == logits.device(),
-             "cross_entropy_backward: lse must be the forward's (", n, ") ", lse_dtype(logits.dtype()), " tensor");
+  KILN_CHECK(stats.defined() && stats.sizes() == (Shape{n, 2}) && stats.dtype() == stats_dtype(logits.dtype()) &&
+                 stats.device() == logits.device(),
+             "cross_entropy_backward: stats must be the forward's (", n, ", 2) ", stats_dtype(logits.dtype()),
+             " tensor");
   Tensor grad = empty(logits.sizes(), TensorOptions(logits.dtype()).device(logits.device()));
   if (grad.numel() == 0) return grad;
   get_kernel<Op::cross_entropy_backward>(logits.device())(grad, contiguous(to(grad_loss, logits.dtype())),
-                                                          contiguous(logits), contiguous(lse), contiguous(target), w,
-                                                          p);
+                                                          contiguous(logits), contiguous(stats), contiguous(target),
+                                                          w, p);
   return grad;
 }
 

@@ -21,14 +21,17 @@ namespace kiln::ops {
 struct CrossEntropyForward {
   Tensor loss;        // (N), logits' dtype
   Tensor row_weight;  // (N), logits' dtype: w_t, 0 where ignored
-  Tensor lse;         // (N), float32 (float64 for float64 logits): what the backward needs
+  // (N, 2), float32 (float64 for float64 logits): each row's max m and log(sum_c exp(z_c - m)), what the
+  // backward needs. Kept apart, not summed into the log-sum-exp: p_c = exp((z_c - m) - log_sum) stays exact to
+  // the last bits where z_c - m is, while exp(z_c - lse) with a rounded lse of 1e4 loses three digits.
+  Tensor stats;
 };
 
 // logits: (N, C) floating, target: (N) int64, weight: (C) or undefined.
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target, const Tensor& weight,
                                           const CrossEntropyParams& p);
 // grad_loss: (N), the rest as the forward's -> grad_logits (N, C) in logits' dtype.
-Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& lse, const Tensor& target,
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& stats, const Tensor& target,
                               const Tensor& weight, const CrossEntropyParams& p);
 
 }  // namespace kiln::ops

@@ -45,9 +45,9 @@ M weight_total(const T* w, int64_t c) {
   return static_cast<M>(s);
 }
 
-// logits: (N, C), target: (N) -> loss, row_weight: (N) in T, lse: (N) in opmath_t<T>.
+// logits: (N, C), target: (N) -> loss, row_weight: (N) in T, stats: (N, 2) in opmath_t<T>.
 template <typename T>
-void forward_impl(const Tensor& loss, const Tensor& row_weight, const Tensor& lse, const Tensor& logits,
+void forward_impl(const Tensor& loss, const Tensor& row_weight, const Tensor& stats, const Tensor& logits,
                   const Tensor& target, const Tensor& weight, const CrossEntropyParams& p) {
   using M = opmath_t<T>;
   const int64_t n = logits.size(0), c = logits.size(1);
@@ -56,7 +56,7 @@ void forward_impl(const Tensor& loss, const Tensor& row_weight, const Tensor& ls
   const T* w = weight.defined() ? weight.data_ptr<T>() : nullptr;
   T* out = loss.data_ptr<T>();
   T* rw = row_weight.data_ptr<T>();
-  M* ls = lse.data_ptr<M>();
+  M* st = stats.data_ptr<M>();
   check_targets("cross_entropy", t, n, c, p.ignore_index);
   const double e = p.label_smoothing;
   parallel_for(0, n, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(c, 1)), [&](int64_t begin, int64_t end) {
@@ -72,20 +72,22 @@ void forward_impl(const Tensor& loss, const Tensor& row_weight, const Tensor& ls
 #pragma omp simd reduction(+ : sum)
       for (int64_t i = 0; i < c; ++i) sum += static_cast<double>(exp_m<M>(static_cast<M>(row[i]) - mx));
       // NOTE: a row of -inf, or one holding +inf or NaN, has no finite log-sum-exp: NaN, as log_softmax gives.
-      const double l = std::isfinite(mx) ? static_cast<double>(mx) + std::log(sum)
-                                         : std::numeric_limits<double>::quiet_NaN();
-      ls[r] = static_cast<M>(l);
+      const double log_sum = std::isfinite(mx) ? std::log(sum) : std::numeric_limits<double>::quiet_NaN();
+      st[2 * r] = mx;
+      st[2 * r + 1] = static_cast<M>(log_sum);
       if (t[r] == p.ignore_index) {
         out[r] = static_cast<T>(0.0);
         rw[r] = static_cast<T>(0.0);
         continue;
       }
+      // logp_c = (z_c - m) - log_sum: the shift first, so large logits keep their digits.
+      const double m = static_cast<double>(mx);
       const double wt = w != nullptr ? static_cast<double>(w[t[r]]) : 1.0;
-      double value = -(1.0 - e) * wt * (static_cast<double>(row[t[r]]) - l);
+      double value = -(1.0 - e) * wt * ((static_cast<double>(row[t[r]]) - m) - log_sum);
       if (e > 0) {
         double smooth = 0;  // sum_c w_c logp_c
         for (int64_t i = 0; i < c; ++i)
-          smooth += (w != nullptr ? static_cast<double>(w[i]) : 1.0) * (static_cast<double>(row[i]) - l);
+          smooth += (w != nullptr ? static_cast<double>(w[i]) : 1.0) * ((static_cast<double>(row[i]) - m) - log_sum);
         value -= e / static_cast<double>(c) * smooth;
       }
       out[r] = static_cast<T>(value);
@@ -94,22 +96,22 @@ void forward_impl(const Tensor& loss, const Tensor& row_weight, const Tensor& ls
   });
 }
 
-// grad_logits, logits: (N, C); grad_loss, target: (N); lse: (N) in opmath_t<T>.
-// grad_c = p_c (a + b W) - b w_c - a [c == t] with a = g (1 - e) w_t and b = g e / C.
+// grad_logits, logits: (N, C); grad_loss, target: (N); stats: (N, 2) in opmath_t<T>.
+// grad_c = p_c (a + b W) - b w_c - a [c == t] with a = g (1 - e) w_t, b = g e / C, p_c = exp((z_c - m) - log_sum).
 template <typename T>
-void backward_impl(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits, const Tensor& lse,
+void backward_impl(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits, const Tensor& stats,
                    const Tensor& target, const Tensor& weight, const CrossEntropyParams& p) {
   using M = opmath_t<T>;
   const int64_t n = logits.size(0), c = logits.size(1);
   const T* z = logits.data_ptr<T>();
   const T* g = grad_loss.data_ptr<T>();
-  const M* ls = lse.data_ptr<M>();
+  const M* st = stats.data_ptr<M>();
   const int64_t* t = target.data_ptr<int64_t>();
   const T* w = weight.defined() ? weight.data_ptr<T>() : nullptr;
   T* dz = grad_logits.data_ptr<T>();
   check_targets("cross_entropy_backward", t, n, c, p.ignore_index);
   const M e = static_cast<M>(p.label_smoothing);
-  const M total = weight_total<T, M>(w, c);
+  const M total = p.label_smoothing > 0 ? weight_total<T, M>(w, c) : M(0);  // only the smoothing term needs W
   parallel_for(0, n, std::max<int64_t>(1, kDefaultGrain / std::max<int64_t>(c, 1)), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* row = z + r * c;
@@ -119,34 +121,34 @@ void backward_impl(const Tensor& grad_logits, const Tensor& grad_loss, const Ten
         continue;
       }
       const M gr = static_cast<M>(g[r]);
-      const M a = gr * (M(1) - e) * (w != nullptr ? static_cast<M>(w[t[r]]) : M(1));
+      const M wt = w != nullptr ? static_cast<M>(w[t[r]]) : M(1);
+      const M a = gr * (M(1) - e) * wt;
       const M b = gr * e / static_cast<M>(c);
-      const M s = a + b * total, l = ls[r];
+      const M s = a + b * total, m = st[2 * r], log_sum = st[2 * r + 1];
       if (w == nullptr) {
-        for (int64_t i = 0; i < c; ++i) out[i] = static_cast<T>(exp_m<M>(static_cast<M>(row[i]) - l) * s - b);
+        for (int64_t i = 0; i < c; ++i) out[i] = static_cast<T>(exp_m<M>((static_cast<M>(row[i]) - m) - log_sum) * s - b);
       } else {
         for (int64_t i = 0; i < c; ++i)
-          out[i] = static_cast<T>(exp_m<M>(static_cast<M>(row[i]) - l) * s - b * static_cast<M>(w[i]));
+          out[i] = static_cast<T>(exp_m<M>((static_cast<M>(row[i]) - m) - log_sum) * s - b * static_cast<M>(w[i]));
       }
       // The target's own term: its element written again with -a, rounded to T once (as on the GPU).
-      const M wt = w != nullptr ? static_cast<M>(w[t[r]]) : M(1);
-      out[t[r]] = static_cast<T>(exp_m<M>(static_cast<M>(row[t[r]]) - l) * s - b * wt - a);
+      out[t[r]] = static_cast<T>(exp_m<M>((static_cast<M>(row[t[r]]) - m) - log_sum) * s - b * wt - a);
     }
   });
 }
 
-void cross_entropy_cpu(const Tensor& loss, const Tensor& row_weight, const Tensor& lse, const Tensor& logits,
+void cross_entropy_cpu(const Tensor& loss, const Tensor& row_weight, const Tensor& stats, const Tensor& logits,
                        const Tensor& target, const Tensor& weight, const CrossEntropyParams& p) {
   visit_dtype<kFloatingSet>(logits.dtype(), "cross_entropy", [&]<typename T>() {
-    forward_impl<T>(loss, row_weight, lse, logits, target, weight, p);
+    forward_impl<T>(loss, row_weight, stats, logits, target, weight, p);
   });
 }
 
 void cross_entropy_backward_cpu(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                                const Tensor& lse, const Tensor& target, const Tensor& weight,
+                                const Tensor& stats, const Tensor& target, const Tensor& weight,
                                 const CrossEntropyParams& p) {
   visit_dtype<kFloatingSet>(logits.dtype(), "cross_entropy_backward", [&]<typename T>() {
-    backward_impl<T>(grad_logits, grad_loss, logits, lse, target, weight, p);
+    backward_impl<T>(grad_logits, grad_loss, logits, stats, target, weight, p);
   });
 }
 

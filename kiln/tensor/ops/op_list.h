@@ -113,13 +113,14 @@ struct CrossEntropyParams {
   double label_smoothing = 0;   // in [0, 1]
 };
 // logits: (N, C) contiguous, target: (N) int64 contiguous, weight: (C) in logits' dtype or undefined.
-// loss, row_weight: (N) in logits' dtype; lse: (N) in logits' op-math dtype (float32, or float64).
-using CrossEntropyKernel = void(const Tensor& loss, const Tensor& row_weight, const Tensor& lse,
+// loss, row_weight: (N) in logits' dtype; stats: (N, 2) in logits' op-math dtype (float32, or float64), each
+// row's max and the log of its sum of exp(z - max).
+using CrossEntropyKernel = void(const Tensor& loss, const Tensor& row_weight, const Tensor& stats,
                                 const Tensor& logits, const Tensor& target, const Tensor& weight,
                                 const CrossEntropyParams& p);
 // grad_logits: (N, C), grad_loss: (N), the rest as the forward's.
 using CrossEntropyBackwardKernel = void(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                                        const Tensor& lse, const Tensor& target, const Tensor& weight,
+                                        const Tensor& stats, const Tensor& target, const Tensor& weight,
                                         const CrossEntropyParams& p);
 
 // Layer normalization over the last dim, fused (ops/normalization.h has the math).
