@@ -1,10 +1,12 @@
-// The fused cross-entropy and layer norm, forward + backward through autograd, against the same math as
-// composites of kiln's differentiable ops (what nn::F ran before the fused ops) and, when the benchmark is
-// built against LibTorch (KILN_BENCH_WITH_TORCH), against torch's cross_entropy and layer_norm on the CPU.
+// The fused cross-entropy, layer norm and batch norm, forward + backward through autograd, against the same
+// math as composites of kiln's differentiable ops (what nn::F ran before the fused ops) and, when the benchmark
+// is built against LibTorch (KILN_BENCH_WITH_TORCH), against torch's cross_entropy, layer_norm and batch_norm
+// on the CPU.
 // Interleaved in one process, medians; ratios are kiln fused / anchor (below 1: faster).
 //
 // Shapes: cross-entropy at W3's (64, 10) and W2's (128, 10) batches, a 1000-class (4096, 1000) one and a
-// 32000-class (256, 32000) one; layer norm at (64, 10) and transformer widths (8192, 768), (4096, 1024).
+// 32000-class (256, 32000) one; layer norm at (64, 10) and transformer widths (8192, 768), (4096, 1024);
+// batch norm (training) after W3's first convolution, (64, 32, 28, 28), and after a linear layer, (128, 512).
 // On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
 // with a synchronize, against the composite only.
 //
@@ -34,6 +36,15 @@ Tensor ce_composite(const Tensor& z, const Tensor& t) {
 Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor c = x - x.mean({1}, true);
   return c * kiln::rsqrt((c * c).mean({1}, true) + 1e-5) * w + b;
+}
+// x: (N, C, ...); the batch statistics over every dim but 1 (no running statistics).
+Tensor bn_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  kiln::Shape stat(static_cast<size_t>(x.dim()), 1);
+  stat[1] = x.size(1);
+  Tensor c = x - x.mean(dims, true);
+  return c * kiln::rsqrt((c * c).mean(dims, true) + 1e-5) * w.view(stat) + b.view(stat);
 }
 
 void sync(kiln::Device d) {
@@ -152,6 +163,53 @@ int main(int argc, char** argv) {
 #endif
     print_row("layer_norm", "(" + std::to_string(m) + ", " + std::to_string(d) + ")",
               kiln::bench::time_interleaved(variants, reps), torch);
+  }
+
+  const std::vector<kiln::Shape> bn_shapes = {{64, 32, 28, 28}, {128, 512}};
+  for (const kiln::Shape& shape : bn_shapes) {
+    const int64_t c = shape[1];
+    Tensor x = kiln::randn(shape).to(dev).requires_grad_();
+    Tensor w = (kiln::randn({c}) * 0.1 + 1.0).to(dev).requires_grad_();
+    Tensor b = kiln::randn({c}).to(dev).requires_grad_();
+    Tensor r = kiln::randn(shape).to(dev);
+    auto fused = [&] { return (kiln::nn::F::batch_norm(x, {}, {}, w, b, true, 0.1, 1e-5) * r).sum(); };
+    check("batch_norm", fused().item<double>(), (bn_composite(x, w, b) * r).sum().item<double>());
+    auto clear = [&] {
+      x.set_grad(Tensor());
+      w.set_grad(Tensor());
+      b.set_grad(Tensor());
+    };
+    std::vector<std::function<void()>> variants = {
+        [&] {
+          clear();
+          fused().backward();
+          sync(dev);
+        },
+        [&] {
+          clear();
+          (bn_composite(x, w, b) * r).sum().backward();
+          sync(dev);
+        }};
+#ifdef KILN_BENCH_WITH_TORCH
+    torch::Tensor tx, tw, tb, tr;
+    if (torch) {
+      auto copy = [](const Tensor& k) {
+        return torch::from_blob(k.detach().data_ptr<float>(), std::vector<int64_t>(k.sizes().begin(), k.sizes().end()))
+            .clone();
+      };
+      tx = copy(x).requires_grad_();
+      tw = copy(w).requires_grad_();
+      tb = copy(b).requires_grad_();
+      tr = copy(r);
+      variants.push_back([&] {
+        tx.mutable_grad() = torch::Tensor();
+        tw.mutable_grad() = torch::Tensor();
+        tb.mutable_grad() = torch::Tensor();
+        (torch::batch_norm(tx, tw, tb, {}, {}, true, 0.1, 1e-5, false) * tr).sum().backward();
+      });
+    }
+#endif
+    print_row("batch_norm", kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
   }
   return 0;
 }

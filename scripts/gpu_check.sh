@@ -50,7 +50,10 @@ else
   fused="$bin/fused_bench"  # absent from older packs: then skipped
   # cuBLAS and cuDNN may live outside the loader's default path (machines set up for Python frameworks keep
   # them in site-packages): find each library the binaries miss and add its folder.
-  for lib in $(ldd "$tests" "$bench" "$train" $([[ -x $nccl_tests ]] && echo "$nccl_tests") 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
+  # kiln opens cuBLAS itself when a product first runs on the GPU (dlopen), so ldd does not list it: it is
+  # looked for too unless the loader's cache knows it.
+  extra=$(ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 ' || echo libcublas.so.13)
+  for lib in $( (ldd "$tests" "$bench" "$train" $([[ -x $nccl_tests ]] && echo "$nccl_tests") 2>/dev/null | awk '/not found/ {print $1}'; echo $extra) | sort -u); do
     found=$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
     [[ -n $found ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$found")"
     echo "gpu_check: $lib -> ${found:-NOT FOUND}"

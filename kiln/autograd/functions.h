@@ -142,6 +142,11 @@ std::pair<Tensor, Tensor> cross_entropy_rows(const Tensor& logits, const Tensor&
                                              const CrossEntropyParams& p);
 // x (M, D), weight and bias (D) or undefined -> (M, D), each row normalized (ops/normalization.h)
 Tensor layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// x (N, C, S), weight and bias (C) or undefined, running statistics (C) (read when not training) ->
+// {y (N, C, S), the batch's (or running) mean and var} (ops/normalization.h); y differentiable in x, w, b
+ops::BatchNormForward batch_norm_channels(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                          const Tensor& running_mean, const Tensor& running_var, double eps,
+                                          bool training);
 
 // ---- no gradient: the tensor layer's functions as they are ----
 using ops::all;

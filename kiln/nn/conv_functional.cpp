@@ -185,36 +185,27 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                       autocast::float32(bias), training, momentum, eps);
   KILN_CHECK(x.dim() >= 2, "batch_norm: expected input (N, C, ...), got ", shape_str(x.sizes()));
   const int64_t C = x.size(1);
-  Shape stat_shape(static_cast<size_t>(x.dim()), 1);
-  stat_shape[1] = C;
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != 1) dims.push_back(d);
-  Tensor y;
-  if (training) {
-    int64_t count = x.numel() / C;
-    KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got input of shape ",
-               shape_str(x.sizes()));
-    Tensor mean = x.mean(dims, /*keepdim=*/true);
-    Tensor centered = x - mean;
-    Tensor var = (centered * centered).mean(dims, true);  // biased: what normalizes the batch
-    y = centered * rsqrt(var + eps);
-    if (running_mean.defined()) {
-      NoGradGuard no_grad;
-      Tensor rm = running_mean, rv = running_var;
-      ops::mul_(rm, 1 - momentum);
-      ops::add_(rm, ops::reshape(mean, {C}), momentum);
-      ops::mul_(rv, 1 - momentum);
-      // the running variance is the unbiased one, as PyTorch keeps it
-      ops::add_(rv, ops::reshape(var, {C}), momentum * static_cast<double>(count) / static_cast<double>(count - 1));
-    }
-  } else {
-    KILN_CHECK(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
-    y = (x - running_mean.view(stat_shape)) * rsqrt(running_var.view(stat_shape) + eps);
+  KILN_CHECK(running_mean.defined() == running_var.defined(),
+             "batch_norm: running_mean and running_var come together (one of them is undefined)");
+  for (const Tensor* t : {&running_mean, &running_var, &weight, &bias})
+    KILN_CHECK(!t->defined() || t->sizes() == Shape{C}, "batch_norm: running statistics, weight and bias must be (",
+               C, ") for input of shape ", shape_str(x.sizes()), ", got ", shape_str(t->sizes()));
+  // The fused op over (N, C, S), S the spatial dims flattened (1 for (N, C) input).
+  int64_t S = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) S *= x.size(d);
+  ops::BatchNormForward f =
+      batch_norm_channels(x.reshape({x.size(0), C, S}), weight, bias, running_mean, running_var, eps, training);
+  if (training && running_mean.defined()) {
+    NoGradGuard no_grad;
+    const int64_t count = x.size(0) * S;
+    Tensor rm = running_mean, rv = running_var;
+    ops::mul_(rm, 1 - momentum);
+    ops::add_(rm, ops::to(f.mean, rm.dtype()), momentum);
+    ops::mul_(rv, 1 - momentum);
+    // the running variance is the unbiased one, as PyTorch keeps it
+    ops::add_(rv, ops::to(f.var, rv.dtype()), momentum * static_cast<double>(count) / static_cast<double>(count - 1));
   }
-  if (weight.defined()) y = y * weight.view(stat_shape);
-  if (bias.defined()) y = y + bias.view(stat_shape);
-  return y;
+  return f.y.view(x.sizes());
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {

@@ -542,6 +542,15 @@ std::vector<GradCase> fused_cases() {
       // Many rows and wide ones: the parameter gradients sum over rows in blocks of columns.
       single("layer_norm_rows_wide", leaves({{9, 70}, {70}, {70}}),
              [](In in) { return layer_norm_rows(in[0], in[1], in[2], 1e-5) * ramp({9, 70}); }),
+      single("batch_norm_channels", leaves({{3, 2, 4}, {2}, {2}}),
+             [](In in) { return batch_norm_channels(in[0], in[1], in[2], {}, {}, 1e-5, true).y * ramp({3, 2, 4}); }),
+      single("batch_norm_channels_no_affine", leaves({{5, 3, 1}}),
+             [](In in) { return batch_norm_channels(in[0], {}, {}, {}, {}, 1e-5, true).y * ramp({5, 3, 1}); }),
+      // Eval mode: the running statistics are constants.
+      single("batch_norm_channels_eval", leaves({{2, 3, 4}, {3}, {3}}), [](In in) {
+        return batch_norm_channels(in[0], in[1], in[2], f64({0.1, -0.3, 0.5}, {3}), f64({0.8, 1.5, 0.6}, {3}), 1e-5,
+                                   false).y * ramp({2, 3, 4});
+      }),
   };
 }
 

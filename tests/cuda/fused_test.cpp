@@ -1,8 +1,9 @@
-// The fused cross-entropy and layer-norm CUDA kernels against the CPU kernels on the same random inputs (a
-// fresh seed each run, printed with every failure; device memory poisoned first): forward and backward, every
-// float dtype, narrow rows (a warp each), wide rows (a block each), many rows (the parameter gradients' two
-// launches), weights, ignore_index and smoothing, logits near 1e4; a bad target found on the device and raised
-// by the next call; and both through autograd and nn, against the CPU.
+// The fused cross-entropy, layer-norm and batch-norm CUDA kernels against the CPU kernels on the same random
+// inputs (a fresh seed each run, printed with every failure; device memory poisoned first): forward and
+// backward, every float dtype, narrow rows (a warp each), wide rows (a block each), many rows (the parameter
+// gradients' two launches), weights, ignore_index and smoothing, logits near 1e4, batch norm in training and
+// eval mode; a bad target found on the device and raised by the next call; and all three through autograd and
+// nn, against the CPU.
 #include <random>
 #include <string>
 
@@ -154,8 +155,51 @@ TEST_F(CudaFused, LayerNormWithALargeOffsetMatchesTheCpu) {
   test::expect_matches_cpu(gpu.y, cpu.y, "y near 1000" + seed_note(seed), 1e-5, 4e-4);
 }
 
-// Through autograd and nn: the losses and gradients of a layer norm followed by a cross-entropy on (N, C, L)
-// logits with smoothing, on the GPU against the CPU, in float64.
+TEST_F(CudaFused, BatchNormMatchesTheCpu) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  struct Case {
+    int64_t n, c, s;
+  };
+  // (N, C) input, a 28x28 batch, one channel of many values (several chunks), many channels of few values.
+  // And a channel near 1000: the mean and the squared deviations are two passes on the GPU too.
+  const std::vector<Case> cases = {{64, 10, 1}, {64, 32, 784}, {4, 1, 70000}, {3, 2000, 3}, {16, 3, 500}};
+  for (DType dtype : test::kFloatDTypes) {
+    for (const Case& cs : cases) {
+      for (bool training : {true, false}) {
+        const std::string what = "batch_norm (" + std::to_string(cs.n) + ", " + std::to_string(cs.c) + ", " +
+                                 std::to_string(cs.s) + ") " + dtype_name(dtype) + (training ? " training" : " eval") +
+                                 seed_note(seed);
+        const double offset = cs.c == 3 && dtype == kFloat32 ? 1000 : 0;
+        Tensor x = test::random_tensor({cs.n, cs.c, cs.s}, dtype, rng, test::Layout::Contiguous, offset - 3, offset + 5);
+        Tensor w = test::random_tensor({cs.c}, dtype, rng), b = test::random_tensor({cs.c}, dtype, rng);
+        Tensor rm = test::random_tensor({cs.c}, kFloat32, rng);
+        Tensor rv = test::random_tensor({cs.c}, kFloat32, rng, test::Layout::Contiguous, 0.5, 2);
+        Tensor g = test::random_tensor({cs.n, cs.c, cs.s}, dtype, rng);
+        auto dev = [](const Tensor& t) { return t.to(Device::cuda()); };
+        ops::BatchNormForward cpu = ops::batch_norm_forward(x, w, b, rm, rv, 1e-5, training);
+        ops::BatchNormForward gpu = ops::batch_norm_forward(dev(x), dev(w), dev(b), dev(rm), dev(rv), 1e-5, training);
+        // Near 1000 the mean itself is known to an ulp of 1000 (6e-5): y and dx carry that.
+        const double rtol = std::max(test::cuda_rtol(dtype), offset * 1.2e-7);
+        const double sum_tol = rtol * (4 + std::sqrt(static_cast<double>(cs.n * cs.s)));
+        test::expect_matches_cpu(gpu.mean, cpu.mean, what + ": mean", dtype == kFloat64 ? 1e-12 : 1e-5, 1e-6);
+        test::expect_matches_cpu(gpu.var, cpu.var, what + ": var", dtype == kFloat64 ? 1e-12 : 1e-5, 1e-6);
+        test::expect_matches_cpu(gpu.y, cpu.y, what + ": y", rtol, 4 * rtol);
+        ops::BatchNormBackward rc = ops::batch_norm_backward(g, x, cpu.mean, cpu.var, w, 1e-5, training, true, true, true);
+        ops::BatchNormBackward rg =
+            ops::batch_norm_backward(dev(g), dev(x), gpu.mean, gpu.var, dev(w), 1e-5, training, true, true, true);
+        test::expect_matches_cpu(rg.grad_x, rc.grad_x, what + ": dx", rtol, 8 * rtol);
+        test::expect_matches_cpu(rg.grad_weight, rc.grad_weight, what + ": dw", rtol, sum_tol);
+        test::expect_matches_cpu(rg.grad_bias, rc.grad_bias, what + ": db", rtol, sum_tol);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Through autograd and nn: the losses and gradients of a batch norm, a layer norm and a cross-entropy on
+// (N, C, L) logits with smoothing, the running statistics the batch norm updates and an eval-mode gradient,
+// on the GPU against the CPU, in float64.
 TEST_F(CudaFused, ThroughNnMatchesTheCpu) {
   const uint32_t seed = fresh_seed();
   std::mt19937 rng(seed);
@@ -166,13 +210,18 @@ TEST_F(CudaFused, ThroughNnMatchesTheCpu) {
     // detach: to(kCPU) returns x itself, which must not become a leaf that requires grad here.
     Tensor xd = x.to(dev).detach().requires_grad_(), wd = w.to(dev).detach().requires_grad_(),
            bd = b.to(dev).detach().requires_grad_();
-    Tensor h = nn::F::layer_norm(xd, {8}, wd, bd, 1e-5);
+    Tensor rm = zeros({5}, TensorOptions(kFloat64).device(dev)), rv = ones({5}, TensorOptions(kFloat64).device(dev));
+    Tensor h = nn::F::layer_norm(nn::F::batch_norm(xd, rm, rv, {}, {}, true, 0.1, 1e-5), {8}, wd, bd, 1e-5);
     Tensor loss = nn::F::cross_entropy(h, t.to(dev), {.label_smoothing = 0.1});
     loss.backward();
-    return std::vector<Tensor>{loss.detach(), xd.grad(), wd.grad(), bd.grad()};
+    // Eval mode: the running statistics the training forward updated, with a gradient that treats them as
+    // constants.
+    Tensor xe = x.to(dev).detach().requires_grad_();
+    nn::F::batch_norm(xe, rm, rv, {}, {}, false, 0.1, 1e-5).pow(2).sum().backward();
+    return std::vector<Tensor>{loss.detach(), xd.grad(), wd.grad(), bd.grad(), rm, rv, xe.grad()};
   };
   std::vector<Tensor> cpu = run(kCPU), gpu = run(Device::cuda());
-  const char* names[] = {"loss", "dx", "dw", "db"};
+  const char* names[] = {"loss", "dx", "dw", "db", "running mean", "running var", "eval dx"};
   for (size_t i = 0; i < cpu.size(); ++i)
     test::expect_matches_cpu(gpu[i], cpu[i], std::string(names[i]) + seed_note(seed), 1e-11, 1e-12);
 }

@@ -1,9 +1,9 @@
-// The fused layer-norm kernels (ops::layer_norm_forward / layer_norm_backward) against float64 references
-// computed here from the inputs' stored values: mean, rstd, output and the three gradients, in every float
-// dtype, with and without the affine parameters, on narrow, wide and many rows (the parameter gradients sum
-// over rows in blocks of 64 columns); then a large common offset (where E[x^2] - E[x]^2 would cancel), the
-// same bits on any thread count, and the errors. (The gradient formulas are checked against central
-// differences in tests/autograd/ops_grad_test.cpp.)
+// The fused layer-norm and batch-norm kernels (ops::layer_norm_* and ops::batch_norm_*) against float64
+// references computed here from the inputs' stored values: statistics, output and the three gradients, in
+// every float dtype, with and without the affine parameters, on narrow, wide and many rows or channels (layer
+// norm's parameter gradients sum over rows in blocks of 64 columns), batch norm in training and eval mode;
+// then a large common offset (where E[x^2] - E[x]^2 would cancel), the same bits on any thread count, and the
+// errors. (The gradient formulas are checked against central differences in tests/autograd/ops_grad_test.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -157,6 +157,118 @@ TEST(LayerNormKernel, Errors) {
                      {"layer_norm_backward", "grad_y", "(3, 4)"});
   test::expect_error([&] { ops::layer_norm_backward(randn({3, 4}), x, f.mean.narrow(0, 0, 2), f.rstd, {}, true, false, false); },
                      {"layer_norm_backward", "mean and rstd"});
+}
+
+// ---- batch norm ----
+
+struct BnReference {
+  std::vector<double> y, mean, var, dx, dw, db;
+};
+
+// x, g: (N, C, S) values; w, b: (C) or empty; rm, rv: the running statistics (eval) or empty (training).
+BnReference bn_reference(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
+                         const std::vector<double>& rm, const std::vector<double>& rv, const std::vector<double>& g,
+                         double eps, bool training) {
+  const int64_t n = x.size(0), c = x.size(1), s = x.size(2), count = n * s;
+  std::vector<double> v = test::values(x);
+  BnReference r;
+  r.y.resize(v.size());
+  r.dx.resize(v.size());
+  auto at = [&](int64_t i, int64_t ch, int64_t k) { return (i * c + ch) * s + k; };
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mu = 0, var = 0;
+    if (training) {
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < s; ++k) mu += v[at(i, ch, k)];
+      mu /= static_cast<double>(count);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < s; ++k) var += (v[at(i, ch, k)] - mu) * (v[at(i, ch, k)] - mu);
+      var /= static_cast<double>(count);
+    } else {
+      mu = rm[ch];
+      var = rv[ch];
+    }
+    r.mean.push_back(mu);
+    r.var.push_back(var);
+    const double rs = 1 / std::sqrt(var + eps), wc = w.empty() ? 1.0 : w[ch], bc = b.empty() ? 0.0 : b[ch];
+    double sg = 0, sgx = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < s; ++k) {
+        const double xhat = (v[at(i, ch, k)] - mu) * rs;
+        r.y[at(i, ch, k)] = xhat * wc + bc;
+        sg += g[at(i, ch, k)];
+        sgx += g[at(i, ch, k)] * xhat;
+      }
+    r.dw.push_back(sgx);
+    r.db.push_back(sg);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < s; ++k) {
+        const double xhat = (v[at(i, ch, k)] - mu) * rs, gi = g[at(i, ch, k)];
+        r.dx[at(i, ch, k)] = wc * rs * (training ? gi - sg / count - xhat * sgx / count : gi);
+      }
+  }
+  return r;
+}
+
+void check_bn_case(int64_t n, int64_t c, int64_t s, bool affine, bool training, DType dtype, std::mt19937& rng,
+                   double offset = 0) {
+  const std::string what = "batch_norm (" + std::to_string(n) + ", " + std::to_string(c) + ", " +
+                           std::to_string(s) + ") " + dtype_name(dtype) + (affine ? " affine" : "") +
+                           (training ? " training" : " eval") + (offset != 0 ? " offset" : "");
+  Tensor x = test::random_tensor({n, c, s}, dtype, rng, test::Layout::Contiguous, offset - 2, offset + 2);
+  Tensor w = affine ? test::random_tensor({c}, dtype, rng, test::Layout::Contiguous, 0.5, 1.5) : Tensor();
+  Tensor b = affine ? test::random_tensor({c}, dtype, rng) : Tensor();
+  Tensor rm = test::random_tensor({c}, kFloat32, rng, test::Layout::Contiguous, offset - 0.5, offset + 0.5);
+  Tensor rv = test::random_tensor({c}, kFloat32, rng, test::Layout::Contiguous, 0.5, 2);
+  Tensor g = test::random_tensor({n, c, s}, dtype, rng);
+  const double eps = 1e-5;
+  BnReference ref = bn_reference(x, affine ? test::values(w) : std::vector<double>{},
+                                 affine ? test::values(b) : std::vector<double>{}, test::values(rm), test::values(rv),
+                                 test::values(g), eps, training);
+  ops::BatchNormForward f = ops::batch_norm_forward(x, w, b, rm, rv, eps, training);
+  const double unit = dtype == kFloat64 ? 1.1e-16 : dtype == kFloat32 ? 6e-8 : 0;
+  const double tol = std::max(test::tolerance(dtype), 32 * unit * std::abs(offset));
+  const double stat_tol = std::max(dtype == kFloat64 ? 1e-12 : 1e-5, 32 * unit * std::abs(offset));
+  test::expect_tensor_near(f.y, ref.y, {n, c, s}, tol, 2 * tol, what + ": y");
+  test::expect_tensor_near(f.mean, ref.mean, {c}, stat_tol, stat_tol, what + ": mean");
+  test::expect_tensor_near(f.var, ref.var, {c}, stat_tol, stat_tol, what + ": var");
+  ops::BatchNormBackward r = ops::batch_norm_backward(g, x, f.mean, f.var, w, eps, training, true, affine, affine);
+  test::expect_tensor_near(r.grad_x, ref.dx, {n, c, s}, tol, 8 * tol, what + ": dx");
+  if (affine) {
+    const double sum_tol = tol * (2 + std::sqrt(static_cast<double>(n * s)));
+    test::expect_tensor_near(r.grad_weight, ref.dw, {c}, tol, sum_tol, what + ": dw");
+    test::expect_tensor_near(r.grad_bias, ref.db, {c}, tol, sum_tol, what + ": db");
+  }
+}
+
+TEST(BatchNormKernel, MatchesFloat64Reference) {
+  std::mt19937 rng(13);
+  for (DType d : test::kFloatDTypes)
+    for (bool training : {true, false}) {
+      check_bn_case(4, 3, 10, true, training, d, rng);
+      check_bn_case(2, 5, 1, false, training, d, rng);  // BatchNorm1d's (N, C)
+      check_bn_case(16, 32, 49, true, training, d, rng);
+      check_bn_case(3, 1, 1000, true, training, d, rng);
+    }
+  check_bn_case(8, 4, 300, true, true, kFloat32, rng, 1000.0);
+  check_bn_case(8, 4, 300, true, true, kFloat64, rng, 1e6);
+}
+
+TEST(BatchNormKernel, Errors) {
+  Tensor x = randn({4, 3, 5});
+  test::expect_error([&] { ops::batch_norm_forward(randn({4, 3}), {}, {}, {}, {}, 1e-5, true); },
+                     {"batch_norm", "(N, C, S)", "(4, 3)"});
+  test::expect_error([&] { ops::batch_norm_forward(randn({1, 3, 1}), {}, {}, {}, {}, 1e-5, true); },
+                     {"batch_norm", "more than one value"});
+  test::expect_error([&] { ops::batch_norm_forward(x, {}, {}, {}, {}, 1e-5, false); },
+                     {"batch_norm", "running statistics"});
+  test::expect_error([&] { ops::batch_norm_forward(x, ones({4}), {}, {}, {}, 1e-5, true); },
+                     {"batch_norm", "weight", "(3)", "(4)"});
+  test::expect_error([&] { ops::batch_norm_forward(x, {}, {}, zeros({3}), ones({2}), 1e-5, false); },
+                     {"batch_norm", "running_var", "(3)", "(2)"});
+  ops::BatchNormForward f = ops::batch_norm_forward(x, {}, {}, {}, {}, 1e-5, true);
+  test::expect_error([&] { ops::batch_norm_backward(randn({4, 3, 6}), x, f.mean, f.var, {}, 1e-5, true, true, false, false); },
+                     {"batch_norm_backward", "grad_y", "(4, 3, 5)"});
 }
 
 }  // namespace

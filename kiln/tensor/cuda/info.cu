@@ -12,7 +12,7 @@ namespace {
 std::string cuda_version_str(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
 // cuBLAS and cuDNN: major * 10000 + minor * 100 + patch (cuDNN 9 uses the same layout).
 std::string library_version_str(int v) {
-  if (v <= 0) return "not linked";
+  if (v <= 0) return "not found";
   return std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
 }
 }  // namespace

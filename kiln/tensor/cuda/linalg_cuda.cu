@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kiln/tensor/cuda/cublas_check.h"
+#include "kiln/tensor/cuda/cublas_loader.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/stream.h"
@@ -139,15 +140,15 @@ cublasHandle_t handle_for(int device, cudaStream_t stream) {
     workspace = ws;
   }
   if (h == nullptr) {
-    KILN_CUBLAS_CHECK(cublasCreate(&h), "bmm");
+    KILN_CUBLAS_CHECK(cuda::cublas().create(&h), "bmm");
     // Split-K partial sums of float16/bfloat16 products stay in float32, as on the CPU.
-    KILN_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+    KILN_CUBLAS_CHECK(cuda::cublas().set_math_mode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                               CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
                       "bmm");
   }
-  KILN_CUBLAS_CHECK(cublasSetStream(h, stream), "bmm");
-  // NOTE: cublasSetStream resets the workspace to cuBLAS's default pool, so it is set after, every time.
-  KILN_CUBLAS_CHECK(cublasSetWorkspace(h, workspace, kWorkspaceBytes), "bmm");
+  KILN_CUBLAS_CHECK(cuda::cublas().set_stream(h, stream), "bmm");
+  // NOTE: setting the stream resets the workspace to cuBLAS's default pool, so it is set after, every time.
+  KILN_CUBLAS_CHECK(cuda::cublas().set_workspace(h, workspace, kWorkspaceBytes), "bmm");
   return h;
 }
 
@@ -237,7 +238,7 @@ void bmm_cublas(const Tensor& c, int64_t ldc, const Tensor& a, MatLayout la, con
       const char* bb0 = pb + b0 * b.stride(0) * elem;
       char* c0 = pc + (b0 * c.stride(0) + m0 * row_c) * elem;
       KILN_CUBLAS_CHECK(
-          cublasGemmStridedBatchedEx(
+          cuda::cublas().gemm_strided_batched_ex(
               h, op_b, op_a, static_cast<int>(N), static_cast<int>(nm), static_cast<int>(K), alpha_p, bb0, types.data,
               static_cast<int>(lb.ld), b.stride(0), a0, types.data, static_cast<int>(la.ld), a.stride(0), beta_p, c0,
               types.data, static_cast<int>(ldc), c.stride(0), static_cast<int>(nb), types.compute, CUBLAS_GEMM_DEFAULT),
@@ -283,10 +284,16 @@ void set_allow_tf32(bool on) { g_allow_tf32 = on; }
 bool allow_tf32() { return g_allow_tf32; }
 
 int cublas_version() {
+  const CublasApi* api = nullptr;
+  try {
+    api = &cublas();  // opens the library: asking for its version is a reason to
+  } catch (const Error&) {
+    return 0;  // not found here
+  }
   int major = 0, minor = 0, patch = 0;
-  KILN_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &major), "cublas_version");
-  KILN_CUBLAS_CHECK(cublasGetProperty(MINOR_VERSION, &minor), "cublas_version");
-  KILN_CUBLAS_CHECK(cublasGetProperty(PATCH_LEVEL, &patch), "cublas_version");
+  KILN_CUBLAS_CHECK(api->get_property(MAJOR_VERSION, &major), "cublas_version");
+  KILN_CUBLAS_CHECK(api->get_property(MINOR_VERSION, &minor), "cublas_version");
+  KILN_CUBLAS_CHECK(api->get_property(PATCH_LEVEL, &patch), "cublas_version");
   return major * 10000 + minor * 100 + patch;
 }
 

@@ -1,5 +1,5 @@
-// Frontends of the fused layer norm: checks that name the op, contiguous inputs in x's dtype, outputs on x's
-// device, then that device's kernel.
+// Frontends of the fused layer and batch norms: checks that name the op, contiguous inputs in x's dtype,
+// outputs on x's device, then that device's kernel.
 #include "kiln/tensor/ops/normalization.h"
 
 #include <limits>
@@ -16,13 +16,17 @@ namespace {
 
 DType stats_dtype(DType x) { return x == kFloat64 ? kFloat64 : kFloat32; }
 
-// An affine parameter (D) on x's device, in x's dtype and contiguous; undefined stays undefined.
-Tensor check_param(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+// A per-feature tensor (dim 1 of x: D for layer norm, C for batch norm) on x's device, in `dtype` and
+// contiguous; undefined stays undefined.
+Tensor check_param(const char* op, const char* name, const Tensor& t, const Tensor& x, DType dtype) {
   if (!t.defined()) return t;
   KILN_CHECK(t.sizes() == Shape{x.size(1)}, op, ": ", name, " must be (", x.size(1), ") for input of shape ",
              shape_str(x.sizes()), ", got ", shape_str(t.sizes()));
   KILN_CHECK(t.device() == x.device(), op, ": ", name, " is on ", t.device(), ", input on ", x.device());
-  return contiguous(to(t, x.dtype()));
+  return contiguous(to(t, dtype));
+}
+Tensor check_param(const char* op, const char* name, const Tensor& t, const Tensor& x) {
+  return check_param(op, name, t, x, x.dtype());
 }
 
 void check_x(const char* op, const Tensor& x) {
@@ -80,6 +84,70 @@ LayerNormBackward layer_norm_backward(const Tensor& grad_y, const Tensor& x, con
   get_kernel<Op::layer_norm_backward>(x.device())(r.grad_x, r.grad_weight, r.grad_bias,
                                                   contiguous(to(grad_y, x.dtype())), contiguous(x), contiguous(mean),
                                                   contiguous(rstd), w);
+  return r;
+}
+
+namespace {
+
+void check_channels_input(const char* op, const Tensor& x) {
+  KILN_CHECK(x.defined(), op, ": the input tensor is undefined");
+  KILN_CHECK(x.dim() == 3, op, ": input must be (N, C, S), got ", shape_str(x.sizes()));
+  KILN_CHECK(is_floating(x.dtype()), op, ": input must be floating point, got ", x.dtype());
+}
+
+}  // namespace
+
+BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& running_mean, const Tensor& running_var, double eps, bool training) {
+  const char* op = "batch_norm";
+  check_channels_input(op, x);
+  KILN_CHECK(eps >= 0.0, op, ": eps must be non-negative, got ", eps);
+  const int64_t c = x.size(1), count = x.size(0) * x.size(2);
+  const DType sd = stats_dtype(x.dtype());
+  Tensor w = check_param(op, "weight", weight, x), b = check_param(op, "bias", bias, x);
+  TensorOptions so = TensorOptions(sd).device(x.device());
+  BatchNormForward r{empty(x.sizes(), TensorOptions(x.dtype()).device(x.device())), Tensor(), Tensor()};
+  if (training) {
+    KILN_CHECK(count > 1, op, ": training needs more than one value per channel, got input of shape ",
+               shape_str(x.sizes()));
+    r.mean = empty({c}, so);
+    r.var = empty({c}, so);
+  } else {
+    KILN_CHECK(running_mean.defined() && running_var.defined(), op, ": eval mode needs running statistics");
+    r.mean = check_param(op, "running_mean", running_mean, x, sd);
+    r.var = check_param(op, "running_var", running_var, x, sd);
+  }
+  if (x.numel() == 0) return r;
+  get_kernel<Op::batch_norm>(x.device())(r.y, r.mean, r.var, contiguous(x), w, b, eps, training);
+  return r;
+}
+
+BatchNormBackward batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                      const Tensor& weight, double eps, bool training, bool want_x, bool want_weight,
+                                      bool want_bias) {
+  const char* op = "batch_norm_backward";
+  check_channels_input(op, x);
+  KILN_CHECK(grad_y.defined() && grad_y.sizes() == x.sizes() && grad_y.device() == x.device(), op,
+             ": grad_y must have the input's shape ", shape_str(x.sizes()), " on ", x.device());
+  const DType sd = stats_dtype(x.dtype());
+  KILN_CHECK(mean.defined() && var.defined() && mean.dtype() == sd && var.dtype() == sd, op,
+             ": mean and var must be the forward's (", x.size(1), ") ", sd, " tensors");
+  Tensor m = check_param(op, "mean", mean, x, sd), v = check_param(op, "var", var, x, sd);
+  Tensor w = check_param(op, "weight", weight, x);
+  TensorOptions o = TensorOptions(x.dtype()).device(x.device());
+  BatchNormBackward r;
+  if (want_x) r.grad_x = empty(x.sizes(), o);
+  if (want_weight) r.grad_weight = empty({x.size(1)}, o);
+  if (want_bias) r.grad_bias = empty({x.size(1)}, o);
+  if (!want_x && !want_weight && !want_bias) return r;
+  if (x.numel() == 0) {  // no values: the parameter gradients are empty sums
+    if (want_weight) fill_(r.grad_weight, 0);
+    if (want_bias) fill_(r.grad_bias, 0);
+    return r;
+  }
+  get_kernel<Op::batch_norm_backward>(x.device())(r.grad_x, r.grad_weight, r.grad_bias,
+                                                  contiguous(to(grad_y, x.dtype())), contiguous(x), m, v, w, eps,
+                                                  training);
   return r;
 }
 

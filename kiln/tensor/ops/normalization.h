@@ -1,6 +1,8 @@
-// Layer normalization over the last dim as one op, forward and backward, with no autograd: the differentiable
-// version is kiln::layer_norm_rows (kiln/autograd/functions.h), which nn::functional::layer_norm uses after
-// flattening the normalized dims into one.
+// Layer and batch normalization as ops of their own, forward and backward, with no autograd: the
+// differentiable versions are kiln::layer_norm_rows and kiln::batch_norm_channels (kiln/autograd/functions.h),
+// which nn::functional::layer_norm and batch_norm use after flattening the normalized dims into one.
+//
+// Layer norm:
 //
 // For row m of x (M, D): mean = sum_d x_d / D, var = sum_d (x_d - mean)^2 / D (biased, as layer norm defines
 // it), rstd = 1 / sqrt(var + eps), xhat = (x - mean) rstd and y = xhat w + b (w = 1, b = 0 when undefined).
@@ -29,5 +31,30 @@ struct LayerNormBackward {
 // gradients to compute.
 LayerNormBackward layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                       const Tensor& weight, bool want_x, bool want_weight, bool want_bias);
+
+// Batch norm: for channel c of x (N, C, S) (S the spatial dims flattened, 1 for (N, C) input) and its M = N S
+// values: mean_c and the biased var_c from the batch when training, the running statistics otherwise;
+// rstd = 1 / sqrt(var + eps), xhat = (x - mean) rstd and y = xhat w_c + b_c. With g = dL/dy, sums over (N, S):
+//   training: dL/dx = w rstd (g - sum(g) / M - xhat sum(g xhat) / M)   (mean and var depend on x)
+//   eval:     dL/dx = w rstd g                                         (they are constants)
+//   dL/dw = sum g xhat,   dL/db = sum g.
+struct BatchNormForward {
+  Tensor y;     // (N, C, S), x's dtype
+  Tensor mean;  // (C), float32 (float64 for float64 x): the batch's when training, else the running ones
+  Tensor var;   // (C), as mean; the batch's is biased (what normalizes the batch)
+};
+
+// x: (N, C, S) floating; weight, bias: (C) or undefined; running_mean, running_var: (C), needed when not training
+// (and not read when training: updating them is the caller's business, from the returned batch statistics).
+BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& running_mean, const Tensor& running_var, double eps, bool training);
+
+struct BatchNormBackward {
+  Tensor grad_x, grad_weight, grad_bias;  // each undefined where not wanted
+};
+// grad_y, x: (N, C, S); mean, var: the forward's; weight: the forward's (or undefined).
+BatchNormBackward batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                      const Tensor& weight, double eps, bool training, bool want_x, bool want_weight,
+                                      bool want_bias);
 
 }  // namespace kiln::ops

@@ -132,6 +132,16 @@ using LayerNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
                                      const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& weight);
 
+// Batch normalization over (N, S) per channel, fused (ops/normalization.h has the math).
+// x, y: (N, C, S) contiguous; weight, bias: (C) in x's dtype or undefined; mean, var: (C) in x's op-math dtype,
+// written from the batch when training (var biased), read (the running statistics) when not.
+using BatchNormKernel = void(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& x,
+                             const Tensor& weight, const Tensor& bias, double eps, bool training);
+// grad_x: (N, C, S) or undefined; grad_weight, grad_bias: (C) or undefined; grad_y: (N, C, S).
+using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                     const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                     const Tensor& weight, double eps, bool training);
+
 // X(op, kernel signature)
 #define KILN_FORALL_OPS(X)                 \
   /* data movement and creation */         \
@@ -223,6 +233,8 @@ using LayerNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   /* fused normalization */                \
   X(layer_norm, LayerNormKernel)           \
   X(layer_norm_backward, LayerNormBackwardKernel) \
+  X(batch_norm, BatchNormKernel)           \
+  X(batch_norm_backward, BatchNormBackwardKernel) \
   /* fused optimizer updates */            \
   X(sgd_step, SgdStepKernel)               \
   X(adam_step, AdamStepKernel)
