@@ -10,7 +10,7 @@
 // On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
 // with a synchronize, against the composite only.
 //
-//   fused_bench [cpu|cuda] [reps]
+//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm]   (the last: that op's rows only)
 #include <kiln/kiln.h>
 
 #include <cstdio>
@@ -70,6 +70,8 @@ void print_row(const char* op, const std::string& shape, const std::vector<doubl
 int main(int argc, char** argv) {
   const bool gpu = argc > 1 && std::strcmp(argv[1], "cuda") == 0;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
+  const std::string only = argc > 3 ? argv[3] : "";
+  auto wanted = [&](const char* op) { return only.empty() || only == op; };
   if (gpu && !kiln::cuda::is_available()) {
     std::printf("fused_bench: no CUDA device\n");
     return 0;
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
 
   const std::vector<std::pair<int64_t, int64_t>> ce_shapes = {{64, 10}, {128, 10}, {4096, 1000}, {256, 32000}};
   for (auto [n, c] : ce_shapes) {
+    if (!wanted("cross_entropy")) break;
     Tensor z = kiln::randn({n, c}).to(dev).requires_grad_();
     Tensor t = kiln::randint(0, c, {n}).to(dev);
     check("cross_entropy", kiln::nn::F::cross_entropy(z, t).item<double>(), ce_composite(z, t).item<double>());
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
 
   const std::vector<std::pair<int64_t, int64_t>> ln_shapes = {{64, 10}, {8192, 768}, {4096, 1024}};
   for (auto [m, d] : ln_shapes) {
+    if (!wanted("layer_norm")) break;
     Tensor x = kiln::randn({m, d}).to(dev).requires_grad_();
     Tensor w = (kiln::randn({d}) * 0.1 + 1.0).to(dev).requires_grad_();
     Tensor b = kiln::randn({d}).to(dev).requires_grad_();
@@ -167,6 +171,7 @@ int main(int argc, char** argv) {
 
   const std::vector<kiln::Shape> bn_shapes = {{64, 32, 28, 28}, {128, 512}};
   for (const kiln::Shape& shape : bn_shapes) {
+    if (!wanted("batch_norm")) break;
     const int64_t c = shape[1];
     Tensor x = kiln::randn(shape).to(dev).requires_grad_();
     Tensor w = (kiln::randn({c}) * 0.1 + 1.0).to(dev).requires_grad_();
