@@ -122,79 +122,24 @@ int main(int argc, char** argv) {
               kiln::bench::time_interleaved(variants, reps), torch);
   }
 
-  const std::vector<std::pair<int64_t, int64_t>> ln_shapes = {{64, 10}, {8192, 768}, {4096, 1024}};
-  for (auto [m, d] : ln_shapes) {
-    if (!wanted("layer_norm")) break;
-    Tensor x = kiln::randn({m, d}).to(dev).requires_grad_();
-    Tensor w = (kiln::randn({d}) * 0.1 + 1.0).to(dev).requires_grad_();
-    Tensor b = kiln::randn({d}).to(dev).requires_grad_();
-    Tensor r = kiln::randn({m, d}).to(dev);  // a weighting, so the gradient is not trivially structured
-    check("layer_norm", (kiln::nn::F::layer_norm(x, {d}, w, b, 1e-5) * r).sum().item<double>(),
-          (ln_composite(x, w, b) * r).sum().item<double>());
-    auto clear = [&] {
-      x.set_grad(Tensor());
-      w.set_grad(Tensor());
-      b.set_grad(Tensor());
-    };
-    std::vector<std::function<void()>> variants = {
-        [&] {
-          clear();
-          (kiln::nn::F::layer_norm(x, {d}, w, b, 1e-5) * r).sum().backward();
-          sync(dev);
-        },
-        [&] {
-          clear();
-          (ln_composite(x, w, b) * r).sum().backward();
-          sync(dev);
-        }};
-#ifdef KILN_BENCH_WITH_TORCH
-    torch::Tensor tx, tw, tb, tr;
-    if (torch) {
-      auto copy = [](const Tensor& k, std::vector<int64_t> shape) {
-        return torch::from_blob(k.detach().data_ptr<float>(), shape).clone();
-      };
-      tx = copy(x, {m, d}).requires_grad_();
-      tw = copy(w, {d}).requires_grad_();
-      tb = copy(b, {d}).requires_grad_();
-      tr = copy(r, {m, d});
-      variants.push_back([&] {
-        tx.mutable_grad() = torch::Tensor();
-        tw.mutable_grad() = torch::Tensor();
-        tb.mutable_grad() = torch::Tensor();
-        (torch::layer_norm(tx, {d}, tw, tb, 1e-5) * tr).sum().backward();
-      });
-    }
-#endif
-    print_row("layer_norm", "(" + std::to_string(m) + ", " + std::to_string(d) + ")",
-              kiln::bench::time_interleaved(variants, reps), torch);
-  }
-
-  const std::vector<kiln::Shape> bn_shapes = {{64, 32, 28, 28}, {128, 512}};
-  for (const kiln::Shape& shape : bn_shapes) {
-    if (!wanted("batch_norm")) break;
-    const int64_t c = shape[1];
+  // The normalizations: loss = sum(op(x, w, b) * r), r a fixed weighting so that the gradient is not
+  // trivially structured; x (shape) and w, b (features) require grad. LibTorch's twin is picked by op.
+  auto norm_row = [&](const char* op, const kiln::Shape& shape, int64_t features,
+                      const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& fused,
+                      const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& composite) {
     Tensor x = kiln::randn(shape).to(dev).requires_grad_();
-    Tensor w = (kiln::randn({c}) * 0.1 + 1.0).to(dev).requires_grad_();
-    Tensor b = kiln::randn({c}).to(dev).requires_grad_();
+    Tensor w = (kiln::randn({features}) * 0.1 + 1.0).to(dev).requires_grad_();
+    Tensor b = kiln::randn({features}).to(dev).requires_grad_();
     Tensor r = kiln::randn(shape).to(dev);
-    auto fused = [&] { return (kiln::nn::F::batch_norm(x, {}, {}, w, b, true, 0.1, 1e-5) * r).sum(); };
-    check("batch_norm", fused().item<double>(), (bn_composite(x, w, b) * r).sum().item<double>());
-    auto clear = [&] {
-      x.set_grad(Tensor());
-      w.set_grad(Tensor());
-      b.set_grad(Tensor());
+    check(op, (fused(x, w, b) * r).sum().item<double>(), (composite(x, w, b) * r).sum().item<double>());
+    auto step = [&](const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f) {
+      return [&, f] {
+        for (Tensor* t : {&x, &w, &b}) t->set_grad(Tensor());
+        (f(x, w, b) * r).sum().backward();
+        sync(dev);
+      };
     };
-    std::vector<std::function<void()>> variants = {
-        [&] {
-          clear();
-          fused().backward();
-          sync(dev);
-        },
-        [&] {
-          clear();
-          (bn_composite(x, w, b) * r).sum().backward();
-          sync(dev);
-        }};
+    std::vector<std::function<void()>> variants = {step(fused), step(composite)};
 #ifdef KILN_BENCH_WITH_TORCH
     torch::Tensor tx, tw, tb, tr;
     if (torch) {
@@ -207,14 +152,33 @@ int main(int argc, char** argv) {
       tb = copy(b).requires_grad_();
       tr = copy(r);
       variants.push_back([&] {
-        tx.mutable_grad() = torch::Tensor();
-        tw.mutable_grad() = torch::Tensor();
-        tb.mutable_grad() = torch::Tensor();
-        (torch::batch_norm(tx, tw, tb, {}, {}, true, 0.1, 1e-5, false) * tr).sum().backward();
+        for (torch::Tensor* t : {&tx, &tw, &tb}) t->mutable_grad() = torch::Tensor();
+        torch::Tensor y = std::string(op) == "layer_norm"
+                              ? torch::layer_norm(tx, {features}, tw, tb, 1e-5)
+                              : torch::batch_norm(tx, tw, tb, {}, {}, true, 0.1, 1e-5, false);
+        (y * tr).sum().backward();
       });
     }
 #endif
-    print_row("batch_norm", kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
+    print_row(op, kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
+  };
+
+  for (kiln::Shape shape : std::vector<kiln::Shape>{{64, 10}, {8192, 768}, {4096, 1024}}) {
+    if (!wanted("layer_norm")) break;
+    const int64_t d = shape[1];
+    norm_row(
+        "layer_norm", shape, d, [d](const Tensor& x, const Tensor& w, const Tensor& b) {
+          return kiln::nn::F::layer_norm(x, {d}, w, b, 1e-5);
+        },
+        ln_composite);
+  }
+  for (kiln::Shape shape : std::vector<kiln::Shape>{{64, 32, 28, 28}, {128, 512}}) {
+    if (!wanted("batch_norm")) break;
+    norm_row(
+        "batch_norm", shape, shape[1], [](const Tensor& x, const Tensor& w, const Tensor& b) {
+          return kiln::nn::F::batch_norm(x, {}, {}, w, b, true, 0.1, 1e-5);
+        },
+        bn_composite);
   }
   return 0;
 }

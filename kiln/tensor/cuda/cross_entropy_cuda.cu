@@ -12,11 +12,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/index_check.cuh"
-#include "kiln/tensor/cuda/reduce_cuda.cuh"
+#include "kiln/tensor/cuda/row_reduce.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/reduce.h"
@@ -28,27 +27,9 @@ namespace {
 constexpr int kThreads = 256;
 using cuda::kWarpSize;
 
-struct MaxSkipNan {  // commutative: a NaN shows up in the sum instead, as on the CPU
-  template <typename M>
-  __device__ __forceinline__ M operator()(M a, M b) const { return b > a ? b : a; }
-};
-struct Add {
-  template <typename M>
-  __device__ __forceinline__ M operator()(M a, M b) const { return a + b; }
-};
-
-template <typename T, typename M>
-__device__ __forceinline__ T to_storage(M v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
-
-// The combination of v over a row's `lanes` threads (a warp, or the whole block), in every one of them.
-template <typename M, typename Combine>
-__device__ __forceinline__ M row_allreduce(M v, const Combine& combine, int lanes) {
-  if (lanes == kWarpSize) return cuda::warp_allreduce(v, combine);
-  return cuda::block_allreduce<kThreads>(v, combine, cuda::shared_buffer<M, kThreads / kWarpSize>());
-}
+using cuda::Add;
+using cuda::MaxSkipNan;
+using cuda::to_storage;
 
 // z: (rows, c); target, loss, row_weight: (rows); stats: (rows, 2); w: (c) or null. lanes (32 or kThreads)
 // threads a row. Every thread of the block takes part in every reduction (block_allreduce synchronizes),
@@ -67,11 +48,11 @@ __global__ void __launch_bounds__(kThreads)
   M mx = -std::numeric_limits<M>::infinity();
   if (active)
     for (int64_t i = lane; i < c; i += lanes) mx = MaxSkipNan{}(mx, static_cast<M>(p[i]));
-  mx = row_allreduce(mx, MaxSkipNan{}, lanes);
+  mx = cuda::row_allreduce<kThreads>(mx, MaxSkipNan{}, lanes);
   M sum = 0;
   if (active && isfinite(mx))
     for (int64_t i = lane; i < c; i += lanes) sum += exp(static_cast<M>(p[i]) - mx);
-  sum = row_allreduce(sum, Add{}, lanes);
+  sum = cuda::row_allreduce<kThreads>(sum, Add{}, lanes);
   // NOTE: a row of -inf, or one holding +inf or NaN, has no finite log-sum-exp: NaN, as log_softmax gives.
   // logp_c = (z_c - mx) - log_sum: the shift first, so large logits keep their digits.
   const M log_sum = isfinite(mx) ? log(sum) : std::numeric_limits<M>::quiet_NaN();
@@ -80,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
     if (active)
       for (int64_t i = lane; i < c; i += lanes)
         smooth += (w != nullptr ? static_cast<M>(w[i]) : M(1)) * ((static_cast<M>(p[i]) - mx) - log_sum);
-    smooth = row_allreduce(smooth, Add{}, lanes);
+    smooth = cuda::row_allreduce<kThreads>(smooth, Add{}, lanes);
   }
   if (!active || lane != 0) return;
   stats[2 * row] = mx;

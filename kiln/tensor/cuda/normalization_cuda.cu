@@ -18,10 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "kiln/tensor/cuda/cuda_check.h"
-#include "kiln/tensor/cuda/reduce_cuda.cuh"
+#include "kiln/tensor/cuda/row_reduce.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
@@ -33,22 +32,13 @@ namespace {
 constexpr int kThreads = 256;
 using cuda::kWarpSize;
 
-struct Add {
-  template <typename M>
-  __device__ __forceinline__ M operator()(M a, M b) const { return a + b; }
-};
-
-template <typename T, typename M>
-__device__ __forceinline__ T to_storage(M v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
+using cuda::Add;
+using cuda::to_storage;
 
 // The sum of v over a row's `lanes` threads (a warp, or the whole block), in every one of them.
 template <typename M>
 __device__ __forceinline__ M row_sum(M v, int lanes) {
-  if (lanes == kWarpSize) return cuda::warp_allreduce(v, Add{});
-  return cuda::block_allreduce<kThreads>(v, Add{}, cuda::shared_buffer<M, kThreads / kWarpSize>());
+  return cuda::row_allreduce<kThreads>(v, Add{}, lanes);
 }
 
 // x, y: (rows, d); w, b: (d) or null; mean, rstd: (rows). Every thread takes part in every reduction.

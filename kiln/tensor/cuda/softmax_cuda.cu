@@ -9,10 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "kiln/tensor/cuda/cuda_check.h"
-#include "kiln/tensor/cuda/reduce_cuda.cuh"
+#include "kiln/tensor/cuda/row_reduce.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
@@ -25,21 +24,9 @@ namespace {
 constexpr int kThreads = 256;
 using cuda::kWarpSize;
 
-// The max that skips NaN, so it is commutative (a NaN shows up in the sum instead, as on the CPU).
-struct MaxSkipNan {
-  template <typename M>
-  __device__ __forceinline__ M operator()(M a, M b) const { return b > a ? b : a; }
-};
-struct Add {
-  template <typename M>
-  __device__ __forceinline__ M operator()(M a, M b) const { return a + b; }
-};
-
-template <typename T, typename M>
-__device__ __forceinline__ T to_storage(M v) {
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
-}
+using cuda::Add;
+using cuda::MaxSkipNan;
+using cuda::to_storage;
 
 // NOTE: a row holding NaN, a row of -inf (x - max = -inf + inf) and a row holding +inf (inf - inf) all come out
 // NaN, as on the CPU and in PyTorch: the kernels write NaN where the max is not finite or the sum is NaN.
@@ -74,13 +61,11 @@ __global__ void __launch_bounds__(kThreads)
   M mx = -std::numeric_limits<M>::infinity();
   if (active)
     for (int64_t i = lane; i < d; i += lanes) mx = MaxSkipNan{}(mx, static_cast<M>(p[i]));
-  if (lanes == kWarpSize) mx = cuda::warp_allreduce(mx, MaxSkipNan{});
-  else mx = cuda::block_allreduce<kThreads>(mx, MaxSkipNan{}, cuda::shared_buffer<M, kThreads / kWarpSize>());
+  mx = cuda::row_allreduce<kThreads>(mx, MaxSkipNan{}, lanes);
   M sum = 0;
   if (active && finite(mx))
     for (int64_t i = lane; i < d; i += lanes) sum += exp(static_cast<M>(p[i]) - mx);
-  if (lanes == kWarpSize) sum = cuda::warp_allreduce(sum, Add{});
-  else sum = cuda::block_allreduce<kThreads>(sum, Add{}, cuda::shared_buffer<M, kThreads / kWarpSize>());
+  sum = cuda::row_allreduce<kThreads>(sum, Add{}, lanes);
   if (!active) return;
   T* q = y + row * d;
   if (!finite(mx) || isnan(sum)) {
