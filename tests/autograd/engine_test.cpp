@@ -13,7 +13,7 @@ namespace {
 using autograd::DetectAnomalyGuard;
 using test::expect_error;
 
-Tensor leaf(std::initializer_list<double> values) {
+Tensor leaf_with(std::initializer_list<double> values) {
   Tensor t = tensor(values, kFloat64);
   t.requires_grad_();
   return t;
@@ -26,7 +26,7 @@ std::vector<double> grad_of(const Tensor& t) {
 
 TEST(Engine, ScalarChain) {
   // y = sum(exp(2x)); dy/dx = 2 exp(2x)
-  Tensor x = leaf({0.5, -1.0, 2.0});
+  Tensor x = leaf_with({0.5, -1.0, 2.0});
   Tensor y = exp(x * 2).sum();
   EXPECT_FALSE(y.is_leaf());
   EXPECT_TRUE(y.requires_grad());
@@ -37,7 +37,7 @@ TEST(Engine, ScalarChain) {
 
 TEST(Engine, DiamondRunsEachNodeOnceAfterItsConsumers) {
   // a = x^2 feeds both b = 3a and c = a^2; y = b + c. dy/dx = (3 + 2a) * 2x.
-  Tensor x = leaf({1.5, -2.0});
+  Tensor x = leaf_with({1.5, -2.0});
   Tensor a = x * x;
   int a_runs = 0;
   a.register_hook([&](const Tensor& g) {
@@ -55,7 +55,7 @@ TEST(Engine, DiamondRunsEachNodeOnceAfterItsConsumers) {
 
 TEST(Engine, TensorUsedManyTimes) {
   // y = x + x + ... (10 times) + x * x: dy/dx = 10 + 2x
-  Tensor x = leaf({3.0});
+  Tensor x = leaf_with({3.0});
   Tensor y = x * x;
   for (int i = 0; i < 10; ++i) y = y + x;
   y.backward();
@@ -63,7 +63,7 @@ TEST(Engine, TensorUsedManyTimes) {
 }
 
 TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   (x * 3).sum().backward();
   (x * x).sum().backward();
   auto g = grad_of(x);
@@ -76,7 +76,7 @@ TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {
 
 TEST(Engine, GradIsNotAViewOfSomethingElse) {
   // The seed gradient the user passes must not become .grad itself: a later accumulation would write into it.
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor seed = tensor({1.0, 1.0}, kFloat64);
   x.alias().backward(seed);  // alias's gradient is the seed as is
   (x * 1).sum().backward();
@@ -85,7 +85,7 @@ TEST(Engine, GradIsNotAViewOfSomethingElse) {
 }
 
 TEST(Engine, NonScalarBackwardNeedsAGradient) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor y = x * 2;
   expect_error([&] { y.backward(); }, {"backward", "only a one-element output"});
   expect_error([&] { y.backward(tensor({1.0}, kFloat64)); }, {"backward", "(1)", "(2)"});
@@ -94,7 +94,7 @@ TEST(Engine, NonScalarBackwardNeedsAGradient) {
 }
 
 TEST(Engine, SecondBackwardThroughAFreedGraphIsAClearError) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor y = exp(x).sum();
   y.backward();
   expect_error([&] { y.backward(); }, {"second time", "retain_graph=true"});
@@ -106,7 +106,7 @@ TEST(Engine, SecondBackwardThroughAFreedGraphIsAClearError) {
 }
 
 TEST(Engine, SavedTensorsAreFreedAfterBackward) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   std::weak_ptr<StorageImpl> saved;
   {
     Tensor e = exp(x);  // exp saves its output
@@ -120,7 +120,7 @@ TEST(Engine, SavedTensorsAreFreedAfterBackward) {
 }
 
 TEST(Engine, GraphsFreeThemselvesWithTheirOutputs) {
-  Tensor x = leaf({1.0});
+  Tensor x = leaf_with({1.0});
   std::weak_ptr<autograd::Node> node;
   {
     Tensor y = x;
@@ -131,8 +131,8 @@ TEST(Engine, GraphsFreeThemselvesWithTheirOutputs) {
 }
 
 TEST(Engine, GradReturnsGradientsAndLeavesDotGradAlone) {
-  Tensor x = leaf({1.0, 2.0});
-  Tensor w = leaf({3.0, 4.0});
+  Tensor x = leaf_with({1.0, 2.0});
+  Tensor w = leaf_with({3.0, 4.0});
   Tensor h = x * w;  // a non-leaf input
   Tensor y = (h * h).sum();
   auto g = autograd::grad({y}, {x, h});
@@ -141,7 +141,7 @@ TEST(Engine, GradReturnsGradientsAndLeavesDotGradAlone) {
   EXPECT_FALSE(x.grad().defined());
   EXPECT_FALSE(w.grad().defined());
 
-  Tensor unused = leaf({1.0});
+  Tensor unused = leaf_with({1.0});
   Tensor y2 = (x * 2).sum();
   expect_error([&] { autograd::grad({y2}, {unused}, {}, true); }, {"grad", "not used", "allow_unused"});
   auto g2 = autograd::grad({y2}, {unused, x}, {}, std::nullopt, false, /*allow_unused=*/true);
@@ -151,7 +151,7 @@ TEST(Engine, GradReturnsGradientsAndLeavesDotGradAlone) {
 
 TEST(Engine, CreateGraphGivesSecondDerivatives) {
   // y = x^3: dy/dx = 3x^2, d2y/dx2 = 6x
-  Tensor x = leaf({2.0});
+  Tensor x = leaf_with({2.0});
   Tensor y = x * x * x;
   Tensor dx = autograd::grad({y}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
   EXPECT_NEAR(dx.item<double>(), 12.0, 1e-12);
@@ -165,7 +165,7 @@ TEST(Engine, CreateGraphGivesSecondDerivatives) {
 }
 
 TEST(GradMode, NoGradRecordsNothing) {
-  Tensor x = leaf({1.0});
+  Tensor x = leaf_with({1.0});
   Tensor y;
   {
     NoGradGuard g;
@@ -189,7 +189,7 @@ TEST(GradMode, NoGradRecordsNothing) {
 }
 
 TEST(GradMode, DetachAndRequiresGrad) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor y = x * 2;
   Tensor d = y.detach();
   EXPECT_FALSE(d.requires_grad());
@@ -202,7 +202,7 @@ TEST(GradMode, DetachAndRequiresGrad) {
 }
 
 TEST(Hooks, RunInOrderAndCanReplaceTheGradient) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   std::vector<std::string> order;
   x.register_hook([&](const Tensor& g) {
     order.push_back("first");
@@ -228,7 +228,7 @@ TEST(Hooks, RunInOrderAndCanReplaceTheGradient) {
 }
 
 TEST(Hooks, NonLeafHookAndRetainGrad) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor h = x * 2;
   h.retain_grad();
   h.register_hook([](const Tensor& g) { return g * 2; });  // doubles what flows on to x
@@ -242,7 +242,7 @@ TEST(Hooks, NonLeafHookAndRetainGrad) {
 TEST(Hooks, PostAccumulateHooksRunWhileBackwardStillRuns) {
   // Leaves get their gradient as soon as it is complete: w1 (used last in forward) is done before the
   // nodes that lead to w0 run. DDP starts all-reducing w1's bucket from this hook.
-  Tensor w0 = leaf({1.0}), w1 = leaf({2.0});
+  Tensor w0 = leaf_with({1.0}), w1 = leaf_with({2.0});
   Tensor h = exp(w0 * 3);
   std::vector<std::string> events;
   w1.register_post_accumulate_grad_hook([&](const Tensor&) { events.push_back("w1 ready"); });
@@ -256,7 +256,7 @@ TEST(Hooks, PostAccumulateHooksRunWhileBackwardStillRuns) {
 }
 
 TEST(InPlace, ModifiedSavedTensorNamesBothOps) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor h = x * 1;
   Tensor y = exp(h);  // saves its output y
   y.mul_(2);          // ... which is then changed
@@ -269,7 +269,7 @@ TEST(InPlace, ModifiedSavedTensorNamesBothOps) {
 }
 
 TEST(InPlace, LeafAndViewRules) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   expect_error([&] { x.mul_(2); }, {"mul_", "leaf", "NoGradGuard"});
   {
     NoGradGuard g;
@@ -282,8 +282,8 @@ TEST(InPlace, LeafAndViewRules) {
 
 TEST(InPlace, GradientsFlowThroughInPlaceOps) {
   // y = relu_(x * w + 1) summed; in-place ops on non-leaves keep the graph right.
-  Tensor x = leaf({-2.0, 3.0});
-  Tensor w = leaf({1.0, 2.0});
+  Tensor x = leaf_with({-2.0, 3.0});
+  Tensor w = leaf_with({1.0, 2.0});
   Tensor h = x * w;
   h.add_(1);    // (-1, 7)
   relu_(h);     // (0, 7)
@@ -316,7 +316,7 @@ struct ScaledTanh : autograd::Function<ScaledTanh> {
 };
 
 TEST(CustomFunction, JoinsTheGraphLikeABuiltInOp) {
-  Tensor x = leaf({0.3, -0.7});
+  Tensor x = leaf_with({0.3, -0.7});
   Tensor y = ScaledTanh::apply(x * 1, 2.0);
   EXPECT_STREQ(y.grad_fn()->name(), "ScaledTanh");
   (y * y).sum().backward();
@@ -338,12 +338,12 @@ struct WrongBackwardCount : autograd::Function<WrongBackwardCount> {
 };
 
 TEST(CustomFunction, WrongNumberOfGradientsIsAClearError) {
-  Tensor a = leaf({1.0}), b = leaf({2.0});
+  Tensor a = leaf_with({1.0}), b = leaf_with({2.0});
   expect_error([&] { WrongBackwardCount::apply(a, b).backward(); }, {"backward returned 1", "expected 2"});
 }
 
 TEST(Anomaly, NamesTheOpAndWhereItWasCreated) {
-  Tensor x = leaf({0.0, 1.0});
+  Tensor x = leaf_with({0.0, 1.0});
   DetectAnomalyGuard anomaly;
   Tensor y;
   {
@@ -364,7 +364,7 @@ TEST(Anomaly, NamesTheOpAndWhereItWasCreated) {
 }
 
 TEST(Dot, ShowsOpsShapesAndLeaves) {
-  Tensor x = leaf({1.0, 2.0});
+  Tensor x = leaf_with({1.0, 2.0});
   Tensor w = tensor({3.0, 4.0}, kFloat64).requires_grad_();
   Tensor y = (exp(x) * w).sum();
   std::string dot = autograd::to_dot(y);

@@ -15,16 +15,7 @@ using test::leaf;
 using test::leaf_away;
 using test::TensorVec;
 
-// Runs `body` and checks it throws kiln::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-    ADD_FAILURE() << "expected kiln::Error containing \"" << *parts.begin() << "\", nothing was thrown";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message \"" << msg << "\" lacks \"" << p << "\"";
-  }
-}
+using test::expect_error;
 
 // x * y, both (2, 3), with a backward that is right for x and doubles the gradient of y's element (1, 0).
 Tensor mul_wrong_for_y(const Tensor& x, const Tensor& y) {

@@ -3,12 +3,19 @@
 #pragma once
 
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "kiln/tensor/cuda/cuda.h"
 #include "tensor/test_util.h"
 
 namespace kiln::test {
+
+// A new seed per run (printed with a failure through seed_note), so runs cover more inputs over time.
+inline uint32_t fresh_seed() {
+  static std::random_device device;
+  return device();
+}
 
 // Skips where no CUDA device is present. Every allocation on the device is filled with 0xFF bytes first
 // (NaN for floats, -1 for integers), so a kernel that leaves part of its output unwritten fails the comparison.

@@ -12,7 +12,7 @@ namespace {
 using test::CudaTest;
 using test::expect_matches_cpu;
 
-uint32_t fresh_seed() { return std::random_device{}(); }
+using test::fresh_seed;
 
 struct Unary {
   const char* name;

@@ -14,10 +14,7 @@ namespace {
 
 class CudaFused : public test::CudaTest {};
 
-uint32_t fresh_seed() {
-  static std::random_device device;
-  return device();
-}
+using test::fresh_seed;
 
 std::string seed_note(uint32_t seed) { return " (seed " + std::to_string(seed) + ")"; }
 

@@ -19,10 +19,7 @@ using test::Layout;
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-uint32_t fresh_seed() {
-  static std::random_device device;
-  return device();
-}
+using test::fresh_seed;
 
 // The same values in the same layout on the CPU and on the GPU: the base buffer is copied to the device whole,
 // then both sides take the same view of it.

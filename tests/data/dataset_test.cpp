@@ -9,7 +9,7 @@ namespace {
 
 using namespace kiln::data;
 
-std::shared_ptr<TensorDataset> make_dataset(int64_t n) {
+std::shared_ptr<TensorDataset> make_pairs_dataset(int64_t n) {
   // x: (n, 2) with row i = (i, 10 i); y: (n) = i.
   std::vector<double> xs;
   for (int64_t i = 0; i < n; ++i) {
@@ -20,7 +20,7 @@ std::shared_ptr<TensorDataset> make_dataset(int64_t n) {
 }
 
 TEST(TensorDataset, SlicesDimZeroOfEachTensor) {
-  auto ds = make_dataset(5);
+  auto ds = make_pairs_dataset(5);
   EXPECT_EQ(ds->size(), 5);
   Example e = ds->get(3);
   ASSERT_EQ(e.size(), 2u);
@@ -34,13 +34,13 @@ TEST(TensorDataset, Errors) {
   expect_error([] { TensorDataset({zeros({3, 2}), zeros({4})}); }, {"TensorDataset", "3", "4"});
   expect_error([] { TensorDataset(std::vector<Tensor>{}); }, {"TensorDataset", "at least one"});
   expect_error([] { TensorDataset({scalar_tensor(1.0)}); }, {"TensorDataset", "0-dim"});
-  auto ds = make_dataset(3);
+  auto ds = make_pairs_dataset(3);
   expect_error([&] { ds->get(3); }, {"TensorDataset", "index 3", "3 examples"});
   expect_error([&] { ds->get(-1); }, {"TensorDataset", "-1"});
 }
 
 TEST(Subset, MapsIndices) {
-  auto ds = make_dataset(6);
+  auto ds = make_pairs_dataset(6);
   Subset s(ds, {5, 0, 5});
   EXPECT_EQ(s.size(), 3);
   EXPECT_EQ(s.get(0)[1].item<int64_t>(), 5);
@@ -51,7 +51,7 @@ TEST(Subset, MapsIndices) {
 }
 
 TEST(RandomSplit, LengthsPartitionTheDataset) {
-  auto ds = make_dataset(10);
+  auto ds = make_pairs_dataset(10);
   auto parts = random_split(ds, std::vector<int64_t>{3, 7}, 42);
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[0]->size(), 3);
@@ -69,7 +69,7 @@ TEST(RandomSplit, LengthsPartitionTheDataset) {
 }
 
 TEST(RandomSplit, FractionsDistributeTheRemainder) {
-  auto ds = make_dataset(10);
+  auto ds = make_pairs_dataset(10);
   // floor(3.3) = 3 each, one left over goes to the first: 4, 3, 3 (as PyTorch).
   auto parts = random_split(ds, std::vector<double>{0.33, 0.33, 0.34}, 1);
   EXPECT_EQ(parts[0]->size(), 4);
@@ -79,7 +79,7 @@ TEST(RandomSplit, FractionsDistributeTheRemainder) {
 }
 
 TEST(RandomSplit, FromAGenerator) {
-  auto ds = make_dataset(20);
+  auto ds = make_pairs_dataset(20);
   Generator g1(5), g2(5);
   auto a = random_split(ds, std::vector<int64_t>{10, 10}, g1);
   auto b = random_split(ds, std::vector<int64_t>{10, 10}, g2);

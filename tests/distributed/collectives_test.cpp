@@ -34,9 +34,9 @@ bool has_backend(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("coll_" + name); }
+std::string collectives_store(const std::string& name) { return kiln::test::fresh_temp_path("coll_" + name); }
 
-std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const std::string& path, int rank, int world,
+std::shared_ptr<ProcessGroup> make_backend_group(const std::string& backend, const std::string& path, int rank, int world,
                                          const std::string& name = "default") {
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
   ProcessGroupOptions o;
@@ -48,9 +48,9 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, const std::
 class Collectives : public testing::TestWithParam<std::string> {};
 
 TEST_P(Collectives, WorldOfOneAndArgumentChecks) {
-  const std::string backend = GetParam(), path = store_path(backend + "_one");
+  const std::string backend = GetParam(), path = collectives_store(backend + "_one");
   auto results = run_ranks(1, [&](int rank) {
-    auto pg = make_group(backend, path, rank, 1);
+    auto pg = make_backend_group(backend, path, rank, 1);
     rank_check(pg->backend() == backend, "the backend's name");
     kiln::test::check_world_of_one_and_argument_errors(*pg);
   }, std::chrono::seconds(20));
@@ -69,7 +69,7 @@ TEST(BackendRegistry, AStorelessBackendTakesNoStoreAndTheOthersNeedOne) {
     EXPECT_NE(std::string(e.what()).find("no store"), std::string::npos) << e.what();
   }
   // A world of one over tcp that brings its own store, registered as storeless.
-  const std::string path = store_path("storeless");
+  const std::string path = collectives_store("storeless");
   register_backend(
       "tcp-own-store",
       [path](std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& o) {
@@ -92,9 +92,9 @@ TEST(BackendRegistry, AStorelessBackendTakesNoStoreAndTheOthersNeedOne) {
 TEST_P(Collectives, AllreduceMatchesReferenceInWorldsOneToEight) {
   const std::string backend = GetParam();
   for (int world = 1; world <= 8; ++world) {
-    const std::string path = store_path(backend + "_allreduce" + std::to_string(world));
+    const std::string path = collectives_store(backend + "_allreduce" + std::to_string(world));
     auto results = run_ranks(world, [&](int rank) {
-      auto pg = make_group(backend, path, rank, world);
+      auto pg = make_backend_group(backend, path, rank, world);
       kiln::test::check_allreduce_sweep(*pg);
     }, std::chrono::seconds(60));
     for (const auto& r : results) ASSERT_TRUE(r.ok()) << backend << ", world " << world << ": " << r.describe();
@@ -102,9 +102,9 @@ TEST_P(Collectives, AllreduceMatchesReferenceInWorldsOneToEight) {
 }
 
 TEST_P(Collectives, AllreduceSixteenBitFloatsBytesAndBools) {
-  const std::string backend = GetParam(), path = store_path(backend + "_narrow");
+  const std::string backend = GetParam(), path = collectives_store(backend + "_narrow");
   auto results = run_ranks(5, [&](int rank) {
-    auto pg = make_group(backend, path, rank, 5);
+    auto pg = make_backend_group(backend, path, rank, 5);
     kiln::test::check_allreduce_narrow_dtypes(*pg, true);
     kiln::test::check_allreduce(*pg, kFloat32, (int64_t{1} << 18) + 3, ReduceOp::Sum);
   }, std::chrono::seconds(60));
@@ -114,9 +114,9 @@ TEST_P(Collectives, AllreduceSixteenBitFloatsBytesAndBools) {
 TEST_P(Collectives, OtherCollectivesMatchReferences) {
   const std::string backend = GetParam();
   for (int world : {1, 2, 3, 4, 7, 8}) {
-    const std::string path = store_path(backend + "_others" + std::to_string(world));
+    const std::string path = collectives_store(backend + "_others" + std::to_string(world));
     auto results = run_ranks(world, [&](int rank) {
-      auto pg = make_group(backend, path, rank, world);
+      auto pg = make_backend_group(backend, path, rank, world);
       kiln::test::check_other_collectives(*pg);
     }, std::chrono::seconds(60));
     for (const auto& r : results) ASSERT_TRUE(r.ok()) << backend << ", world " << world << ": " << r.describe();
@@ -125,10 +125,10 @@ TEST_P(Collectives, OtherCollectivesMatchReferences) {
 
 // Two groups with ops issued back to back without waiting, interleaved: each group keeps its own order.
 TEST_P(Collectives, TwoGroupsInterleaved) {
-  const std::string backend = GetParam(), path = store_path(backend + "_two_groups");
+  const std::string backend = GetParam(), path = collectives_store(backend + "_two_groups");
   auto results = run_ranks(4, [&](int rank) {
-    auto a = make_group(backend, path, rank, 4, "a");
-    auto b = make_group(backend, path, rank, 4, "b");
+    auto a = make_backend_group(backend, path, rank, 4, "a");
+    auto b = make_backend_group(backend, path, rank, 4, "b");
     kiln::test::check_two_groups_interleaved(*a, *b);
   }, std::chrono::seconds(30));
   kiln::test::expect_all_ok(results);
@@ -142,10 +142,10 @@ INSTANTIATE_TEST_SUITE_P(Backends, Collectives, testing::ValuesIn(forkable_backe
 TEST(CrossBackend, TcpAndGlooGiveTheSameResults) {
   if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
   for (int world : {2, 3, 4}) {
-    const std::string path = store_path("cross" + std::to_string(world));
+    const std::string path = collectives_store("cross" + std::to_string(world));
     auto results = run_ranks(world, [&](int rank) {
-      auto tcp = make_group("tcp", path, rank, world, "cross_tcp");
-      auto gloo = make_group("gloo", path, rank, world, "cross_gloo");
+      auto tcp = make_backend_group("tcp", path, rank, world, "cross_tcp");
+      auto gloo = make_backend_group("gloo", path, rank, world, "cross_gloo");
       kiln::test::compare_results(kiln::test::collective_results(*tcp), kiln::test::collective_results(*gloo),
                                   "tcp against gloo, world " + std::to_string(world), world);
     }, std::chrono::seconds(60));
@@ -157,7 +157,7 @@ TEST(CrossBackend, TcpAndGlooGiveTheSameResults) {
 // number and rank, and the group fails every later op at once.
 TEST(CrossBackend, GlooTimeoutNamesTheOpAndStaysFailed) {
   if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
-  const std::string path = store_path("gloo_timeout");
+  const std::string path = collectives_store("gloo_timeout");
   auto results = run_ranks(2, [&](int rank) {
     auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
     ProcessGroupOptions o;
@@ -196,7 +196,7 @@ TEST(CrossBackend, GlooTimeoutNamesTheOpAndStaysFailed) {
 // close theirs (or from the store's report): the failure spreads as it does on tcp.
 TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
   if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
-  const std::string path = store_path("gloo_kill");
+  const std::string path = collectives_store("gloo_kill");
   auto results = run_ranks(4, [&](int rank) {
     auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
     ProcessGroupOptions o;
@@ -257,9 +257,9 @@ int thread_count() {
 // leave 400 threads behind. Idle ones end after half a second, and the group keeps working.
 TEST(CrossBackend, GlooIdleCompletionThreadsEnd) {
   if (!has_backend("gloo")) GTEST_SKIP() << "this build has no gloo backend";
-  const std::string path = store_path("gloo_threads");
+  const std::string path = collectives_store("gloo_threads");
   auto results = run_ranks(2, [&](int rank) {
-    auto pg = make_group("gloo", path, rank, 2);
+    auto pg = make_backend_group("gloo", path, rank, 2);
     const int before = thread_count();
     std::vector<std::shared_ptr<Work>> works;
     std::vector<Tensor> got;

@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "distributed/multiprocess.h"
 #include "kiln/distributed/env.h"
 #include "kiln/distributed/launch.h"
 #include "kiln/tensor/error.h"
@@ -83,7 +84,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using kiln::test::contains;
 
 // Each rank prints its whole environment; read back through rank_info_from_env, it must give that rank's
 // place, and every rank the same store address.

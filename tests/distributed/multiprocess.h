@@ -53,6 +53,9 @@ struct RankResult {
 // process's id and a counter, and whatever an earlier process of the same id left there is removed first:
 // process ids are reused (often within one CI run, pid_max being 32768), and a store left behind would hand
 // its old keys (addresses, a failure report) to the new job.
+// Whether `part` occurs in `text` (what the fault tests ask of error messages).
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 inline std::string fresh_temp_path(const std::string& stem) {
   static std::atomic<int> counter{0};
   const std::string path =

@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "distributed/multiprocess.h"
 #include "kiln/distributed/op_worker.h"
 #include "kiln/distributed/store.h"
 #include "kiln/tensor/error.h"
@@ -20,7 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string store_path(const std::string& name) {
+std::string worker_store(const std::string& name) {
   const std::string path = testing::TempDir() + "kiln_op_worker_" + name + "_" + std::to_string(getpid());
   std::remove(path.c_str());
   return path;
@@ -36,10 +37,10 @@ std::string failure_of(Work& work, Duration timeout) {
   return {};
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using kiln::test::contains;
 
 TEST(OpWorkerFailures, AnotherRanksReportFailsTheOpsInFlightAndQueuedWithinASecond) {
-  const std::string path = store_path("report");
+  const std::string path = worker_store("report");
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(5));
   std::atomic<int> closes{0};
   std::promise<void> release;
@@ -85,7 +86,7 @@ TEST(OpWorkerFailures, AnotherRanksReportFailsTheOpsInFlightAndQueuedWithinASeco
 }
 
 TEST(OpWorkerFailures, OwnFailureIsExplainedReportedThenClosesTheConnectionsOnce) {
-  const std::string path = store_path("own");
+  const std::string path = worker_store("own");
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(5));
   std::atomic<int> closes{0};
   std::atomic<bool> reported_before_close{false};

@@ -26,7 +26,7 @@ using kiln::test::check_allreduce;
 using kiln::test::rank_check;
 using kiln::test::run_ranks;
 
-std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("pg_" + name); }
+std::string pg_store(const std::string& name) { return kiln::test::fresh_temp_path("pg_" + name); }
 
 std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world, ProcessGroupOptions o = {}) {
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
@@ -52,7 +52,7 @@ TEST(ProcessGroupTCP, IsRegistered) {
 // once over one store.
 TEST(ProcessGroupTCP, AllreduceMatchesReferenceForEveryWorldCountDtypeAndOp) {
   for (int world = 1; world <= 8; ++world) {
-    const std::string path = store_path("allreduce" + std::to_string(world));
+    const std::string path = pg_store("allreduce" + std::to_string(world));
     auto results = run_ranks(world, [&](int rank) {
       auto ring = make_group(path, rank, world, named("ring", 0));
       auto rd = make_group(path, rank, world, named("rd", size_t{1} << 30));
@@ -71,7 +71,7 @@ TEST(ProcessGroupTCP, AllreduceMatchesReferenceForEveryWorldCountDtypeAndOp) {
 }
 
 TEST(ProcessGroupTCP, AllreduceSixteenBitFloatsBytesAndBools) {
-  const std::string path = store_path("small_dtypes");
+  const std::string path = pg_store("small_dtypes");
   auto results = run_ranks(5, [&](int rank) {
     auto pg = make_group(path, rank, 5);  // default options: 1000 elements go by recursive doubling
     auto ring = make_group(path, rank, 5, named("ring", 0));
@@ -91,7 +91,7 @@ TEST(ProcessGroupTCP, AllreduceSixteenBitFloatsBytesAndBools) {
 // many segments (pipelining across ring steps).
 TEST(ProcessGroupTCP, AllreduceLargeAndTinySegments) {
   for (int world : {2, 5}) {
-    const std::string path = store_path("large" + std::to_string(world));
+    const std::string path = pg_store("large" + std::to_string(world));
     auto results = run_ranks(world, [&](int rank) {
       auto pg = make_group(path, rank, world);
       check_allreduce(*pg, kFloat32, (int64_t{1} << 20) + 3, ReduceOp::Sum);
@@ -129,7 +129,7 @@ TEST(ProcessGroupTCP, OverTCPStoreAndPrefixStore) {
 // do not deadlock; recvs match by tag, oldest first, whatever order they are posted in; collectives issued
 // between them are unaffected; empty messages travel too.
 TEST(ProcessGroupTCP, PointToPointSendsCompleteBeforeTheirRecvsAndMatchByTag) {
-  const std::string path = store_path("p2p");
+  const std::string path = pg_store("p2p");
   auto results = run_ranks(3, [&](int rank) {
     auto pg = make_group(path, rank, 3);
     const int right = (rank + 1) % 3, left = (rank + 2) % 3;
@@ -186,7 +186,7 @@ TEST(ProcessGroupTCP, PointToPointSendsCompleteBeforeTheirRecvsAndMatchByTag) {
 // destructor delivers it) is still received after it left, and its leaving does not fail the group; a recv of
 // a message it never sent fails at once, not at the deadline.
 TEST(ProcessGroupTCP, PointToPointFromAPeerThatHasLeft) {
-  const std::string path = store_path("p2p_left");
+  const std::string path = pg_store("p2p_left");
   auto results = run_ranks(2, [&](int rank) {
     auto pg = make_group(path, rank, 2);
     if (rank == 1) {

@@ -17,16 +17,16 @@ using kiln::test::rank_check;
 using kiln::test::run_ranks;
 using Clock = std::chrono::steady_clock;
 
-std::string store_path(const std::string& name) { return kiln::test::fresh_temp_path("tcp_fault_" + name); }
+std::string fault_store(const std::string& name) { return kiln::test::fresh_temp_path("tcp_fault_" + name); }
 
-std::shared_ptr<ProcessGroup> make_group(const std::string& path, int rank, int world, Duration timeout) {
+std::shared_ptr<ProcessGroup> make_fault_group(const std::string& path, int rank, int world, Duration timeout) {
   auto store = std::make_shared<FileStore>(path, -1, std::chrono::seconds(30));
   ProcessGroupOptions o;
   o.timeout = timeout;
   return new_group("tcp", store, rank, world, o);
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using kiln::test::contains;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -46,10 +46,10 @@ std::pair<std::string, double> allreduce_until_failure(ProcessGroup& pg, int64_t
 }
 
 TEST(TcpFaults, RankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
-  const std::string path = store_path("kill");
+  const std::string path = fault_store("kill");
   auto results = run_ranks(4, [&](int rank) {
     // A long deadline: the others must fail from the lost connection, not by waiting it out.
-    auto pg = make_group(path, rank, 4, std::chrono::seconds(30));
+    auto pg = make_fault_group(path, rank, 4, std::chrono::seconds(30));
     Tensor t = zeros({200000}, kFloat32);  // the ring, in several messages
     pg->allreduce(t)->wait();
     if (rank == 2) {
@@ -69,9 +69,9 @@ TEST(TcpFaults, RankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
 }
 
 TEST(TcpFaults, StoppedRankFailsTheOthersByTheDeadline) {
-  const std::string path = store_path("stop");
+  const std::string path = fault_store("stop");
   auto results = run_ranks(3, [&](int rank) {
-    auto pg = make_group(path, rank, 3, std::chrono::seconds(2));
+    auto pg = make_fault_group(path, rank, 3, std::chrono::seconds(2));
     pg->allreduce(zeros({1000}))->wait();
     FileStore(path).set("ready/" + std::to_string(rank), "1");  // the parent stops rank 1 once all are here
     auto [message, seconds] = allreduce_until_failure(*pg, 1000);
@@ -104,9 +104,9 @@ TEST(TcpFaults, StoppedRankFailsTheOthersByTheDeadline) {
 // wait(timeout) bounds only the wait: the op goes on and completes once the late rank joins. A group that
 // failed stays failed: its later ops fail at once with the first error; a new group of the same name works.
 TEST(TcpFaults, WaitTimeoutAndAFailedGroupStaysFailed) {
-  const std::string path = store_path("wait");
+  const std::string path = fault_store("wait");
   auto results = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path, rank, 2, std::chrono::seconds(10));
+    auto pg = make_fault_group(path, rank, 2, std::chrono::seconds(10));
     Tensor t = ones({10}, kFloat32);
     if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
     auto work = pg->allreduce(t);
@@ -137,7 +137,7 @@ TEST(TcpFaults, WaitTimeoutAndAFailedGroupStaysFailed) {
     rank_check(seconds_since(start) < 3, "the op on a failed group took " + std::to_string(seconds_since(start)) + " s");
     // A new group of the same name on the same store starts clean: fresh addresses, no failure report.
     pg.reset();
-    auto again = make_group(path, rank, 2, std::chrono::seconds(10));
+    auto again = make_fault_group(path, rank, 2, std::chrono::seconds(10));
     Tensor u = full({100000}, static_cast<double>(rank + 1), kFloat32);
     again->allreduce(u)->wait();
     rank_check(u.to_vector<double>() == std::vector<double>(100000, 3.0), "the new group's sum is wrong");
@@ -146,12 +146,12 @@ TEST(TcpFaults, WaitTimeoutAndAFailedGroupStaysFailed) {
 }
 
 TEST(TcpFaults, RankThatNeverJoinsFailsSetupNamingIt) {
-  const std::string path = store_path("absent");
+  const std::string path = fault_store("absent");
   auto results = run_ranks(3, [&](int rank) {
     if (rank == 2) return;  // never creates its group
     const auto start = Clock::now();
     try {
-      make_group(path, rank, 3, std::chrono::seconds(1));
+      make_fault_group(path, rank, 3, std::chrono::seconds(1));
       rank_check(false, "setup succeeded without rank 2");
     } catch (const Error& e) {
       rank_check(contains(e.what(), "rank 2 never joined"), std::string("unexpected error: ") + e.what());
@@ -164,7 +164,7 @@ TEST(TcpFaults, RankThatNeverJoinsFailsSetupNamingIt) {
 // Rank 2 fails during setup (it cannot listen on the address it was given): the others, waiting for it, fail at
 // once with its report instead of at their deadline.
 TEST(TcpFaults, RankThatFailsDuringSetupFailsTheOthersAtOnce) {
-  const std::string path = store_path("setup");
+  const std::string path = fault_store("setup");
   auto results = run_ranks(3, [&](int rank) {
     // (The store waits for all three: rank 2 must not come and go, taking the store's file with it, before
     // the others have opened it.)
@@ -189,9 +189,9 @@ TEST(TcpFaults, RankThatFailsDuringSetupFailsTheOthersAtOnce) {
 // Rank 1 calls something else than the others; every rank must fail with both sides named.
 void check_mismatch(int world, int64_t count, DType dtype, ReduceOp op, int64_t count1, DType dtype1, ReduceOp op1,
                     const std::string& side0, const std::string& side1) {
-  const std::string path = store_path("mismatch");
+  const std::string path = fault_store("mismatch");
   auto results = run_ranks(world, [&](int rank) {
-    auto pg = make_group(path, rank, world, std::chrono::seconds(10));
+    auto pg = make_fault_group(path, rank, world, std::chrono::seconds(10));
     pg->barrier()->wait();
     Tensor t = rank == 1 ? zeros({count1}, dtype1) : zeros({count}, dtype);
     try {
@@ -219,9 +219,9 @@ TEST(TcpFaults, MismatchedOpCountAndDtypeNameBothSides) {
 // Point to point fails like a collective: a recv whose message has another count names both sides, and the
 // sender, whose send completed, learns it from the store at its next op.
 TEST(TcpFaults, PointToPointMismatchNamesBothSidesAndFailsTheGroup) {
-  const std::string path = store_path("p2p_mismatch");
+  const std::string path = fault_store("p2p_mismatch");
   auto results = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path, rank, 2, std::chrono::seconds(10));
+    auto pg = make_fault_group(path, rank, 2, std::chrono::seconds(10));
     if (rank == 0) {
       pg->send(zeros({100}, kFloat32), 1, 3)->wait();
     } else {
@@ -251,9 +251,9 @@ TEST(TcpFaults, PointToPointMismatchNamesBothSidesAndFailsTheGroup) {
 // A recv from a rank that dies (SIGKILL) without sending fails promptly, naming the op and the rank, though the
 // deadline is far; a recv whose sender is alive but never sends fails by the deadline; both fail the group.
 TEST(TcpFaults, PointToPointRecvFromADeadOrSilentRank) {
-  const std::string path = store_path("p2p_dead");
+  const std::string path = fault_store("p2p_dead");
   auto results = run_ranks(3, [&](int rank) {
-    auto pg = make_group(path, rank, 3, std::chrono::seconds(30));
+    auto pg = make_fault_group(path, rank, 3, std::chrono::seconds(30));
     pg->barrier()->wait();
     if (rank == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's recv is posted by then
@@ -289,9 +289,9 @@ TEST(TcpFaults, PointToPointRecvFromADeadOrSilentRank) {
     else EXPECT_TRUE(r.ok()) << r.describe();
   }
 
-  const std::string path2 = store_path("p2p_silent");
+  const std::string path2 = fault_store("p2p_silent");
   auto silent = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path2, rank, 2, std::chrono::seconds(3));  // also bounds the group's setup
+    auto pg = make_fault_group(path2, rank, 2, std::chrono::seconds(3));  // also bounds the group's setup
     if (rank == 0) {
       try {
         pg->recv(zeros({10}, kFloat32), 1, 4)->wait();
@@ -311,9 +311,9 @@ TEST(TcpFaults, PointToPointRecvFromADeadOrSilentRank) {
 // A rank that died while this one had nothing pending with it: a later recv from it fails within seconds, not
 // at the deadline. And a collective's failure fails the recvs still pending.
 TEST(TcpFaults, PointToPointAfterADeathSeenWhileIdleAndAfterACollectiveFailure) {
-  const std::string path = store_path("p2p_idle_death");
+  const std::string path = fault_store("p2p_idle_death");
   auto results = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path, rank, 2, std::chrono::seconds(30));
+    auto pg = make_fault_group(path, rank, 2, std::chrono::seconds(30));
     if (rank == 1) {
       pg->barrier()->wait();
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's send has been read
@@ -335,9 +335,9 @@ TEST(TcpFaults, PointToPointAfterADeathSeenWhileIdleAndAfterACollectiveFailure) 
   EXPECT_TRUE(results[0].ok()) << results[0].describe();
   EXPECT_TRUE(!results[1].exited && results[1].status == SIGKILL) << results[1].describe();
 
-  const std::string path2 = store_path("p2p_collective_failure");
+  const std::string path2 = fault_store("p2p_collective_failure");
   auto after = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path2, rank, 2, std::chrono::seconds(30));
+    auto pg = make_fault_group(path2, rank, 2, std::chrono::seconds(30));
     auto pending = pg->recv(zeros({4}, kFloat32), 1 - rank, 5);  // never sent
     try {
       pg->allreduce(zeros({rank == 0 ? 5 : 6}))->wait();

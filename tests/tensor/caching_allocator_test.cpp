@@ -11,11 +11,13 @@
 
 #include "kiln/tensor/caching_allocator.h"
 #include "kiln/tensor/error.h"
+#include "test_util.h"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+using test::KiB;
+using test::MiB;
 
 // What the fake device holds; shared between the test and the backend the allocator owns.
 struct FakeDevice {

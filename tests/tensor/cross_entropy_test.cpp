@@ -12,19 +12,19 @@
 namespace kiln {
 namespace {
 
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using test::kNan;
+using test::kInf;
 
-struct Reference {
+struct CeReference {
   std::vector<double> loss, row_weight, lse, grad;
 };
 
 // The definitions of ops/cross_entropy.h in float64; g is the incoming gradient per row.
-Reference reference(const Tensor& logits, const std::vector<int64_t>& target, const std::vector<double>& w,
+CeReference reference(const Tensor& logits, const std::vector<int64_t>& target, const std::vector<double>& w,
                     const CrossEntropyParams& p, const std::vector<double>& g) {
   const int64_t n = logits.size(0), c = logits.size(1);
   std::vector<double> z = test::values(logits);
-  Reference r;
+  CeReference r;
   double total = 0;
   for (int64_t k = 0; k < c; ++k) total += w.empty() ? 1.0 : w[k];
   const double e = p.label_smoothing;
@@ -60,13 +60,13 @@ Reference reference(const Tensor& logits, const std::vector<int64_t>& target, co
   return r;
 }
 
-struct Case {
+struct CeCase {
   int64_t n, c;
   bool weighted;
   CrossEntropyParams p;
 };
 
-void check_case(const Case& cs, DType dtype, std::mt19937& rng) {
+void check_case(const CeCase& cs, DType dtype, std::mt19937& rng) {
   const std::string what = "cross_entropy (" + std::to_string(cs.n) + ", " + std::to_string(cs.c) + ") " +
                            std::string(dtype_name(dtype)) + (cs.weighted ? " weighted" : "") + " ignore " +
                            std::to_string(cs.p.ignore_index) + " smoothing " + std::to_string(cs.p.label_smoothing);
@@ -83,7 +83,7 @@ void check_case(const Case& cs, DType dtype, std::mt19937& rng) {
   Tensor gt = test::make_tensor(g, {cs.n}, dtype);
   g = test::values(gt);
   Tensor target = tensor(t, {cs.n});
-  Reference ref = reference(z, t, w, cs.p, g);
+  CeReference ref = reference(z, t, w, cs.p, g);
 
   ops::CrossEntropyForward f = ops::cross_entropy_forward(z, target, wt, cs.p);
   const double tol = test::tolerance(dtype);
@@ -101,7 +101,7 @@ void check_case(const Case& cs, DType dtype, std::mt19937& rng) {
 
 TEST(CrossEntropyKernel, MatchesFloat64Reference) {
   std::mt19937 rng(5);
-  const std::vector<Case> cases = {
+  const std::vector<CeCase> cases = {
       {0, 5, false, {}},
       {1, 1, false, {}},
       {7, 10, false, {}},
@@ -114,7 +114,7 @@ TEST(CrossEntropyKernel, MatchesFloat64Reference) {
       {2, 3000, true, {.ignore_index = -1, .label_smoothing = 0.2}},
   };
   for (DType d : test::kFloatDTypes)
-    for (const Case& c : cases) check_case(c, d, rng);
+    for (const CeCase& c : cases) check_case(c, d, rng);
 }
 
 // The kernel's rows are independent and each sums in one order: the same bits on any number of threads.
@@ -172,7 +172,7 @@ TEST(CrossEntropyKernel, LargeLogitsKeepTheirDigits) {
   for (size_t i = 0; i < tv.size(); ++i) tv[i] = static_cast<int64_t>(i * 3 % 50);
   std::vector<double> g(16, 1.0);
   const CrossEntropyParams p{.label_smoothing = 0.1};
-  Reference ref = reference(z, tv, {}, p, g);
+  CeReference ref = reference(z, tv, {}, p, g);
   Tensor t = tensor(tv, {16});
   ops::CrossEntropyForward f = ops::cross_entropy_forward(z, t, {}, p);
   test::expect_tensor_near(f.loss, ref.loss, {16}, 1e-5, 1e-5, "loss near 1e4");

@@ -8,13 +8,13 @@ namespace {
 using test::Layout;
 
 // out = beta * c + alpha * a @ b on float64 values; a: (B, M, K), b: (B, K, N) row-major; c broadcast by caller.
-struct Reference {
+struct ProductReference {
   std::vector<double> value, scale;  // scale: sum_k |a b| + |beta c|, for the tolerance
 };
 
-Reference bmm_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t M, int64_t K,
+ProductReference bmm_reference(const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t M, int64_t K,
                         int64_t N, double alpha = 1, const std::vector<double>* c = nullptr, double beta = 0) {
-  Reference r;
+  ProductReference r;
   for (int64_t i = 0; i < B; ++i)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) {
@@ -31,7 +31,7 @@ Reference bmm_reference(const std::vector<double>& a, const std::vector<double>&
   return r;
 }
 
-void expect_product(const Tensor& got, const Reference& ref, IntArrayRef shape, const std::string& what) {
+void expect_product(const Tensor& got, const ProductReference& ref, IntArrayRef shape, const std::string& what) {
   ASSERT_EQ(got.sizes(), shape.vec()) << what;
   double tol = got.dtype() == kFloat32 ? 2e-6 : got.dtype() == kFloat64 ? 1e-14 : 2 * test::tolerance(got.dtype());
   std::vector<double> v = test::values(got.cpu());
@@ -51,7 +51,7 @@ TEST(Linalg, MmEveryLayoutAndDtype) {
     for (Layout la : test::kLayouts) {
       for (Layout lb : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
         Tensor a = test::random_tensor({M, K}, d, rng, la), b = test::random_tensor({K, N}, d, rng, lb);
-        Reference ref = bmm_reference(test::values(a), test::values(b), 1, M, K, N);
+        ProductReference ref = bmm_reference(test::values(a), test::values(b), 1, M, K, N);
         Tensor c = mm(a, b);
         EXPECT_EQ(c.dtype(), d);
         expect_product(c, ref, {M, N},

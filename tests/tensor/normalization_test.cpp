@@ -13,15 +13,15 @@
 namespace kiln {
 namespace {
 
-struct Reference {
+struct NormReference {
   std::vector<double> y, mean, rstd, dx, dw, db;
 };
 
-Reference reference(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
+NormReference reference(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
                     const std::vector<double>& g, double eps) {
   const int64_t m = x.size(0), d = x.size(1);
   std::vector<double> v = test::values(x);
-  Reference r;
+  NormReference r;
   r.dw.assign(static_cast<size_t>(d), 0.0);
   r.db.assign(static_cast<size_t>(d), 0.0);
   for (int64_t i = 0; i < m; ++i) {
@@ -61,7 +61,7 @@ void check_case(int64_t m, int64_t d, bool affine, DType dtype, std::mt19937& rn
   Tensor b = affine ? test::random_tensor({d}, dtype, rng) : Tensor();
   Tensor g = test::random_tensor({m, d}, dtype, rng);
   const double eps = 1e-5;
-  Reference ref = reference(x, affine ? test::values(w) : std::vector<double>{},
+  NormReference ref = reference(x, affine ? test::values(w) : std::vector<double>{},
                             affine ? test::values(b) : std::vector<double>{}, test::values(g), eps);
   ops::LayerNormForward f = ops::layer_norm_forward(x, w, b, eps);
   // A large common offset costs digits in any precision: x - mean is exact only to the rounding of the mean

@@ -12,12 +12,14 @@
 #include <thread>
 
 #include "kiln/tensor/error.h"
+#include "test_util.h"
 #include "kiln/tensor/pinned_cache.h"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr size_t KiB = 1024, MiB = 1024 * 1024;
+using test::KiB;
+using test::MiB;
 
 struct FakeHost {
   std::mutex mutex;  // the cache calls host_alloc and host_free without its own lock

@@ -13,8 +13,8 @@ namespace kiln {
 namespace {
 
 using test::Layout;
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using test::kNan;
+using test::kInf;
 
 // The elements of x grouped by the output they reduce into: items[o] holds, in row-major order of the
 // reduced dims, the elements of output o (outputs in row-major order of the kept dims).
@@ -105,40 +105,40 @@ double round_to(DType dtype, double v) {
 
 // ---- the driver ----
 
-struct Case {
+struct ReduceCase {
   Shape shape;
   std::vector<int64_t> dims;
 };
 
 // One-dim, negative, two-dim and all-dims reductions of a 3-D tensor, plus 2-D ones that take the row and
 // the column loops, zero-size and one-element tensors.
-const std::vector<Case> kCases = {
+const std::vector<ReduceCase> kCases = {
     {{3, 4, 5}, {1}},  {{3, 4, 5}, {-1}}, {{3, 4, 5}, {0, 2}}, {{3, 4, 5}, {}}, {{3, 4, 5}, {2, 0, 1}},
     {{6, 9}, {0}},     {{6, 9}, {1}},     {{5}, {0}},          {{1}, {0}},      {{}, {}},
     {{}, {0}},         {{2, 1, 3}, {1}},
 };
-const std::vector<Case> kZeroSizeCases = {{{2, 0, 3}, {1}}, {{2, 0, 3}, {0}}, {{0}, {}}};
+const std::vector<ReduceCase> kZeroSizeCases = {{{2, 0, 3}, {1}}, {{2, 0, 3}, {0}}, {{0}, {}}};
 // Long enough to be cut into several chunks: rows of 70000 (the row loop) and a reduction over 600 rows of
 // 1000 (the column loop), and many short rows.
-const std::vector<Case> kLongCases = {{{3, 70000}, {1}}, {{600, 1000}, {0}}, {{100000, 3}, {0}}, {{2000, 40}, {1}}};
+const std::vector<ReduceCase> kLongCases = {{{3, 70000}, {1}}, {{600, 1000}, {0}}, {{100000, 3}, {0}}, {{2000, 40}, {1}}};
 
 using KilnReduce = std::function<Tensor(const Tensor&, const std::vector<int64_t>&, bool keepdim)>;
-using Reference = std::function<double(const std::vector<double>&)>;
+using RefFn = std::function<double(const std::vector<double>&)>;
 
 struct Check {
   std::string name;
   KilnReduce kiln;
-  Reference ref;
+  RefFn ref;
   std::function<DType(DType)> out_dtype = [](DType d) { return d; };
   double tol_scale = 1;    // times test::tolerance(out dtype)
   double lo = -3, hi = 3;  // input range
 };
 
-void run_check(const Check& c, std::initializer_list<DType> dtypes, const std::vector<Case>& cases) {
+void run_check(const Check& c, std::initializer_list<DType> dtypes, const std::vector<ReduceCase>& cases) {
   std::mt19937 rng(1234);
   for (DType dtype : dtypes) {
     for (Layout layout : test::kLayouts) {
-      for (const Case& cs : cases) {
+      for (const ReduceCase& cs : cases) {
         for (bool keepdim : {false, true}) {
           if (keepdim && shape_numel(cs.shape) > 10000) continue;  // keepdim is a view: small shapes show it
           Tensor x = test::random_tensor(cs.shape, dtype, rng, layout, c.lo, c.hi);
@@ -159,8 +159,8 @@ void run_check(const Check& c, std::initializer_list<DType> dtypes, const std::v
 }
 
 template <typename... Cases>
-std::vector<Case> concat(const Cases&... lists) {
-  std::vector<Case> all;
+std::vector<ReduceCase> concat(const Cases&... lists) {
+  std::vector<ReduceCase> all;
   (all.insert(all.end(), lists.begin(), lists.end()), ...);
   return all;
 }
@@ -199,7 +199,7 @@ TEST(ReduceProd, MatchesReference) {
   Check c{"prod", [](const Tensor& x, const std::vector<int64_t>& d, bool k) { return prod(x, d, k); }, ref_prod,
           int64_for_integers, 1, 0.5, 1.5};
   run_check(c, {kFloat32, kFloat64, kFloat16, kBFloat16}, concat(kCases, kZeroSizeCases));
-  run_check(c, {kBool, kInt32, kInt64}, concat(std::vector<Case>{{{3, 4, 5}, {1}}, {{3, 4, 5}, {-1}}, {{3, 4, 5}, {0, 1}}},
+  run_check(c, {kBool, kInt32, kInt64}, concat(std::vector<ReduceCase>{{{3, 4, 5}, {1}}, {{3, 4, 5}, {-1}}, {{3, 4, 5}, {0, 1}}},
                                                kZeroSizeCases));
   c.lo = -3;  // uint8 draws 0..20 whatever the range: products of 4 at most
   run_check(c, {kUInt8}, {{{3, 4, 5}, {1}}, {{3, 4}, {-1}}, {{6}, {}}});

@@ -9,8 +9,8 @@ namespace kiln {
 namespace {
 
 using test::Layout;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+using test::kInf;
+using test::kNan;
 
 // Reference softmax (or log_softmax) of x along dim, in float64, row-major.
 std::vector<double> ref_softmax(const Tensor& x, int64_t dim, bool log) {

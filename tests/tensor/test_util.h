@@ -7,11 +7,18 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace kiln::test {
+
+// Shared by the suites, which take them with a using-declaration (the files of a unity batch share one
+// anonymous namespace, so each defining its own would clash).
+inline constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr size_t KiB = 1024, MiB = 1024 * 1024;
 
 // Reads element `flat` (row-major position) of t straight from memory through its strides and offset.
 inline double element(const Tensor& t, int64_t flat) {

@@ -155,9 +155,9 @@ TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
 
 
 // Throws "crash" after its at-th training batch (never when at < 0).
-struct CrashAt : trainer::Callback {
+struct DdpCrashAt : trainer::Callback {
   int64_t at = -1, seen = 0;
-  explicit CrashAt(int64_t batch) : at(batch) {}
+  explicit DdpCrashAt(int64_t batch) : at(batch) {}
   std::string state_key() const override { return "CrashAt"; }
   void on_train_batch_end(trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&,
                           int64_t) override {
@@ -177,7 +177,7 @@ void resumable_rank(const ResumeRun& run, const std::string& root, int64_t crash
   trainer::TrainerOptions o = resume_options(root, run);
   o.process_group_timeout = 30;
   configure(o);
-  o.callbacks = {std::make_shared<SaveEveryStep>(root + "/last.ckpt"), std::make_shared<CrashAt>(crash_at)};
+  o.callbacks = {std::make_shared<SaveEveryStep>(root + "/last.ckpt"), std::make_shared<DdpCrashAt>(crash_at)};
   trainer::Trainer t(o);
   try {
     t.fit(m, *train, val.get(), resume ? root + "/last.ckpt" : "");
