@@ -3,6 +3,7 @@
 #include "grad_test_util.h"
 #include "kiln/autograd/record.h"
 #include "kiln/tensor/error.h"
+#include "tensor/test_util.h"
 
 namespace kiln {
 namespace {

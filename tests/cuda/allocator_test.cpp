@@ -20,7 +20,7 @@
 namespace kiln {
 namespace {
 
-constexpr size_t MiB = 1024 * 1024;
+using test::MiB;
 
 const TensorOptions kF32Cuda = TensorOptions(kFloat32).device(Device::cuda(0));
 

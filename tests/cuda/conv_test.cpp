@@ -26,7 +26,7 @@ class CudaConv : public test::CudaTest {
   void SetUp() override {
     test::CudaTest::SetUp();
     if (IsSkipped()) return;
-    seed_ = std::random_device{}();
+    seed_ = test::fresh_seed();
     rng_.seed(seed_);
   }
   unsigned seed_ = 0;

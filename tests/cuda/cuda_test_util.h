@@ -11,7 +11,7 @@
 
 namespace kiln::test {
 
-// A new seed per run (printed with a failure through seed_note), so runs cover more inputs over time.
+// A new seed per run, so runs cover more inputs over time; a test names it in its failure messages.
 inline uint32_t fresh_seed() {
   static std::random_device device;
   return device();

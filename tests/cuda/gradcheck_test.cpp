@@ -17,7 +17,7 @@ Tensor gpu(const Tensor& x) { return x.to(Device::cuda()); }
 Tensor input(IntArrayRef shape, Generator& gen) { return randn(shape, kFloat64, &gen).requires_grad_(); }
 
 TEST_F(CudaTest, GradcheckElementwiseAndReductionsOnTheGpu) {
-  Generator gen(std::random_device{}());
+  Generator gen(test::fresh_seed());
   Tensor a = input({3, 4}, gen), b = input({4}, gen);
   autograd::gradcheck(
       [](const std::vector<Tensor>& in) {
@@ -29,7 +29,7 @@ TEST_F(CudaTest, GradcheckElementwiseAndReductionsOnTheGpu) {
 }
 
 TEST_F(CudaTest, GradcheckMatmulSoftmaxAndCrossEntropyOnTheGpu) {
-  Generator gen(std::random_device{}());
+  Generator gen(test::fresh_seed());
   Tensor x = input({5, 6}, gen), w = input({6, 4}, gen), bias = input({4}, gen);
   Tensor target = randint(0, 4, {5}, kInt64, &gen);
   autograd::gradcheck(
@@ -42,7 +42,7 @@ TEST_F(CudaTest, GradcheckMatmulSoftmaxAndCrossEntropyOnTheGpu) {
 }
 
 TEST_F(CudaTest, GradcheckConvolutionAndPoolingOnTheGpu) {
-  Generator gen(std::random_device{}());
+  Generator gen(test::fresh_seed());
   Tensor x = input({2, 4, 7, 6}, gen), w = input({6, 2, 3, 3}, gen), bias = input({6}, gen);
   autograd::gradcheck(
       [](const std::vector<Tensor>& in) {
@@ -54,7 +54,7 @@ TEST_F(CudaTest, GradcheckConvolutionAndPoolingOnTheGpu) {
 }
 
 TEST_F(CudaTest, GradcheckIndexingAndNormalizationOnTheGpu) {
-  Generator gen(std::random_device{}());
+  Generator gen(test::fresh_seed());
   Tensor x = input({4, 5}, gen), table = input({7, 3}, gen), gamma = input({5}, gen);
   Tensor idx = tensor(std::vector<int64_t>{2, 0, 6, 2});
   autograd::gradcheck(

@@ -27,7 +27,7 @@ class CudaLinalg : public test::CudaTest {
   void SetUp() override {
     test::CudaTest::SetUp();
     if (IsSkipped()) return;
-    seed_ = std::random_device{}();
+    seed_ = test::fresh_seed();
     rng_.seed(seed_);
   }
   unsigned seed_ = 0;

@@ -16,8 +16,8 @@ namespace kiln {
 namespace {
 
 using test::Layout;
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using test::kInf;
+using test::kNan;
 
 using test::fresh_seed;
 

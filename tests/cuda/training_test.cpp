@@ -56,7 +56,7 @@ void train_both(const Make& make, const MakeOpt& make_opt, const Tensor& x, cons
 }
 
 TEST_F(CudaTest, MlpTrainingStepsMatchTheCpu) {
-  uint32_t seed = std::random_device{}();
+  uint32_t seed = test::fresh_seed();
   manual_seed(seed);
   auto make = [] {
     return nn::Sequential(nn::Linear(784, 512), nn::ReLU(), nn::Linear(512, 256), nn::ReLU(), nn::Linear(256, 10));
@@ -68,7 +68,7 @@ TEST_F(CudaTest, MlpTrainingStepsMatchTheCpu) {
 }
 
 TEST_F(CudaTest, CnnTrainingStepsMatchTheCpu) {
-  uint32_t seed = std::random_device{}();
+  uint32_t seed = test::fresh_seed();
   manual_seed(seed);
   auto make = [] {
     return nn::Sequential(nn::Conv2d(1, 8, 3, nn::Conv2dOptions{.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
@@ -85,7 +85,7 @@ TEST_F(CudaTest, CnnTrainingStepsMatchTheCpu) {
 // gradient is zero up to rounding noise, and Adam's normalized step turns the noise into full-size updates that
 // differ between any two devices.
 TEST_F(CudaTest, NormalizationLayersTrainOnTheGpu) {
-  uint32_t seed = std::random_device{}();
+  uint32_t seed = test::fresh_seed();
   manual_seed(seed);
   auto make = [] {
     return nn::Sequential(nn::BatchNorm1d(20), nn::Linear(20, 32), nn::LayerNorm(Shape{32}), nn::GELU(),

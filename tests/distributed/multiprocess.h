@@ -48,14 +48,13 @@ struct RankResult {
   }
 };
 
-// Throws std::runtime_error(what) when cond is false: a failed check in a child.
+// Whether `part` occurs in `text` (what the fault tests ask of error messages).
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // A path in the test temp directory for a FileStore or a result file, with nothing at it. Its name carries this
 // process's id and a counter, and whatever an earlier process of the same id left there is removed first:
 // process ids are reused (often within one CI run, pid_max being 32768), and a store left behind would hand
 // its old keys (addresses, a failure report) to the new job.
-// Whether `part` occurs in `text` (what the fault tests ask of error messages).
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 inline std::string fresh_temp_path(const std::string& stem) {
   static std::atomic<int> counter{0};
   const std::string path =
@@ -65,6 +64,7 @@ inline std::string fresh_temp_path(const std::string& stem) {
   return path;
 }
 
+// Throws std::runtime_error(what) when cond is false: a failed check in a child.
 inline void rank_check(bool cond, const std::string& what) {
   if (!cond) throw std::runtime_error(what);
 }

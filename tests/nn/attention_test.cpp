@@ -21,7 +21,7 @@ using autograd::gradcheck;
 using test::expect_error;
 using test::randn64;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using test::kInf;
 
 std::vector<double> values(const Tensor& t) { return t.contiguous().to(kFloat64).to_vector<double>(); }
 
