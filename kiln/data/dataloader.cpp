@@ -7,29 +7,68 @@
 #include <mutex>
 #include <thread>
 
+#include "kiln/autograd/grad_mode.h"
 #include "kiln/tensor/cuda/cuda.h"
 
 namespace kiln::data {
 
-Batch default_collate(std::vector<Example>&& examples) {
+namespace {
+
+// Checks that every example has the fields of example 0, each of the same shape and dtype.
+void check_examples(const std::vector<Example>& examples) {
   KILN_CHECK(!examples.empty(), "default_collate: no examples to collate");
-  size_t fields = examples[0].size();
+  const size_t fields = examples[0].size();
   for (size_t e = 1; e < examples.size(); ++e)
     KILN_CHECK(examples[e].size() == fields, "default_collate: example ", e, " has ", examples[e].size(),
                " fields but example 0 has ", fields);
-  Batch batch;
-  batch.reserve(fields);
-  std::vector<Tensor> parts(examples.size());
   for (size_t k = 0; k < fields; ++k) {
     const Tensor& first = examples[0][k];
-    for (size_t e = 0; e < examples.size(); ++e) {
+    for (size_t e = 1; e < examples.size(); ++e) {
       const Tensor& t = examples[e][k];
       KILN_CHECK(t.sizes() == first.sizes() && t.dtype() == first.dtype(), "default_collate: field ", k, " of example ",
                  e, " is ", t.dtype(), " of shape ", shape_str(t.sizes()), " but example 0's is ", first.dtype(), " of shape ",
                  shape_str(first.sizes()));
-      parts[e] = t;
     }
+  }
+}
+
+}  // namespace
+
+Batch default_collate(std::vector<Example>&& examples) {
+  check_examples(examples);
+  Batch batch;
+  batch.reserve(examples[0].size());
+  std::vector<Tensor> parts(examples.size());
+  for (size_t k = 0; k < examples[0].size(); ++k) {
+    for (size_t e = 0; e < examples.size(); ++e) parts[e] = examples[e][k];
     batch.push_back(stack(parts, 0));
+  }
+  return batch;
+}
+
+Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& allocate) {
+  KILN_CHECK(allocate, "default_collate: no allocator");
+  check_examples(examples);
+  NoGradGuard no_grad;
+  Batch batch;
+  batch.reserve(examples[0].size());
+  const auto n = static_cast<int64_t>(examples.size());
+  for (size_t k = 0; k < examples[0].size(); ++k) {
+    const Tensor& first = examples[0][k];
+    KILN_CHECK(first.device().is_cpu(), "default_collate: field ", k, " is on ", first.device(),
+               "; an allocator builds batches of CPU tensors");
+    Shape shape{n};
+    shape.insert(shape.end(), first.sizes().begin(), first.sizes().end());
+    Tensor out = allocate(shape, first.dtype());
+    KILN_CHECK(out.defined() && out.sizes() == shape && out.dtype() == first.dtype() && out.device().is_cpu() &&
+                   out.is_contiguous(),
+               "default_collate: the allocator returned ",
+               out.defined() ? detail::concat(out.dtype(), " of shape ", shape_str(out.sizes()), " on ", out.device(),
+                                              out.is_contiguous() ? "" : ", not contiguous")
+                             : std::string("an undefined tensor"),
+               " for field ", k, "; expected a contiguous CPU tensor, ", first.dtype(), " of shape ", shape_str(shape));
+    for (int64_t e = 0; e < n; ++e) out.select(0, e).copy_(examples[static_cast<size_t>(e)][k]);
+    batch.push_back(std::move(out));
   }
   return batch;
 }
@@ -66,7 +105,7 @@ struct DataLoader::Run {
 
 namespace {
 
-// A copy of `batch` with each CPU tensor in pinned memory.
+// A copy of `batch` with each CPU tensor in pinned memory (a custom collate's batch).
 Batch pinned(Batch&& batch) {
   for (Tensor& t : batch) {
     if (!t.defined() || !t.device().is_cpu()) continue;
@@ -86,8 +125,14 @@ Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, 
     std::vector<Example> examples;
     examples.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) examples.push_back(dataset.get(indices[i]));
-    r.batch = collate ? collate(std::move(examples)) : default_collate(std::move(examples));
-    if (pin) r.batch = pinned(std::move(r.batch));
+    if (collate) {
+      r.batch = collate(std::move(examples));
+      if (pin) r.batch = pinned(std::move(r.batch));
+    } else if (pin) {
+      r.batch = default_collate(std::move(examples), cuda::empty_pinned);
+    } else {
+      r.batch = default_collate(std::move(examples));
+    }
   } catch (const std::exception& e) {
     r.failed = true;
     r.message = detail::concat("DataLoader: building batch ", b, " (sampler positions ", begin, "..", end - 1,

@@ -32,9 +32,16 @@ namespace kiln::data {
 using Batch = std::vector<Tensor>;
 using CollateFn = std::function<Batch(std::vector<Example>&&)>;
 
+// Makes an uninitialized CPU tensor of `shape` and `dtype`: where a batch's field is built.
+using BatchAllocator = std::function<Tensor(IntArrayRef shape, DType dtype)>;
+
 // Stacks field k of every example along a new dim 0: examples of fields (...) give a batch of fields (B, ...).
 // All examples must have the same number of fields and, field by field, the same shape and dtype.
 Batch default_collate(std::vector<Example>&& examples);
+// The same, each field stacked straight into a tensor from `allocate`, which must have the shape and dtype
+// asked for and be contiguous. The loader's pin_memory passes cuda::empty_pinned: the batch is built in the
+// memory the copy to the GPU reads, with no second copy. Records no autograd graph.
+Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& allocate);
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
@@ -50,9 +57,10 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   // Merges a batch's examples; empty means default_collate.
   CollateFn collate = {};
-  // Copies each batch's CPU tensors into pinned (page-locked) host memory where it is built (on the worker),
-  // so that `to(cuda, non_blocking = true)` copies it to the GPU without waiting (the Trainer does so). Without
-  // a CUDA device it does nothing (pins_memory() says): one program runs on either machine.
+  // Builds each batch's CPU tensors in pinned (page-locked) host memory, on the worker, so that
+  // `to(cuda, non_blocking = true)` copies it to the GPU without waiting (the Trainer does so): default_collate
+  // stacks straight into pinned memory; a custom collate's result is copied there. Without a CUDA device it
+  // does nothing (pins_memory() says): one program runs on either machine.
   bool pin_memory = false;
 };
 

@@ -153,6 +153,46 @@ TEST(DataLoader, DefaultCollateChecksShapes) {
   expect_tensor_near(b[0], {1, 1, 1, 1, 2, 2, 2, 2}, {2, 2, 2});
 }
 
+// The allocator form (what pin_memory uses, with pinned memory) stacks into the allocator's tensors: the same
+// values as stack's form for every dtype, non-contiguous examples included, and no graph.
+TEST(DataLoader, DefaultCollateIntoAllocatedTensors) {
+  std::mt19937 rng(20261202);
+  for (DType dtype : {kFloat32, kFloat64, kUInt8, kInt64, kBool, kBFloat16}) {
+    std::vector<Example> examples, copies;
+    for (int e = 0; e < 5; ++e) {
+      Tensor image = random_tensor({3, 4}, dtype, rng).t();  // not contiguous
+      Tensor label = random_tensor({}, kInt64, rng);
+      if (dtype == kFloat32) image.requires_grad_();
+      examples.push_back({image, label});
+      copies.push_back({image, label});
+    }
+    std::vector<Tensor> made;
+    std::vector<Shape> asked;
+    Batch got = default_collate(std::move(examples), [&](IntArrayRef shape, DType d) {
+      asked.emplace_back(shape.begin(), shape.end());
+      made.push_back(empty(shape, d));
+      return made.back();
+    });
+    Batch want = default_collate(std::move(copies));
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(asked, (std::vector<Shape>{{5, 4, 3}, {5}})) << dtype_name(dtype);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(got[k].raw_data_ptr(), made[k].raw_data_ptr()) << "field " << k << " was not built in place";
+      EXPECT_EQ(got[k].dtype(), want[k].dtype());
+      EXPECT_EQ(got[k].sizes(), want[k].sizes());
+      EXPECT_EQ(values(got[k]), values(want[k])) << dtype_name(dtype) << " field " << k;
+      EXPECT_FALSE(got[k].requires_grad());
+    }
+  }
+  auto wrong_shape = [](IntArrayRef, DType d) { return empty({2}, d); };
+  expect_error([&] { default_collate({{zeros({3})}, {zeros({3})}}, wrong_shape); },
+               {"default_collate", "allocator returned", "(2)", "field 0", "expected", "(2, 3)"});
+  auto strided = [](IntArrayRef shape, DType d) { return empty({shape[1], shape[0]}, d).t(); };
+  expect_error([&] { default_collate({{zeros({3})}, {zeros({3})}}, strided); }, {"not contiguous", "field 0"});
+  expect_error([] { default_collate({{zeros({2})}, {zeros({3})}}, [](IntArrayRef s, DType d) { return empty(s, d); }); },
+               {"default_collate", "field 0", "example 1"});
+}
+
 TEST(DataLoader, WorkerErrorReachesConsumerWithBatchIndex) {
   for (int workers : {0, 1, 3}) {
     auto ds = std::make_shared<SlowDataset>(30, /*fail_at=*/13);
