@@ -53,10 +53,14 @@ Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& all
   Batch batch;
   batch.reserve(examples[0].size());
   const auto n = static_cast<int64_t>(examples.size());
+  std::vector<Tensor> parts(examples.size());
   for (size_t k = 0; k < examples[0].size(); ++k) {
     const Tensor& first = examples[0][k];
-    KILN_CHECK(first.device().is_cpu(), "default_collate: field ", k, " is on ", first.device(),
-               "; an allocator builds batches of CPU tensors");
+    if (!first.device().is_cpu()) {  // a field already on a GPU: stacked there, as without an allocator
+      for (size_t e = 0; e < examples.size(); ++e) parts[e] = examples[e][k];
+      batch.push_back(stack(parts, 0));
+      continue;
+    }
     Shape shape{n};
     shape.insert(shape.end(), first.sizes().begin(), first.sizes().end());
     Tensor out = allocate(shape, first.dtype());

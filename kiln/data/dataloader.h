@@ -38,8 +38,8 @@ using BatchAllocator = std::function<Tensor(IntArrayRef shape, DType dtype)>;
 // Stacks field k of every example along a new dim 0: examples of fields (...) give a batch of fields (B, ...).
 // All examples must have the same number of fields and, field by field, the same shape and dtype.
 Batch default_collate(std::vector<Example>&& examples);
-// The same, each field stacked straight into a tensor from `allocate`, which must have the shape and dtype
-// asked for and be contiguous. The loader's pin_memory passes cuda::empty_pinned: the batch is built in the
+// The same, each CPU field stacked straight into a tensor from `allocate`, which must have the shape and dtype
+// asked for and be contiguous (fields on a GPU are stacked there). The loader's pin_memory passes cuda::empty_pinned: the batch is built in the
 // memory the copy to the GPU reads, with no second copy. Records no autograd graph.
 Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& allocate);
 
