@@ -32,17 +32,20 @@ void check_examples(const std::vector<Example>& examples) {
   }
 }
 
+// Field k of every example, stacked along a new dim 0.
+Tensor stack_field(const std::vector<Example>& examples, size_t k) {
+  std::vector<Tensor> parts(examples.size());
+  for (size_t e = 0; e < examples.size(); ++e) parts[e] = examples[e][k];
+  return stack(parts, 0);
+}
+
 }  // namespace
 
 Batch default_collate(std::vector<Example>&& examples) {
   check_examples(examples);
   Batch batch;
   batch.reserve(examples[0].size());
-  std::vector<Tensor> parts(examples.size());
-  for (size_t k = 0; k < examples[0].size(); ++k) {
-    for (size_t e = 0; e < examples.size(); ++e) parts[e] = examples[e][k];
-    batch.push_back(stack(parts, 0));
-  }
+  for (size_t k = 0; k < examples[0].size(); ++k) batch.push_back(stack_field(examples, k));
   return batch;
 }
 
@@ -53,12 +56,10 @@ Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& all
   Batch batch;
   batch.reserve(examples[0].size());
   const auto n = static_cast<int64_t>(examples.size());
-  std::vector<Tensor> parts(examples.size());
   for (size_t k = 0; k < examples[0].size(); ++k) {
     const Tensor& first = examples[0][k];
     if (!first.device().is_cpu()) {  // a field already on a GPU: stacked there, as without an allocator
-      for (size_t e = 0; e < examples.size(); ++e) parts[e] = examples[e][k];
-      batch.push_back(stack(parts, 0));
+      batch.push_back(stack_field(examples, k));
       continue;
     }
     Shape shape{n};

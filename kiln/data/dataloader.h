@@ -39,8 +39,9 @@ using BatchAllocator = std::function<Tensor(IntArrayRef shape, DType dtype)>;
 // All examples must have the same number of fields and, field by field, the same shape and dtype.
 Batch default_collate(std::vector<Example>&& examples);
 // The same, each CPU field stacked straight into a tensor from `allocate`, which must have the shape and dtype
-// asked for and be contiguous (fields on a GPU are stacked there). The loader's pin_memory passes cuda::empty_pinned: the batch is built in the
-// memory the copy to the GPU reads, with no second copy. Records no autograd graph.
+// asked for and be contiguous (fields on a GPU are stacked there). The loader's pin_memory passes
+// cuda::empty_pinned: the batch is built in the memory the copy to the GPU reads, with no second copy. Records
+// no autograd graph.
 Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& allocate);
 
 struct DataLoaderOptions {
