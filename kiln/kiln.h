@@ -9,3 +9,4 @@
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/ops.h"
+#include "kiln/tensor/profiler.h"

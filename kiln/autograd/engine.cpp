@@ -10,6 +10,7 @@
 #include "kiln/autograd/engine.h"
 
 #include <limits>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -18,6 +19,7 @@
 #include "kiln/autograd/meta.h"
 #include "kiln/autograd/record.h"
 #include "kiln/tensor/ops.h"
+#include "kiln/tensor/profiler.h"
 
 namespace kiln::autograd {
 
@@ -192,6 +194,9 @@ void run(GraphTask& task, const std::vector<Edge>& roots, std::vector<Tensor> ro
           grads[i] = zeros(m.shape, TensorOptions(m.dtype).device(m.device));
         }
       GradModeGuard mode(task.create_graph);
+      std::optional<profiler::detail::Scope> profiled;  // the node is one event of a recording profiler
+      if (profiler::detail::recording(profiler::Kind::Backward)) [[unlikely]]
+        profiled.emplace(profiler::Kind::Backward, std::string(node->name()) + " backward");
       if (node->anomaly) {
         try {
           outputs = node->apply(std::move(grads));

@@ -1,18 +1,20 @@
 // The dispatch table: one kernel per (op, device type), looked up in one step.
 //
-//   auto* kernel = get_kernel<Op::exp>(x.device());   // throws "exp: no CUDA kernel" if the slot is empty
-//   kernel(out, x);
+//   call_kernel<Op::exp>(x.device(), out, x);   // throws "exp: no CUDA kernel" if the slot is empty
 //
+// Frontends call kernels through call_kernel, which is also where the profiler (profiler.h) times each call.
 // The CPU kernels are installed the first time the table is used; the CUDA ones too, in a build with CUDA.
 // Anyone may replace a slot (a faster variant to benchmark, a custom kernel): register_kernel returns the
 // kernel it replaced so it can be put back.
 #pragma once
 
 #include <array>
+#include <utility>
 
 #include "kiln/tensor/device.h"
 #include "kiln/tensor/error.h"
 #include "kiln/tensor/ops/op_list.h"
+#include "kiln/tensor/profiler.h"
 
 namespace kiln {
 
@@ -30,6 +32,18 @@ KernelFn<op> get_kernel(Device device) {
   auto fn = detail::kernel_slot(op, device.type);
   if (fn == nullptr) [[unlikely]] detail::throw_no_kernel(op, device.type);
   return reinterpret_cast<KernelFn<op>>(fn);
+}
+
+// Runs op's kernel for `device` on args. While a profiler records kernels, the call is one of its events.
+template <Op op, class... Args>
+void call_kernel(Device device, Args&&... args) {
+  const KernelFn<op> fn = get_kernel<op>(device);
+  if (profiler::detail::recording(profiler::Kind::Kernel)) [[unlikely]] {
+    profiler::detail::KernelScope scope(op_name(op), device);
+    fn(std::forward<Args>(args)...);
+    return;
+  }
+  fn(std::forward<Args>(args)...);
 }
 
 template <Op op>

@@ -45,7 +45,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
     n = static_cast<int64_t>(std::ceil((e - s) / st));
   }
   Tensor out = empty({n}, options.dtype(dtype));
-  if (n > 0) get_kernel<Op::arange>(out.device())(out, start, step);
+  if (n > 0) call_kernel<Op::arange>(out.device(), out, start, step);
   return out;
 }
 
@@ -56,10 +56,10 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   double step = steps == 1 ? 0.0 : (end - start) / static_cast<double>(steps - 1);
   // Like PyTorch: the first half counts up from start, the second down from end, so both ends are exact.
   int64_t half = steps / 2;
-  get_kernel<Op::arange>(out.device())(out, Scalar(start), Scalar(step));
+  call_kernel<Op::arange>(out.device(), out, Scalar(start), Scalar(step));
   if (steps > 1) {
     Tensor tail = empty({steps - half}, TensorOptions(out.dtype()).device(out.device()));
-    get_kernel<Op::arange>(out.device())(tail, Scalar(end), Scalar(-step));  // end, end - step, ...
+    call_kernel<Op::arange>(out.device(), tail, Scalar(end), Scalar(-step));  // end, end - step, ...
     ops::copy_(ops::narrow(out, 0, half, steps - half), ops::as_strided(tail, {steps - half}, {-1}, steps - half - 1));
   }
   return out;
@@ -88,16 +88,16 @@ Tensor& random_fill(Op op, Tensor& x, RandomDist dist, const Scalar& a, const Sc
   Tensor target = x.is_contiguous() ? x : empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
   switch (op) {
     case Op::uniform:
-      get_kernel<Op::uniform>(x.device())(target, seed, offset, a, b);
+      call_kernel<Op::uniform>(x.device(), target, seed, offset, a, b);
       break;
     case Op::normal:
-      get_kernel<Op::normal>(x.device())(target, seed, offset, a, b);
+      call_kernel<Op::normal>(x.device(), target, seed, offset, a, b);
       break;
     case Op::randint:
-      get_kernel<Op::randint>(x.device())(target, seed, offset, a, b);
+      call_kernel<Op::randint>(x.device(), target, seed, offset, a, b);
       break;
     default:
-      get_kernel<Op::bernoulli>(x.device())(target, seed, offset, a, b);
+      call_kernel<Op::bernoulli>(x.device(), target, seed, offset, a, b);
   }
   if (!x.is_contiguous()) ops::copy_(x, target);
   else x.bump_version(op_inplace_name(op));

@@ -125,8 +125,8 @@ const Tensor& copy_(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (s.sizes() != dst.sizes()) s = expand(s, dst.sizes());
   // A copy between devices runs on the device that is not the CPU (its kernel knows how to reach both).
   Device run_on = dst.device().is_cpu() ? s.device() : dst.device();
-  if (non_blocking) get_kernel<Op::copy_async>(run_on)(dst, s);
-  else get_kernel<Op::copy>(run_on)(dst, s);
+  if (non_blocking) call_kernel<Op::copy_async>(run_on, dst, s);
+  else call_kernel<Op::copy>(run_on, dst, s);
   dst.bump_version("copy_");
   return dst;
 }
@@ -154,7 +154,7 @@ Tensor to(const Tensor& self, Device device, bool non_blocking) {
 }
 
 const Tensor& fill_(const Tensor& self, const Scalar& value) {
-  if (self.numel() > 0) get_kernel<Op::fill>(self.device())(self, value);
+  if (self.numel() > 0) call_kernel<Op::fill>(self.device(), self, value);
   self.bump_version("fill_");
   return self;
 }

@@ -43,6 +43,8 @@ void declare_trainer(Schema<R>& s) {
   t.add("seed", &T::seed, "seed of every random generator (null: not seeded)").at_least(0);
   t.add("default_root_dir", &T::default_root_dir, "folder for logs and checkpoints");
   t.add_duration("max_time", &T::max_time, "stop after this much wall-clock time (null: no limit)");
+  t.add_enum("profiler", &T::profiler, {"none", "simple", "ops"},
+             "time the loop's actions and hooks (simple), and every kernel and backward node too (ops)");
   t.add("enable_progress_bar", &T::enable_progress_bar, "show a progress bar");
   t.add("enable_checkpointing", &T::enable_checkpointing, "save checkpoints (as callbacks.checkpoint says)");
   t.add("enable_model_summary", &T::enable_model_summary, "print the model's layers and parameter counts");

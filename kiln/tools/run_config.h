@@ -46,6 +46,7 @@ struct RunConfig {
     std::optional<int64_t> seed;
     std::string default_root_dir = "runs";
     std::optional<double> max_time;  // seconds; written as seconds or "DD:HH:MM:SS"
+    std::string profiler = "none";  // none | simple | ops
     bool enable_progress_bar = true;
     bool enable_checkpointing = true;
     bool enable_model_summary = true;

@@ -6,9 +6,15 @@
 // trainer_eval.cpp.
 #include "kiln/trainer/trainer.h"
 
+#include <cxxabi.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <typeindex>
+#include <unordered_map>
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/optim/clip_grad.h"
@@ -76,6 +82,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   KILN_CHECK(o.precision != "16-mixed" || o.strategy != "parameter_server", "Trainer: precision '16-mixed' ",
              "with strategy 'parameter_server': the loss scaler skips the steps whose gradients overflow, and "
              "the servers, which step, cannot see that; use 'bf16-mixed' (no scaler needed) or '32'");
+  KILN_CHECK(o.profiler == "none" || o.profiler.empty() || o.profiler == "simple" || o.profiler == "ops",
+             "Trainer: profiler '", o.profiler, "': expected 'none', 'simple' or 'ops'");
   KILN_CHECK(o.accumulate_grad_batches >= 1, "Trainer: accumulate_grad_batches = ", o.accumulate_grad_batches,
              ": expected >= 1");
   KILN_CHECK(o.gradient_clip_val >= 0, "Trainer: gradient_clip_val = ", o.gradient_clip_val,
@@ -150,12 +158,64 @@ void Trainer::attach(TrainModule& module, Stage stage) {
   stage_ = stage;
   resolve_device();
   module.to(device_);
+  start_profiler();
 }
 
 void Trainer::detach() {
+  profiler_.reset();  // a stage that failed: no report
   if (module_ != nullptr) module_->trainer_ = nullptr;
   module_ = nullptr;
   log_context_ = LogContext::None;
+}
+
+void Trainer::start_profiler() {
+  if (options_.profiler.empty() || options_.profiler == "none") return;
+  profiler::Options po;
+  po.kernels = po.backward = options_.profiler == "ops";
+  profiler_ = std::make_unique<profiler::Profiler>(po);
+}
+
+void Trainer::finish_profiler(Stage stage) {
+  if (!profiler_) return;
+  profiler_->stop();
+  // The stage itself has succeeded: a report that cannot be written is a warning, not the stage's failure.
+  if (is_global_zero()) {
+    std::printf("\n%s", profiler_->table(20).c_str());
+    try {
+      const std::filesystem::path dir = log_dir();
+      std::filesystem::create_directories(dir);
+      const std::string stem = (dir / stage_name(stage)).string();
+      write_file_atomically(stem + "-profile.txt", profiler_->table(0), "Trainer profiler");
+      std::printf("every row: %s-profile.txt", stem.c_str());
+      if (options_.profiler == "ops") {
+        profiler_->write_chrome_trace(stem + "-trace.json");
+        std::printf(", timeline: %s-trace.json", stem.c_str());
+      }
+      std::printf("\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "\nTrainer: the profile of %s() was not written: %s\n", stage_name(stage), e.what());
+    }
+    std::fflush(stdout);
+  }
+  profiler_.reset();
+}
+
+std::string Trainer::hook_event_name(const Callback& callback, const char* hook) {
+  // The dynamic type's name without its namespaces ("kiln::trainer::ModelCheckpoint" -> "ModelCheckpoint"),
+  // demangled once per type.
+  static std::mutex mu;
+  static std::unordered_map<std::type_index, std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = names.try_emplace(std::type_index(typeid(callback)));
+  if (inserted) {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(typeid(callback).name(), nullptr, nullptr, &status);
+    std::string name = status == 0 && demangled ? demangled : typeid(callback).name();
+    std::free(demangled);
+    if (const size_t colon = name.rfind("::", name.find('<')); colon != std::string::npos) name.erase(0, colon + 2);
+    it->second = std::move(name);
+  }
+  return it->second + "." + hook;
 }
 
 void Trainer::resolve_device() {
@@ -176,13 +236,14 @@ data::Batch Trainer::to_device(const data::Batch& batch) const {
   const bool non_blocking = device_.is_cuda();
   data::Batch out;
   out.reserve(batch.size());
+  profiler::Range range("batch_to_device");
   for (const Tensor& t : batch) out.push_back(t.defined() ? t.to(device_, non_blocking) : t);
   return out;
 }
 
 void Trainer::notify_exception(const std::exception& error) {
   // A hook that throws while hearing of an error must not hide that error.
-  call_hooks([&](Callback& c) {
+  call_hooks("on_exception", [&](Callback& c) {
     try {
       c.on_exception(*this, *module_, error);
     } catch (...) {
@@ -301,7 +362,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     // Every rank agrees on rank 0's run folder (ModelCheckpoint puts its files there, and only rank 0 logs).
     log_dir_.clear();
     log_dir_ = strategy_->broadcast_from_zero(log_dir());
-    call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Fit); });
+    call_hooks("setup", [&](Callback& c) { c.setup(*this, module, Stage::Fit); });
 
     OptimizerSetup setup = module.configure_optimizers();
     KILN_CHECK(!setup.optimizers.empty(), "Trainer: configure_optimizers() returned no optimizer");
@@ -318,8 +379,9 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     scaler_ = options_.precision == "16-mixed" ? std::make_unique<optim::GradScaler>() : nullptr;
     if (strategy_->optimizers_ready(module, optimizers_)) {
       // A parameter server's server: it has served the workers' whole fit.
-      call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
+      call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
       train_loader_ = nullptr;
+      finish_profiler(Stage::Fit);
       detach();
       return;
     }
@@ -344,7 +406,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     }
     {
       HookScope scope(*this, LogContext::TrainHook);
-      call_hooks([&](Callback& c) { c.on_fit_start(*this, module); });
+      call_hooks("on_fit_start", [&](Callback& c) { c.on_fit_start(*this, module); });
     }
 
     const int64_t sanity = options_.num_sanity_val_steps < 0
@@ -352,9 +414,9 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
                                : std::min(options_.num_sanity_val_steps, num_val_batches_);
     if (val != nullptr && sanity > 0 && !resumed) {
       sanity_checking_ = true;
-      call_hooks([&](Callback& c) { c.on_sanity_check_start(*this, module); });
+      call_hooks("on_sanity_check_start", [&](Callback& c) { c.on_sanity_check_start(*this, module); });
       eval_loop(*val, Stage::Validate, sanity);
-      call_hooks([&](Callback& c) { c.on_sanity_check_end(*this, module); });
+      call_hooks("on_sanity_check_end", [&](Callback& c) { c.on_sanity_check_end(*this, module); });
       sanity_checking_ = false;
       callback_metrics_.clear();
       progress_bar_metrics_.clear();
@@ -362,17 +424,17 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
 
     {
       HookScope scope(*this, LogContext::TrainHook);
-      call_hooks([&](Callback& c) { c.on_train_start(*this, module); });
+      call_hooks("on_train_start", [&](Callback& c) { c.on_train_start(*this, module); });
     }
     train_loop(train, val);
     {
       HookScope scope(*this, LogContext::TrainHook);
-      call_hooks([&](Callback& c) { c.on_train_end(*this, module); });
-      call_hooks([&](Callback& c) { c.on_fit_end(*this, module); });
+      call_hooks("on_train_end", [&](Callback& c) { c.on_train_end(*this, module); });
+      call_hooks("on_fit_end", [&](Callback& c) { c.on_fit_end(*this, module); });
     }
     strategy_->fit_ended("");
     for (auto& logger : loggers_) logger->finalize("success");
-    call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
+    call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
   } catch (const std::exception& e) {
     sanity_checking_ = false;
     try {
@@ -389,6 +451,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     throw;
   }
   train_loader_ = nullptr;
+  finish_profiler(Stage::Fit);
   detach();
 }
 
@@ -444,7 +507,7 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
     module_->train();
     {
       HookScope scope(*this, LogContext::TrainHook);
-      call_hooks([&](Callback& c) { c.on_train_epoch_start(*this, *module_); });
+      call_hooks("on_train_epoch_start", [&](Callback& c) { c.on_train_epoch_start(*this, *module_); });
     }
     if (resumed_here && val != nullptr && validation_due(batch_in_epoch_)) {
       // The checkpoint was taken after a batch that validation follows: the interrupted run may not have
@@ -453,12 +516,19 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
       eval_loop(*val, Stage::Validate, num_val_batches_);
     }
     if (batch_in_epoch_ < num_training_batches_) {
-      for (const data::Batch& raw : train) {
+      // A range-for written out, so that the profiler sees the time spent waiting for each batch.
+      auto it = [&] {
+        profiler::Range range("train_dataloader_next");
+        return train.begin();
+      }();
+      while (it != std::default_sentinel) {
         const int64_t idx = batch_in_epoch_;
-        train_batch(to_device(raw), idx, idx + 1 == num_training_batches_);
+        train_batch(to_device(*it), idx, idx + 1 == num_training_batches_);
         const bool validated = validation_due(batch_in_epoch_);
         if (validated) eval_loop(*val, Stage::Validate, num_val_batches_);
         if (batch_in_epoch_ >= num_training_batches_ || agreed_stop(validated)) break;
+        profiler::Range range("train_dataloader_next");
+        ++it;
       }
     }
 
@@ -474,7 +544,7 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
     pending_step_logs_.clear();
     {
       HookScope scope(*this, LogContext::TrainHook);
-      call_hooks([&](Callback& c) { c.on_train_epoch_end(*this, *module_); });
+      call_hooks("on_train_epoch_end", [&](Callback& c) { c.on_train_epoch_end(*this, *module_); });
     }
     for (const auto& [k, v] : pending_step_logs_) to_log[k] = v;
     pending_step_logs_.clear();
@@ -486,17 +556,19 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
 }
 
 void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch) {
+  profiler::Range batch_range("run_training_batch");
   current_batch_size_ = batch_size_of(batch);
   pending_step_logs_.clear();
   {
     HookScope scope(*this, LogContext::TrainStep);
-    call_hooks([&](Callback& c) { c.on_train_batch_start(*this, *module_, batch, batch_idx); });
+    call_hooks("on_train_batch_start", [&](Callback& c) { c.on_train_batch_start(*this, *module_, batch, batch_idx); });
   }
   Tensor loss;
   {
     HookScope scope(*this, LogContext::TrainStep);
     strategy_->before_training_step();
     {
+      profiler::Range range("training_step");
       const auto autocast = autocast_guard();
       loss = module_->training_step(batch, batch_idx);
     }
@@ -513,12 +585,15 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     Tensor scaled = acc > 1 ? loss / static_cast<double>(acc) : loss;
     // 16-mixed: times the loss scale; the hook sees the loss backward runs on, as in Lightning.
     if (scaler_) scaled = scaler_->scale(scaled);
-    call_hooks([&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
+    call_hooks("on_before_backward", [&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
     // Under ddp a backward that does not end the accumulation window keeps its gradients local.
     const bool ends_window = accumulated_ + 1 >= acc || last_in_epoch;
-    strategy_->backward(scaled, ends_window);
+    {
+      profiler::Range range("backward");
+      strategy_->backward(scaled, ends_window);
+    }
     last_backward_synced_ = ends_window;
-    call_hooks([&](Callback& c) { c.on_after_backward(*this, *module_); });
+    call_hooks("on_after_backward", [&](Callback& c) { c.on_after_backward(*this, *module_); });
     ++accumulated_;
   }
   const bool stepped = accumulated_ > 0 && (accumulated_ >= options_.accumulate_grad_batches || last_in_epoch);
@@ -527,7 +602,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
   {
     HookScope scope(*this, LogContext::TrainStep);
     const Tensor out = loss.defined() ? loss.detach() : loss;
-    call_hooks([&](Callback& c) { c.on_train_batch_end(*this, *module_, out, batch, batch_idx); });
+    call_hooks("on_train_batch_end",
+               [&](Callback& c) { c.on_train_batch_end(*this, *module_, out, batch, batch_idx); });
   }
   if (stepped && (global_step_ % options_.log_every_n_steps == 0) && !pending_step_logs_.empty()) {
     send_to_loggers(pending_step_logs_);
@@ -536,13 +612,15 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
 }
 
 void Trainer::optimizer_step() {
+  profiler::Range step_range("optimizer_step");
   strategy_->before_optimizer_step(*module_, last_backward_synced_);
   last_backward_synced_ = true;
   for (auto& opt : optimizers_) {
     // 16-mixed: the hooks and clipping see the true gradients, as in Lightning.
     if (scaler_) scaler_->unscale_(*opt);
-    call_hooks([&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
+    call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
     if (options_.gradient_clip_val > 0) {
+      profiler::Range range("clip_gradients");
       std::vector<Tensor> params;
       for (const auto& group : opt->param_groups()) {
         for (const Tensor& p : group.params) params.push_back(p);
@@ -556,9 +634,15 @@ void Trainer::optimizer_step() {
     // A gradient that overflowed float16: the step is skipped (the same on every ddp rank, whose gradients
     // are the same after the all-reduce); the scaler backs off below.
     const bool skip = scaler_ && scaler_->found_inf(*opt);
-    if (!skip && !strategy_->step_optimizer(*opt)) opt->step();
-    call_hooks([&](Callback& c) { c.on_before_zero_grad(*this, *module_, *opt); });
-    opt->zero_grad();
+    {
+      profiler::Range range("optimizer.step");
+      if (!skip && !strategy_->step_optimizer(*opt)) opt->step();
+    }
+    call_hooks("on_before_zero_grad", [&](Callback& c) { c.on_before_zero_grad(*this, *module_, *opt); });
+    {
+      profiler::Range range("zero_grad");
+      opt->zero_grad();
+    }
   }
   if (scaler_) scaler_->update();
   accumulated_ = 0;

@@ -24,6 +24,7 @@
 #include "kiln/autograd/autocast.h"
 #include "kiln/data/dataloader.h"
 #include "kiln/optim/grad_scaler.h"
+#include "kiln/tensor/profiler.h"
 #include "kiln/trainer/batch_limit.h"
 #include "kiln/trainer/callback.h"
 #include "kiln/trainer/checkpoint.h"
@@ -85,6 +86,13 @@ struct TrainerOptions {
   std::string default_root_dir = ".";
   // Run n batches of training, validation and test (1 epoch, no loggers, no checkpoints): a smoke test.
   int64_t fast_dev_run = 0;
+
+  // Where the time goes (kiln/tensor/profiler.h): "none"; "simple": the Trainer's actions (training_step,
+  // backward, optimizer_step, the loaders' next batch, ...) and every hook of every callback; "ops": those and
+  // every kernel and autograd node, and a timeline. Each fit, validate, test and predict writes its table to
+  // <log_dir>/<stage>-profile.txt and prints its top rows; "ops" also writes <stage>-trace.json (Perfetto,
+  // chrome://tracing). Rank 0 writes and prints.
+  std::string profiler = "none";
 
   bool enable_progress_bar = true;
   bool enable_checkpointing = true;  // adds a ModelCheckpoint when none is given
@@ -182,12 +190,27 @@ class Trainer {
     LogContext saved_;
   };
 
-  // Hooks: the module's first, then each callback's.
+  // Hooks: the module's first, then each callback's. `hook` names them for the profiler.
   template <class F>
-  void call_hooks(F&& f) {
+  void call_hooks(const char* hook, F&& f) {
+    if (profiler::recording_ranges()) [[unlikely]] {
+      profiler::Range r(hook_event_name(*module_, hook));
+      f(static_cast<Callback&>(*module_));
+      for (auto& cb : callbacks_) {
+        profiler::Range rc(hook_event_name(*cb, hook));
+        f(*cb);
+      }
+      return;
+    }
     f(static_cast<Callback&>(*module_));
     for (auto& cb : callbacks_) f(*cb);
   }
+  // "ModelCheckpoint.on_train_batch_end": the callback's class and the hook.
+  static std::string hook_event_name(const Callback& callback, const char* hook);
+  // options.profiler: starts recording (when not "none") for one fit/validate/test/predict, then writes and
+  // prints the report of the stage that ends.
+  void start_profiler();
+  void finish_profiler(Stage stage);
   void attach(TrainModule& module, Stage stage);
   void detach();
   void resolve_device();
@@ -250,6 +273,7 @@ class Trainer {
   std::map<std::string, double> pending_step_logs_;  // this batch's on_step metrics, for the loggers
   std::map<std::string, double> callback_metrics_, logged_metrics_, progress_bar_metrics_, last_eval_metrics_;
 
+  std::unique_ptr<profiler::Profiler> profiler_;  // options.profiler, while a stage runs
   std::string log_dir_;  // rank 0's run folder, agreed by every rank when fit() starts
   std::chrono::steady_clock::time_point start_time_;
   double elapsed_before_ = 0;  // seconds of the run before it was resumed

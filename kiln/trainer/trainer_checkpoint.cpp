@@ -87,11 +87,12 @@ Checkpoint Trainer::build_checkpoint() {
   if (scaler_)
     for (const auto& [k, v] : scaler_->state_dict()) c.set_double("grad_scaler." + k, v);
   strategy_->save_state(c);
-  call_hooks([&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
+  call_hooks("on_save_checkpoint", [&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
   return c;
 }
 
 void Trainer::save_checkpoint(const std::string& path) {
+  profiler::Range range("save_checkpoint");
   // Every rank holds the same state; rank 0 writes it, and the others wait until it has, so that no rank
   // goes on to read a checkpoint (a resume, a test of the best one) that is not there yet. Every rank calls
   // this at the same point (callbacks decide alike on every rank, from metrics reduced over ranks).
@@ -168,7 +169,7 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
   for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
     cb->load_checkpoint_state(c.section("callbacks." + key));
   }
-  call_hooks([&](Callback& cb) { cb.on_load_checkpoint(*this, *module_, c); });
+  call_hooks("on_load_checkpoint", [&](Callback& cb) { cb.on_load_checkpoint(*this, *module_, c); });
 }
 
 }  // namespace kiln::trainer

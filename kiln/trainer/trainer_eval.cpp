@@ -6,6 +6,16 @@
 
 namespace kiln::trainer {
 
+namespace {
+
+// The loader's next batch, as an event of the profiler.
+void next_batch(data::DataLoader::Iterator& it, const char* event) {
+  profiler::Range range(event);
+  ++it;
+}
+
+}  // namespace
+
 std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage stage, int64_t limit) {
   const bool was_training = module_->is_training();
   const int64_t saved_batch_size = current_batch_size_;
@@ -15,28 +25,34 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
   eval_means_.clear();
   num_eval_batches_ = limit;
   const bool validating = stage == Stage::Validate;
-  call_hooks([&](Callback& c) {
+  call_hooks(validating ? "on_validation_start" : "on_test_start", [&](Callback& c) {
     validating ? c.on_validation_start(*this, *module_) : c.on_test_start(*this, *module_);
   });
-  call_hooks([&](Callback& c) {
+  call_hooks(validating ? "on_validation_epoch_start" : "on_test_epoch_start", [&](Callback& c) {
     validating ? c.on_validation_epoch_start(*this, *module_) : c.on_test_epoch_start(*this, *module_);
   });
   if (limit > 0) {
     loader.set_epoch(0);
     int64_t idx = 0;
-    for (const data::Batch& raw : loader) {
-      const data::Batch batch = to_device(raw);
+    const char* next_name = validating ? "val_dataloader_next" : "test_dataloader_next";
+    auto it = [&] {
+      profiler::Range range(next_name);
+      return loader.begin();
+    }();
+    for (; it != std::default_sentinel; next_batch(it, next_name)) {
+      const data::Batch batch = to_device(*it);
       current_batch_size_ = batch_size_of(batch);
-      call_hooks([&](Callback& c) {
+      call_hooks(validating ? "on_validation_batch_start" : "on_test_batch_start", [&](Callback& c) {
         validating ? c.on_validation_batch_start(*this, *module_, batch, idx)
                    : c.on_test_batch_start(*this, *module_, batch, idx);
       });
       Tensor out;
       {
+        profiler::Range range(validating ? "validation_step" : "test_step");
         const auto autocast = autocast_guard();
         out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
       }
-      call_hooks([&](Callback& c) {
+      call_hooks(validating ? "on_validation_batch_end" : "on_test_batch_end", [&](Callback& c) {
         validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
                    : c.on_test_batch_end(*this, *module_, out, batch, idx);
       });
@@ -44,15 +60,14 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
     }
   }
   current_batch_size_ = 1;
-  call_hooks([&](Callback& c) {
+  call_hooks(validating ? "on_validation_epoch_end" : "on_test_epoch_end", [&](Callback& c) {
     validating ? c.on_validation_epoch_end(*this, *module_) : c.on_test_epoch_end(*this, *module_);
   });
   std::map<std::string, double> metrics = finish_means(eval_means_);
   last_eval_metrics_ = metrics;
   send_to_loggers(metrics);
-  call_hooks([&](Callback& c) {
-    validating ? c.on_validation_end(*this, *module_) : c.on_test_end(*this, *module_);
-  });
+  call_hooks(validating ? "on_validation_end" : "on_test_end",
+             [&](Callback& c) { validating ? c.on_validation_end(*this, *module_) : c.on_test_end(*this, *module_); });
   current_batch_size_ = saved_batch_size;
   module_->train(was_training);
   return metrics;
@@ -68,11 +83,12 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
     load_weights(module, ckpt_path);
     strategy_->setup(module);
     data::DataLoader& shard = *strategy_->eval_loader(&loader);  // this rank's part under ddp
-    call_hooks([&](Callback& c) { c.setup(*this, module, stage); });
+    call_hooks("setup", [&](Callback& c) { c.setup(*this, module, stage); });
     const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
     metrics = eval_loop(shard, stage, limit.resolve(shard.size()));
     for (auto& logger : loggers_) logger->flush();
-    call_hooks([&](Callback& c) { c.teardown(*this, module, stage); });
+    call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, stage); });
+    finish_profiler(stage);
   } catch (const std::exception& e) {
     notify_exception(e);
     detach();
@@ -97,34 +113,41 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
   std::vector<Tensor> outputs;
   try {
     load_weights(module, ckpt_path);
-    call_hooks([&](Callback& c) { c.setup(*this, module, Stage::Predict); });
+    call_hooks("setup", [&](Callback& c) { c.setup(*this, module, Stage::Predict); });
     const bool was_training = module.is_training();
     module.eval();
     NoGradGuard no_grad;
     HookScope scope(*this, LogContext::Eval);
     num_eval_batches_ = options_.limit_predict_batches.resolve(loader.size());
-    call_hooks([&](Callback& c) { c.on_predict_start(*this, module); });
-    call_hooks([&](Callback& c) { c.on_predict_epoch_start(*this, module); });
+    call_hooks("on_predict_start", [&](Callback& c) { c.on_predict_start(*this, module); });
+    call_hooks("on_predict_epoch_start", [&](Callback& c) { c.on_predict_epoch_start(*this, module); });
     if (num_eval_batches_ > 0) {
       loader.set_epoch(0);
       int64_t idx = 0;
-      for (const data::Batch& raw : loader) {
-        const data::Batch batch = to_device(raw);
-        call_hooks([&](Callback& c) { c.on_predict_batch_start(*this, module, batch, idx); });
+      auto it = [&] {
+        profiler::Range range("predict_dataloader_next");
+        return loader.begin();
+      }();
+      for (; it != std::default_sentinel; next_batch(it, "predict_dataloader_next")) {
+        const data::Batch batch = to_device(*it);
+        call_hooks("on_predict_batch_start", [&](Callback& c) { c.on_predict_batch_start(*this, module, batch, idx); });
         Tensor out;
         {
+          profiler::Range range("predict_step");
           const auto autocast = autocast_guard();
           out = module.predict_step(batch, idx);
         }
-        call_hooks([&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
+        call_hooks("on_predict_batch_end",
+                   [&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
         outputs.push_back(out.defined() ? out.cpu() : out);
         if (++idx >= num_eval_batches_) break;
       }
     }
-    call_hooks([&](Callback& c) { c.on_predict_epoch_end(*this, module); });
-    call_hooks([&](Callback& c) { c.on_predict_end(*this, module); });
+    call_hooks("on_predict_epoch_end", [&](Callback& c) { c.on_predict_epoch_end(*this, module); });
+    call_hooks("on_predict_end", [&](Callback& c) { c.on_predict_end(*this, module); });
     module.train(was_training);
-    call_hooks([&](Callback& c) { c.teardown(*this, module, Stage::Predict); });
+    call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, Stage::Predict); });
+    finish_profiler(Stage::Predict);
   } catch (const std::exception& e) {
     notify_exception(e);
     detach();

@@ -250,5 +250,30 @@ TEST_F(CudaTest, FillAndArange) {
                        std::string("fractional arange ") + dtype_name(d));
 }
 
+// The profiler names CUDA kernels apart from the CPU's, and with synchronize_cuda a kernel's event lasts until
+// the device has run it. The add below moves 3 GiB; no device does that faster than 10 TB/s (the H200's
+// memory peaks at 4.8), so its event takes at least 0.3 ms, where the launch alone takes microseconds.
+TEST_F(CudaTest, ProfilerRecordsCudaKernelsAndCanWaitForThem) {
+  const int64_t n = int64_t{1} << 28;  // 1 GiB of float32 per operand
+  Tensor a = ones({n}, TensorOptions(kFloat32).device(Device::cuda()));
+  Tensor b = ones({n}, TensorOptions(kFloat32).device(Device::cuda()));
+  cuda::synchronize();
+  profiler::Options o;
+  o.synchronize_cuda = true;
+  profiler::Profiler prof(o);
+  Tensor c = a + b;
+  prof.stop();
+  const auto rows = prof.summary();
+  const profiler::Summary* add = nullptr;
+  for (const auto& r : rows)
+    if (r.name == "add (cuda)") add = &r;
+  ASSERT_NE(add, nullptr) << prof.table();
+  EXPECT_EQ(add->calls, 1);
+  const double bytes = 3.0 * 4.0 * static_cast<double>(n);
+  EXPECT_GT(static_cast<double>(add->total_ns), bytes / 10e12 * 1e9) << prof.table();
+  EXPECT_EQ(c.min().item<double>(), 2.0);
+  EXPECT_EQ(c.max().item<double>(), 2.0);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -205,6 +206,28 @@ TEST_F(Cli, FastDevRunTrainsOneBatchAndWritesNothing) {
   EXPECT_NE(r.out.find("test (final weights)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("run folder"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(root()));
+}
+
+// `trainer.profiler=ops` from the command line: the run folder gets each stage's table and timeline, and
+// the table counts the batches the run took.
+TEST_F(Cli, ProfilerWritesEachStagesReportIntoTheRunFolder) {
+  const CliResult r = train({"--set", "trainer.max_epochs=1", "--set", "trainer.profiler=ops"});
+  EXPECT_NE(r.out.find("every row: " + (run_dir() / "fit").string() + "-profile.txt"), std::string::npos) << r.out;
+  std::ifstream f(run_dir() / "fit-profile.txt");
+  std::string line;
+  int64_t training_steps = -1;
+  while (std::getline(f, line)) {
+    std::istringstream words(line);
+    std::string kind, name;
+    int64_t calls = 0;
+    if (words >> kind >> name >> calls && kind == "range" && name == "training_step") training_steps = calls;
+  }
+  EXPECT_EQ(training_steps, kStepsPerEpoch);
+  EXPECT_TRUE(fs::exists(run_dir() / "fit-trace.json"));
+  EXPECT_TRUE(fs::exists(run_dir() / "test-profile.txt"));
+
+  expect_failure({"train", "--config", config_, "--set", "trainer.profiler=fast"}, 1,
+                 {"trainer.profiler", "fast", "simple", "ops"});
 }
 
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run

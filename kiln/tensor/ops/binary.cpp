@@ -100,7 +100,7 @@ template <Op op, typename... Extra>
 Tensor binary(const Tensor& a, const Tensor& b, Kind kind, Extra... extra) {
   Prepared p = prepare(op_name(op), a, b, kind);
   Tensor out = empty(p.shape, TensorOptions(p.out).device(p.device));
-  get_kernel<op>(p.device)(out, p.a, p.b, extra...);
+  call_kernel<op>(p.device, out, p.a, p.b, extra...);
   return out;
 }
 
@@ -123,10 +123,10 @@ Tensor& binary_(Tensor& self, const Tensor& b_in, Kind kind, Extra... extra) {
   Prepared p = prepare(name.c_str(), self, b, kind);
   check_inplace(name.c_str(), self, p.compute, p.shape);
   if (p.compute == self.dtype()) {
-    get_kernel<op>(p.device)(self, p.a, p.b, extra...);
+    call_kernel<op>(p.device, self, p.a, p.b, extra...);
   } else {  // e.g. float16 += float32: compute in float32, round once into self
     Tensor tmp = empty(p.shape, TensorOptions(p.compute).device(p.device));
-    get_kernel<op>(p.device)(tmp, p.a, p.b, extra...);
+    call_kernel<op>(p.device, tmp, p.a, p.b, extra...);
     ops::copy_(self, tmp);
   }
   self.bump_version(op_inplace_name(op));
@@ -212,7 +212,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   DType d = result_type(a, b);
   Tensor out = empty(shape, TensorOptions(d).device(dev));
-  get_kernel<Op::where>(dev)(out, ops::expand(ops::to(cond, dev), shape), ops::expand(ops::to(a, dev, d), shape), ops::expand(ops::to(b, dev, d), shape));
+  call_kernel<Op::where>(dev, out, ops::expand(ops::to(cond, dev), shape), ops::expand(ops::to(a, dev, d), shape),
+                         ops::expand(ops::to(b, dev, d), shape));
   return out;
 }
 Tensor where(const Tensor& cond, const Scalar& a, const Tensor& b) { return where(cond, wrap(a), b); }
@@ -237,8 +238,8 @@ Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   KILN_CHECK(is_floating(d), "lerp: expected float tensors, got ", start.dtype(), " and ", end.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(start.sizes(), end.sizes(), "lerp"), weight.sizes(), "lerp");
   Tensor out = empty(shape, TensorOptions(d).device(dev));
-  get_kernel<Op::lerp>(dev)(out, ops::expand(ops::to(start, dev, d), shape), ops::expand(ops::to(end, dev, d), shape),
-                            ops::expand(ops::to(weight, dev, d), shape));
+  call_kernel<Op::lerp>(dev, out, ops::expand(ops::to(start, dev, d), shape), ops::expand(ops::to(end, dev, d), shape),
+                        ops::expand(ops::to(weight, dev, d), shape));
   return out;
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) { return lerp(start, end, wrap(weight)); }

@@ -77,7 +77,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     if (bias.defined()) add_(out, view(to(bias, d), {1, weight.size(0), 1, 1}));
     return out;
   }
-  get_kernel<Op::conv2d>(x.device())(out, prepare(x, d), prepare(weight, d), prepare(bias, d), p);
+  call_kernel<Op::conv2d>(x.device(), out, prepare(x, d), prepare(weight, d), prepare(bias, d), p);
   return out;
 }
 
@@ -92,7 +92,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, IntAr
   Tensor grad_x = empty(input_shape, TensorOptions(d).device(weight.device()));
   if (grad_x.numel() == 0) return grad_x;
   if (grad_out.numel() == 0) return fill_(grad_x, 0);
-  get_kernel<Op::conv2d_backward_input>(weight.device())(grad_x, prepare(grad_out, d), prepare(weight, d), p);
+  call_kernel<Op::conv2d_backward_input>(weight.device(), grad_x, prepare(grad_out, d), prepare(weight, d), p);
   return grad_x;
 }
 
@@ -107,7 +107,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, IntArrayR
   Tensor grad_w = empty(weight_shape, TensorOptions(d).device(x.device()));
   if (grad_w.numel() == 0) return grad_w;
   if (grad_out.numel() == 0) return fill_(grad_w, 0);
-  get_kernel<Op::conv2d_backward_weight>(x.device())(grad_w, prepare(grad_out, d), prepare(x, d), p);
+  call_kernel<Op::conv2d_backward_weight>(x.device(), grad_w, prepare(grad_out, d), prepare(x, d), p);
   return grad_w;
 }
 
@@ -138,7 +138,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dP
   Tensor out = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
   Tensor indices = empty(out_shape, TensorOptions(kInt64).device(x.device()));
   if (out.numel() == 0) return {out, indices};
-  get_kernel<Op::max_pool2d>(x.device())(out, indices, contiguous(x), p);
+  call_kernel<Op::max_pool2d>(x.device(), out, indices, contiguous(x), p);
   return {out, indices};
 }
 
@@ -155,7 +155,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, IntArr
   Tensor grad_x = empty(input_shape, TensorOptions(grad_out.dtype()).device(grad_out.device()));
   if (grad_x.numel() == 0) return grad_x;
   if (grad_out.numel() == 0) return fill_(grad_x, 0);
-  get_kernel<Op::max_pool2d_backward>(grad_out.device())(grad_x, contiguous(grad_out), contiguous(indices), p);
+  call_kernel<Op::max_pool2d_backward>(grad_out.device(), grad_x, contiguous(grad_out), contiguous(indices), p);
   return grad_x;
 }
 

@@ -45,8 +45,8 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   CrossEntropyForward r{empty({n}, o), empty({n}, o),
                         empty({n, 2}, TensorOptions(stats_dtype(logits.dtype())).device(logits.device()))};
   if (n == 0) return r;
-  get_kernel<Op::cross_entropy>(logits.device())(r.loss, r.row_weight, r.stats, contiguous(logits),
-                                                 contiguous(target), w, p);
+  call_kernel<Op::cross_entropy>(logits.device(), r.loss, r.row_weight, r.stats, contiguous(logits), contiguous(target),
+                                 w, p);
   return r;
 }
 
@@ -63,9 +63,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
              " tensor");
   Tensor grad = empty(logits.sizes(), TensorOptions(logits.dtype()).device(logits.device()));
   if (grad.numel() == 0) return grad;
-  get_kernel<Op::cross_entropy_backward>(logits.device())(grad, contiguous(to(grad_loss, logits.dtype())),
-                                                          contiguous(logits), contiguous(stats), contiguous(target),
-                                                          w, p);
+  call_kernel<Op::cross_entropy_backward>(logits.device(), grad, contiguous(to(grad_loss, logits.dtype())),
+                                          contiguous(logits), contiguous(stats), contiguous(target), w, p);
   return grad;
 }
 

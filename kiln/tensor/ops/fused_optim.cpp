@@ -66,14 +66,15 @@ void fused_sgd_step_(std::span<const Tensor> params, std::span<const Tensor> gra
   if (params.empty()) return;
   if (s.momentum != 0) check_lists("SGD.step", params, {{"gradients", grads}, {"momentum buffers", bufs}});
   else check_lists("SGD.step", params, {{"gradients", grads}});
-  auto kernel = get_kernel<Op::sgd_step>(params[0].device());
+  const Device device = params[0].device();
+  get_kernel<Op::sgd_step>(device);  // no kernel for the device: an error before anything is written
   // Every check has passed: from here the step writes. (The versions go first, as the chain's in-place ops
   // bump theirs.)
   for (size_t i = 0; i < params.size(); ++i) {
     params[i].bump_version("SGD.step");
     if (s.momentum != 0) bufs[i].bump_version("SGD.step");
   }
-  kernel(params, grads, s.momentum != 0 ? bufs : std::span<const Tensor>{}, s);
+  call_kernel<Op::sgd_step>(device, params, grads, s.momentum != 0 ? bufs : std::span<const Tensor>{}, s);
 }
 
 void fused_adam_step_(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> exp_avgs,
@@ -84,13 +85,14 @@ void fused_adam_step_(std::span<const Tensor> params, std::span<const Tensor> gr
              " step counts");
   for (size_t i = 0; i < params.size(); ++i)
     KILN_CHECK(steps[i] >= 1, "Adam.step: parameter ", i, "'s step count is ", steps[i], "; counts start at 1");
-  auto kernel = get_kernel<Op::adam_step>(params[0].device());
+  const Device device = params[0].device();
+  get_kernel<Op::adam_step>(device);
   for (size_t i = 0; i < params.size(); ++i) {  // every check has passed: from here the step writes
     params[i].bump_version("Adam.step");
     exp_avgs[i].bump_version("Adam.step");
     exp_avg_sqs[i].bump_version("Adam.step");
   }
-  kernel(params, grads, exp_avgs, exp_avg_sqs, steps, s);
+  call_kernel<Op::adam_step>(device, params, grads, exp_avgs, exp_avg_sqs, steps, s);
 }
 
 }  // namespace kiln::ops

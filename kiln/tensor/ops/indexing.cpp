@@ -65,7 +65,7 @@ Tensor& scatter_impl(const char* name, Tensor& self, int64_t dim, const Tensor& 
                shape_str(self.sizes()), " in dim ", k, " (only dim ", d, " may differ)");
   }
   check_writable(name, s);
-  if (i.numel() > 0) get_kernel<op>(self.device())(s, d, unaliased(i, self), v, 1);
+  if (i.numel() > 0) call_kernel<op>(self.device(), s, d, unaliased(i, self), v, 1);
   self.bump_version(name);
   return self;
 }
@@ -197,7 +197,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape shape = x1.sizes();
   shape[d] = k;
   Tensor out = empty(shape, TensorOptions(x.dtype()).device(x.device()));
-  if (out.numel() > 0) get_kernel<Op::index_select>(x.device())(out, x1, d, ops::reshape(idx, {k}));
+  if (out.numel() > 0) call_kernel<Op::index_select>(x.device(), out, x1, d, ops::reshape(idx, {k}));
   return x.dim() == 0 ? ops::reshape(out, {}) : out;
 }
 
@@ -211,7 +211,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
                shape_str(x.sizes()), " in dim ", k, " (only dim ", d, " may differ)");
   Tensor x1 = as_1d_if_scalar(x), i1 = as_1d_if_scalar(idx);
   Tensor out = empty(i1.sizes(), TensorOptions(x.dtype()).device(x.device()));
-  if (out.numel() > 0) get_kernel<Op::gather>(x.device())(out, x1, d, i1);
+  if (out.numel() > 0) call_kernel<Op::gather>(x.device(), out, x1, d, i1);
   return ops::view(out, idx.sizes());
 }
 
@@ -257,8 +257,7 @@ Tensor& index_add_impl(const char* name, Tensor& self, int64_t dim, const Tensor
   KILN_CHECK(v.sizes() == want, name, ": src ", shape_str(src.sizes()), " must be self ", shape_str(self.sizes()),
              " with dim ", d, " of the index's size ", idx.numel(), ", i.e. ", shape_str(want));
   check_writable(name, s);
-  if (v.numel() > 0)
-    get_kernel<Op::index_add>(self.device())(s, d, ops::reshape(unaliased(idx, self), {idx.numel()}), v, alpha);
+  if (v.numel() > 0) call_kernel<Op::index_add>(self.device(), s, d, ops::reshape(unaliased(idx, self), {idx.numel()}), v, alpha);
   self.bump_version("index_add_");
   return self;
 }

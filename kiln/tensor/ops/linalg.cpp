@@ -19,7 +19,7 @@ void check_pair(const char* op, const Tensor& a, const Tensor& b) {
 // out: (B, M, N) contiguous, freshly allocated unless beta != 0.
 void run_bmm(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha) {
   if (out.numel() == 0) return;
-  get_kernel<Op::bmm>(out.device())(out, a, b, beta, alpha);
+  call_kernel<Op::bmm>(out.device(), out, a, b, beta, alpha);
 }
 
 }  // namespace

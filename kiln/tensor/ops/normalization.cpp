@@ -53,7 +53,7 @@ LayerNormForward layer_norm_forward(const Tensor& x, const Tensor& weight, const
     }
     return r;
   }
-  get_kernel<Op::layer_norm>(x.device())(r.y, r.mean, r.rstd, contiguous(x), w, b, eps);
+  call_kernel<Op::layer_norm>(x.device(), r.y, r.mean, r.rstd, contiguous(x), w, b, eps);
   return r;
 }
 
@@ -81,9 +81,9 @@ LayerNormBackward layer_norm_backward(const Tensor& grad_y, const Tensor& x, con
     if (want_bias) fill_(r.grad_bias, 0);
     return r;
   }
-  get_kernel<Op::layer_norm_backward>(x.device())(r.grad_x, r.grad_weight, r.grad_bias,
-                                                  contiguous(to(grad_y, x.dtype())), contiguous(x), contiguous(mean),
-                                                  contiguous(rstd), w);
+  call_kernel<Op::layer_norm_backward>(x.device(), r.grad_x, r.grad_weight, r.grad_bias,
+                                       contiguous(to(grad_y, x.dtype())), contiguous(x), contiguous(mean),
+                                       contiguous(rstd), w);
   return r;
 }
 
@@ -118,7 +118,7 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& weight, const
     r.var = check_param(op, "running_var", running_var, x, sd);
   }
   if (x.numel() == 0) return r;
-  get_kernel<Op::batch_norm>(x.device())(r.y, r.mean, r.var, contiguous(x), w, b, eps, training);
+  call_kernel<Op::batch_norm>(x.device(), r.y, r.mean, r.var, contiguous(x), w, b, eps, training);
   return r;
 }
 
@@ -145,9 +145,8 @@ BatchNormBackward batch_norm_backward(const Tensor& grad_y, const Tensor& x, con
     if (want_bias) fill_(r.grad_bias, 0);
     return r;
   }
-  get_kernel<Op::batch_norm_backward>(x.device())(r.grad_x, r.grad_weight, r.grad_bias,
-                                                  contiguous(to(grad_y, x.dtype())), contiguous(x), m, v, w, eps,
-                                                  training);
+  call_kernel<Op::batch_norm_backward>(x.device(), r.grad_x, r.grad_weight, r.grad_bias,
+                                       contiguous(to(grad_y, x.dtype())), contiguous(x), m, v, w, eps, training);
   return r;
 }
 

@@ -69,7 +69,7 @@ void check_nonempty(const char* op, const Tensor& x, const ReduceShape& r) {
 template <Op op, typename... Param>
 Tensor run_reduce(const Tensor& x, const ReduceShape& r, DType out_dtype, bool keepdim, Param... param) {
   Tensor out = empty(r.keep_shape, TensorOptions(out_dtype).device(x.device()));
-  get_kernel<op>(x.device())(out, x, r.dims, param...);
+  call_kernel<op>(x.device(), out, x, r.dims, param...);
   return keepdim ? out : ops::view(out, r.out_shape);
 }
 
@@ -94,8 +94,8 @@ std::pair<Tensor, Tensor> extreme_dim(const char* name, bool is_max, const Tenso
   const Tensor xs = scalar ? ops::view(x, {1}) : x;
   const Tensor vs = scalar ? ops::view(values, {1}) : values;
   const Tensor is = scalar ? ops::view(indices, {1}) : indices;
-  if (is_max) get_kernel<Op::max_dim>(x.device())(vs, is, xs, scalar ? 0 : d);
-  else get_kernel<Op::min_dim>(x.device())(vs, is, xs, scalar ? 0 : d);
+  if (is_max) call_kernel<Op::max_dim>(x.device(), vs, is, xs, scalar ? 0 : d);
+  else call_kernel<Op::min_dim>(x.device(), vs, is, xs, scalar ? 0 : d);
   if (keepdim) return {values, indices};
   return {ops::view(values, r.out_shape), ops::view(indices, r.out_shape)};
 }
@@ -215,8 +215,8 @@ Tensor softmax_like(const char* name, const Tensor& x, int64_t dim) {
   const int64_t d = wrap_dim(dim, x.dim(), name);
   Tensor out = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
   if (x.numel() == 0) return out;
-  if (x.dim() == 0) get_kernel<op>(x.device())(ops::view(out, {1}), ops::view(x, {1}), 0);  // a 1-element softmax
-  else get_kernel<op>(x.device())(out, x, d);
+  if (x.dim() == 0) call_kernel<op>(x.device(), ops::view(out, {1}), ops::view(x, {1}), 0);  // a 1-element softmax
+  else call_kernel<op>(x.device(), out, x, d);
   return out;
 }
 

@@ -27,7 +27,7 @@ Tensor unary(const Tensor& x, Kind kind, Params... params) {
   KILN_CHECK(x.defined(), op_name(op), ": input tensor is undefined");
   DType compute = compute_dtype(x.dtype(), kind);
   Tensor out = empty(x.sizes(), TensorOptions(kind == Kind::BoolOut ? kBool : compute).device(x.device()));
-  get_kernel<op>(x.device())(out, ops::to(x, compute), params...);
+  call_kernel<op>(x.device(), out, ops::to(x, compute), params...);
   return out;
 }
 
@@ -38,7 +38,7 @@ Tensor& unary_(Tensor& x, Kind kind, Params... params) {
   DType compute = compute_dtype(x.dtype(), kind);
   KILN_CHECK(compute == x.dtype(), op_name(op), "_: the result has dtype ", compute,
              " and cannot be written in place into a tensor of dtype ", x.dtype());
-  get_kernel<op>(x.device())(x, x, params...);
+  call_kernel<op>(x.device(), x, x, params...);
   x.bump_version(op_inplace_name(op));
   return x;
 }
