@@ -10,9 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "kiln/distributed/launch.h"
 #include "kiln/distributed/process_group.h"
+#include "kiln/serialize/safetensors.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/parallel.h"
 #include "kiln/tools/classifier.h"
@@ -36,6 +38,7 @@ constexpr const char* kUsage =
     "  predict  class predictions: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val]\n"
     "  launch   run N local ranks: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
     "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
+    "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
     "  info     version and build features\n"
     "\n"
     "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
@@ -65,6 +68,15 @@ constexpr const char* kPredictHelp =
     "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
     "probability. Prints the accuracy.\n";
 
+constexpr const char* kExportHelp =
+    "usage: kiln export --ckpt FILE [--output model.safetensors] [--dtype float32|float16|bfloat16]\n"
+    "\n"
+    "Writes the network's weights from a checkpoint of kiln train as a safetensors file, with PyTorch's key\n"
+    "names (\"0.weight\", \"3.running_mean\", ...): safetensors.torch.load_file reads it into the same\n"
+    "architecture in PyTorch, nn::load into kiln's (tools/models.h builds it from the config). The run's config\n"
+    "goes into the file's metadata as \"kiln.config\". --dtype converts the floating-point tensors (default:\n"
+    "as trained); integer buffers such as batch norm's num_batches_tracked stay as they are.\n";
+
 constexpr const char* kLaunchHelp =
     "usage: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
     "       kiln launch --servers S --workers W [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
@@ -87,7 +99,7 @@ constexpr const char* kLaunchHelp =
 
 // The command line after the command name: flags with values, and --help.
 struct Args {
-  std::string config, ckpt, split = "test", output = "predictions.csv";
+  std::string config, ckpt, split = "test", output, dtype;
   std::vector<std::string> sets;
   bool help = false;
 };
@@ -114,6 +126,7 @@ Args parse_args(const std::vector<std::string>& args, size_t first, const std::v
     if (flag == "--set") a.sets.push_back(value);
     if (flag == "--split") a.split = value;
     if (flag == "--output") a.output = value;
+    if (flag == "--dtype") a.dtype = value;
   }
   if (a.split != "test" && a.split != "val") usage_error("--split '" + a.split + "': expected test or val");
   return a;
@@ -352,8 +365,9 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
     std::printf("%s (%s): %s\n", a.split.c_str(), a.ckpt.c_str(), format_metrics(metrics).c_str());
     return 0;
   }
-  std::ofstream out(a.output);  // opened first: a bad path fails before the predictions are computed
-  KILN_CHECK(out.good(), "predict: cannot write ", a.output);
+  const std::string output = a.output.empty() ? "predictions.csv" : a.output;
+  std::ofstream out(output);  // opened first: a bad path fails before the predictions are computed
+  KILN_CHECK(out.good(), "predict: cannot write ", output);
   const std::vector<Tensor> probs = t.predict(*run.module, *loader);
   out << "index,prediction,label,probability\n";
   const data::Dataset& ds = *loader->dataset();
@@ -366,9 +380,42 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
       out << index << "," << c << "," << label << "," << p[i][c].item<double>() << "\n";
     }
   }
-  KILN_CHECK(out.good(), "predict: writing ", a.output, " failed");
-  std::printf("wrote %lld predictions to %s; accuracy %.2f%%\n", static_cast<long long>(index), a.output.c_str(),
+  KILN_CHECK(out.good(), "predict: writing ", output, " failed");
+  std::printf("wrote %lld predictions to %s; accuracy %.2f%%\n", static_cast<long long>(index), output.c_str(),
               index > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(index) : 0.0);
+  return 0;
+}
+
+int cmd_export(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--ckpt", "--output", "--dtype"});
+  if (a.help) {
+    std::printf("%s", kExportHelp);
+    return 0;
+  }
+  if (a.ckpt.empty()) usage_error("--ckpt FILE is required");
+  std::optional<DType> dtype;
+  if (a.dtype == "float32") dtype = kFloat32;
+  else if (a.dtype == "float16") dtype = kFloat16;
+  else if (a.dtype == "bfloat16") dtype = kBFloat16;
+  else if (!a.dtype.empty()) usage_error("--dtype '" + a.dtype + "': expected float32, float16 or bfloat16");
+  const std::string output = a.output.empty() ? "model.safetensors" : a.output;
+
+  const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
+  const RunConfig cfg = config_of_checkpoint(ckpt, {});  // a checkpoint of kiln train, and its config
+  // The Classifier holds the network as "net": its state_dict, less that prefix, is the network's own.
+  const std::string prefix = "net.";
+  serialize::TensorMap weights;
+  for (const auto& [key, t] : ckpt.tensor_section("model")) {
+    KILN_CHECK(key.rfind(prefix, 0) == 0, "export: ", a.ckpt, ": model entry '", key, "' is not under '", prefix,
+               "' (not a checkpoint of kiln train's classifier?)");
+    weights[key.substr(prefix.size())] = dtype && is_floating(t.dtype()) ? t.to(*dtype) : t;
+  }
+  KILN_CHECK(!weights.empty(), "export: ", a.ckpt, " holds no model weights");
+  serialize::save_safetensors(output, weights, {{"format", "pt"}, {"kiln.config", ckpt.get("hparams.config")}});
+  int64_t elements = 0;
+  for (const auto& [key, t] : weights) elements += t.numel();
+  std::printf("wrote %zu tensors (%lld values, model %s) to %s\n", weights.size(), static_cast<long long>(elements),
+              cfg.model.name.c_str(), output.c_str());
   return 0;
 }
 
@@ -481,6 +528,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (command == "eval") return cmd_eval(args, false);
     if (command == "predict") return cmd_eval(args, true);
     if (command == "info") return cmd_info();
+    if (command == "export") return cmd_export(args);
     if (command == "launch") return cmd_launch(args);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;

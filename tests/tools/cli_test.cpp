@@ -86,6 +86,13 @@ HandEval evaluate_by_hand(const std::string& ckpt_path, const std::string& split
   return r;
 }
 
+// a and b have one shape and the same elements (read as float64: exact for every float dtype kiln has).
+bool same_elements(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  const Tensor x = a.detach().contiguous().to(kFloat64), y = b.detach().contiguous().to(kFloat64);
+  return std::equal(x.data_ptr<double>(), x.data_ptr<double>() + x.numel(), y.data_ptr<double>());
+}
+
 // The values of a YAML tree: its leaves, counting a list as one value.
 size_t count_values(const trainer::yaml::Node& node) {
   if (!node.is_mapping()) return 1;
@@ -228,6 +235,53 @@ TEST_F(Cli, ProfilerWritesEachStagesReportIntoTheRunFolder) {
 
   expect_failure({"train", "--config", config_, "--set", "trainer.profiler=fast"}, 1,
                  {"trainer.profiler", "fast", "simple", "ops"});
+}
+
+// kiln export: the network alone, under the names a bare network (and PyTorch's same architecture) has.
+TEST_F(Cli, ExportWritesTheNetworksWeightsForABareNetwork) {
+  train({"--set", "trainer.max_epochs=1"});
+  const std::string ckpt = last_ckpt().string();
+  const std::string out = dir_ / "model.safetensors";
+  const CliResult r = run_kiln({"export", "--ckpt", ckpt, "--output", out});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("to " + out), std::string::npos) << r.out;
+
+  // A network built from the run's config loads the file strictly and computes what the checkpoint's
+  // classifier computes, bit for bit.
+  const trainer::Checkpoint c = trainer::load_checkpoint(ckpt);
+  const RunConfig cfg = load_run_config_text(c.get("hparams.config"), ckpt);
+  const DataSplits d = make_data(cfg.data);
+  std::shared_ptr<nn::Module> net = make_model(cfg.model, d.info);
+  nn::load(*net, out);
+  Classifier module(make_model(cfg.model, d.info), cfg);
+  module.load_state_dict(c.tensor_section("model"));
+  net->eval();
+  module.eval();
+  NoGradGuard no_grad;
+  const Tensor x = std::dynamic_pointer_cast<data::TensorDataset>(d.test)->tensors()[0];
+  const Tensor want = module.forward(x), got = (*net)(x);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_TRUE(same_elements(got, want));
+  const serialize::Loaded file = serialize::load_safetensors(out);
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+  EXPECT_EQ(file.metadata.at("kiln.config"), c.get("hparams.config"));
+
+  // --dtype bfloat16: each tensor rounded once from the checkpoint's float32.
+  const std::string half = dir_ / "model-bf16.safetensors";
+  ASSERT_EQ(run_kiln({"export", "--ckpt", ckpt, "--output", half, "--dtype", "bfloat16"}).status, 0);
+  const serialize::Loaded h = serialize::load_safetensors(half);
+  const serialize::TensorMap section = c.tensor_section("model");
+  ASSERT_EQ(h.tensors.size(), section.size());
+  for (const auto& [key, t] : h.tensors) {
+    EXPECT_EQ(t.dtype(), kBFloat16) << key;
+    EXPECT_TRUE(same_elements(t, section.at("net." + key).to(kBFloat16))) << key;
+  }
+
+  expect_failure({"export"}, 2, {"--ckpt FILE is required"});
+  expect_failure({"export", "--ckpt", ckpt, "--dtype", "int8"}, 2, {"--dtype 'int8'", "bfloat16"});
+  const std::string unwritable = dir_ / "no/such/folder/m.safetensors";
+  expect_failure({"export", "--ckpt", ckpt, "--output", unwritable}, 1, {"no/such/folder"});
+  expect_failure({"export", "--ckpt", dir_ / "missing.ckpt"}, 1, {"missing.ckpt"});
 }
 
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run
