@@ -1,7 +1,7 @@
 // The `kiln` command line. train, eval and predict turn their arguments into a RunConfig (from --config and
 // --set, or from the config a checkpoint carries), build the data, model and Trainer from it, and run.
 // build_run() is the one place that maps config keys onto kiln objects. launch hands over to
-// kiln::distributed::launch; info prints the build.
+// kiln::distributed::launch; info prints the build. export and bench are in cli_model.cpp.
 #include "kiln/tools/cli.h"
 
 #include <algorithm>
@@ -14,10 +14,10 @@
 
 #include "kiln/distributed/launch.h"
 #include "kiln/distributed/process_group.h"
-#include "kiln/serialize/safetensors.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/parallel.h"
 #include "kiln/tools/classifier.h"
+#include "kiln/tools/cli_common.h"
 #include "kiln/tools/datasets.h"
 #include "kiln/tools/models.h"
 #include "kiln/trainer/callbacks.h"
@@ -27,84 +27,9 @@
 
 namespace kiln::tools {
 
-namespace {
+namespace cli {
 
-constexpr const char* kUsage =
-    "usage: kiln <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  train    train a model:     kiln train --config run.yaml [--set key=value ...] [--ckpt FILE|last]\n"
-    "  eval     test a checkpoint: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
-    "  predict  class predictions: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val]\n"
-    "  launch   run N local ranks: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
-    "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
-    "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
-    "  info     version and build features\n"
-    "\n"
-    "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
-
-constexpr const char* kTrainHelp =
-    "usage: kiln train [--config run.yaml] [--set key=value ...] [--ckpt FILE|last]\n"
-    "\n"
-    "Trains the configured model, validating each epoch, then tests it (the best checkpoint when\n"
-    "callbacks.checkpoint.monitor is set, else the final weights). Logs, checkpoints and the resolved config\n"
-    "go to <trainer.default_root_dir>/<logger.name>/version_<N>/.\n"
-    "\n"
-    "  --config FILE    a YAML file of the keys below (any key left out keeps its default)\n"
-    "  --set key=value  override one key (repeatable), e.g. --set trainer.max_epochs=5 --set model.hidden=[256,128]\n"
-    "  --ckpt FILE|last resume from a checkpoint (same as --set trainer.ckpt_path=...)\n"
-    "\n"
-    "config keys:\n";
-
-constexpr const char* kEvalHelp =
-    "usage: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
-    "\n"
-    "Tests a checkpoint written by kiln train on the split of its own data (the run's config travels in the\n"
-    "checkpoint); --set changes keys of that config (e.g. data.path, trainer.accelerator).\n";
-
-constexpr const char* kPredictHelp =
-    "usage: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val] [--set key=value ...]\n"
-    "\n"
-    "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
-    "probability. Prints the accuracy.\n";
-
-constexpr const char* kExportHelp =
-    "usage: kiln export --ckpt FILE [--output model.safetensors] [--dtype float32|float16|bfloat16]\n"
-    "\n"
-    "Writes the network's weights from a checkpoint of kiln train as a safetensors file, with PyTorch's key\n"
-    "names (\"0.weight\", \"3.running_mean\", ...): safetensors.torch.load_file reads it into the same\n"
-    "architecture in PyTorch, nn::load into kiln's (tools/models.h builds it from the config). The run's config\n"
-    "goes into the file's metadata as \"kiln.config\". --dtype converts the floating-point tensors (default:\n"
-    "as trained); integer buffers such as batch norm's num_batches_tracked stay as they are.\n";
-
-constexpr const char* kLaunchHelp =
-    "usage: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
-    "       kiln launch --servers S --workers W [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
-    "\n"
-    "Starts N processes of COMMAND on this machine as the ranks of one job, each with RANK, WORLD_SIZE,\n"
-    "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (and OMP_NUM_THREADS = cores / N unless\n"
-    "already set). Their output comes out line by line as \"[rank R] ...\". When a rank fails, the others get\n"
-    "SIGTERM, then SIGKILL 5 s later; Ctrl-C (SIGINT) and SIGTERM are passed on to every rank.\n"
-    "\n"
-    "  --nproc N          ranks to start (required, unless --servers and --workers are given)\n"
-    "  --servers S        a parameter-server job: ranks 0..S-1 are servers (KILN_PS_SERVERS=S is set in\n"
-    "                     every rank; lines come out as \"[server K]\" and \"[worker W]\")\n"
-    "  --workers W        ... and ranks S..S+W-1 workers\n"
-    "  --master-addr A    the address ranks reach rank 0's store at (default 127.0.0.1)\n"
-    "  --master-port P    its port (default: a free port found at start)\n"
-    "  --                 ends the options: the rest is the command (optional when COMMAND is not an option)\n"
-    "\n"
-    "exit status: 0 when every rank succeeded; else the first failed rank's exit code (128 + signal when a\n"
-    "signal killed it); 127 when COMMAND cannot be run.\n";
-
-// The command line after the command name: flags with values, and --help.
-struct Args {
-  std::string config, ckpt, split = "test", output, dtype;
-  std::vector<std::string> sets;
-  bool help = false;
-};
-
-[[noreturn]] void usage_error(const std::string& message) { throw std::invalid_argument(message); }
+void usage_error(const std::string& message) { throw std::invalid_argument(message); }
 
 Args parse_args(const std::vector<std::string>& args, size_t first, const std::vector<std::string>& allowed) {
   Args a;
@@ -114,7 +39,12 @@ Args parse_args(const std::vector<std::string>& args, size_t first, const std::v
       a.help = true;
       continue;
     }
-    if (std::find(allowed.begin(), allowed.end(), flag) == allowed.end()) {
+    const bool known = std::find(allowed.begin(), allowed.end(), flag) != allowed.end();
+    if (known && flag == "--profile") {  // the one flag without a value
+      a.profile = true;
+      continue;
+    }
+    if (!known) {
       std::string list;
       for (const auto& f : allowed) list += " " + f;
       usage_error("unknown option '" + flag + "' (options:" + list + " --help)");
@@ -127,17 +57,12 @@ Args parse_args(const std::vector<std::string>& args, size_t first, const std::v
     if (flag == "--split") a.split = value;
     if (flag == "--output") a.output = value;
     if (flag == "--dtype") a.dtype = value;
+    if (flag == "--steps") a.steps = value;
+    if (flag == "--warmup") a.warmup = value;
   }
   if (a.split != "test" && a.split != "val") usage_error("--split '" + a.split + "': expected test or val");
   return a;
 }
-
-// What a run is made of, built from a config.
-struct Run {
-  DataSplits data;
-  std::shared_ptr<Classifier> module;
-  std::unique_ptr<data::DataLoader> train, val, test;
-};
 
 Run build_run(const RunConfig& cfg) {
   if (cfg.trainer.seed) manual_seed(static_cast<uint64_t>(*cfg.trainer.seed));
@@ -210,6 +135,104 @@ trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
   return o;
 }
 
+std::string format_metrics(const std::map<std::string, double>& metrics) {
+  std::string out;
+  char buf[64];
+  for (const auto& [k, v] : metrics) {
+    std::snprintf(buf, sizeof buf, "%.4f", v);
+    out += (out.empty() ? "" : "  ") + k + " " + buf;
+  }
+  return out;
+}
+
+RunConfig config_of_checkpoint(const trainer::Checkpoint& c, const std::vector<std::string>& sets) {
+  KILN_CHECK(c.has("hparams.config"), "checkpoint ", c.path,
+             " carries no run config (hparams.config): was it written by kiln train?");
+  return load_run_config_text(c.get("hparams.config"), c.path + " (its hparams.config)", sets);
+}
+
+int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || !std::isdigit(static_cast<unsigned char>(value[0])) || v < min ||
+      v > max) {
+    usage_error(flag + " '" + value + "': expected an integer in " + std::to_string(min) + ".." + std::to_string(max));
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace cli
+
+namespace {
+
+using namespace cli;
+
+
+constexpr const char* kUsage =
+    "usage: kiln <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train    train a model:     kiln train --config run.yaml [--set key=value ...] [--ckpt FILE|last]\n"
+    "  eval     test a checkpoint: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
+    "  predict  class predictions: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val]\n"
+    "  launch   run N local ranks: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
+    "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
+    "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
+    "  bench    time the training step: kiln bench [--config run.yaml] [--set ...] [--steps N] [--profile]\n"
+    "  info     version and build features\n"
+    "\n"
+    "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
+
+constexpr const char* kTrainHelp =
+    "usage: kiln train [--config run.yaml] [--set key=value ...] [--ckpt FILE|last]\n"
+    "\n"
+    "Trains the configured model, validating each epoch, then tests it (the best checkpoint when\n"
+    "callbacks.checkpoint.monitor is set, else the final weights). Logs, checkpoints and the resolved config\n"
+    "go to <trainer.default_root_dir>/<logger.name>/version_<N>/.\n"
+    "\n"
+    "  --config FILE    a YAML file of the keys below (any key left out keeps its default)\n"
+    "  --set key=value  override one key (repeatable), e.g. --set trainer.max_epochs=5 --set model.hidden=[256,128]\n"
+    "  --ckpt FILE|last resume from a checkpoint (same as --set trainer.ckpt_path=...)\n"
+    "\n"
+    "config keys:\n";
+
+constexpr const char* kEvalHelp =
+    "usage: kiln eval --ckpt FILE [--split test|val] [--set key=value ...]\n"
+    "\n"
+    "Tests a checkpoint written by kiln train on the split of its own data (the run's config travels in the\n"
+    "checkpoint); --set changes keys of that config (e.g. data.path, trainer.accelerator).\n";
+
+constexpr const char* kPredictHelp =
+    "usage: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val] [--set key=value ...]\n"
+    "\n"
+    "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
+    "probability. Prints the accuracy.\n";
+
+constexpr const char* kLaunchHelp =
+    "usage: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
+    "       kiln launch --servers S --workers W [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
+    "\n"
+    "Starts N processes of COMMAND on this machine as the ranks of one job, each with RANK, WORLD_SIZE,\n"
+    "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (and OMP_NUM_THREADS = cores / N unless\n"
+    "already set). Their output comes out line by line as \"[rank R] ...\". When a rank fails, the others get\n"
+    "SIGTERM, then SIGKILL 5 s later; Ctrl-C (SIGINT) and SIGTERM are passed on to every rank.\n"
+    "\n"
+    "  --nproc N          ranks to start (required, unless --servers and --workers are given)\n"
+    "  --servers S        a parameter-server job: ranks 0..S-1 are servers (KILN_PS_SERVERS=S is set in\n"
+    "                     every rank; lines come out as \"[server K]\" and \"[worker W]\")\n"
+    "  --workers W        ... and ranks S..S+W-1 workers\n"
+    "  --master-addr A    the address ranks reach rank 0's store at (default 127.0.0.1)\n"
+    "  --master-port P    its port (default: a free port found at start)\n"
+    "  --                 ends the options: the rest is the command (optional when COMMAND is not an option)\n"
+    "\n"
+    "exit status: 0 when every rank succeeded; else the first failed rank's exit code (128 + signal when a\n"
+    "signal killed it); 127 when COMMAND cannot be run.\n";
+
 // The run folder's version: the one a resumed checkpoint was written in (so its logs continue there), the
 // configured one, or the next free one.
 int64_t logger_version(const RunConfig& cfg, const std::string& ckpt_path) {
@@ -269,16 +292,6 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
   }
 }
 
-std::string format_metrics(const std::map<std::string, double>& metrics) {
-  std::string out;
-  char buf[64];
-  for (const auto& [k, v] : metrics) {
-    std::snprintf(buf, sizeof buf, "%.4f", v);
-    out += (out.empty() ? "" : "  ") + k + " " + buf;
-  }
-  return out;
-}
-
 int cmd_train(const std::vector<std::string>& args) {
   const Args a = parse_args(args, 1, {"--config", "--set", "--ckpt"});
   if (a.help) {
@@ -333,13 +346,6 @@ int cmd_train(const std::vector<std::string>& args) {
   return 0;
 }
 
-// The config a checkpoint written by kiln train carries, with the command line's --set applied.
-RunConfig config_of_checkpoint(const trainer::Checkpoint& c, const std::vector<std::string>& sets) {
-  KILN_CHECK(c.has("hparams.config"), "checkpoint ", c.path,
-             " carries no run config (hparams.config): was it written by kiln train?");
-  return load_run_config_text(c.get("hparams.config"), c.path + " (its hparams.config)", sets);
-}
-
 int cmd_eval(const std::vector<std::string>& args, bool predict) {
   const Args a = parse_args(args, 1, predict ? std::vector<std::string>{"--ckpt", "--set", "--split", "--output"}
                                              : std::vector<std::string>{"--ckpt", "--set", "--split"});
@@ -384,55 +390,6 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
   std::printf("wrote %lld predictions to %s; accuracy %.2f%%\n", static_cast<long long>(index), output.c_str(),
               index > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(index) : 0.0);
   return 0;
-}
-
-int cmd_export(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--ckpt", "--output", "--dtype"});
-  if (a.help) {
-    std::printf("%s", kExportHelp);
-    return 0;
-  }
-  if (a.ckpt.empty()) usage_error("--ckpt FILE is required");
-  std::optional<DType> dtype;
-  if (a.dtype == "float32") dtype = kFloat32;
-  else if (a.dtype == "float16") dtype = kFloat16;
-  else if (a.dtype == "bfloat16") dtype = kBFloat16;
-  else if (!a.dtype.empty()) usage_error("--dtype '" + a.dtype + "': expected float32, float16 or bfloat16");
-  const std::string output = a.output.empty() ? "model.safetensors" : a.output;
-
-  const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
-  const RunConfig cfg = config_of_checkpoint(ckpt, {});  // a checkpoint of kiln train, and its config
-  // The Classifier holds the network as "net": its state_dict, less that prefix, is the network's own.
-  const std::string prefix = "net.";
-  serialize::TensorMap weights;
-  for (const auto& [key, t] : ckpt.tensor_section("model")) {
-    KILN_CHECK(key.rfind(prefix, 0) == 0, "export: ", a.ckpt, ": model entry '", key, "' is not under '", prefix,
-               "' (not a checkpoint of kiln train's classifier?)");
-    weights[key.substr(prefix.size())] = dtype && is_floating(t.dtype()) ? t.to(*dtype) : t;
-  }
-  KILN_CHECK(!weights.empty(), "export: ", a.ckpt, " holds no model weights");
-  serialize::save_safetensors(output, weights, {{"format", "pt"}, {"kiln.config", ckpt.get("hparams.config")}});
-  int64_t elements = 0;
-  for (const auto& [key, t] : weights) elements += t.numel();
-  std::printf("wrote %zu tensors (%lld values, model %s) to %s\n", weights.size(), static_cast<long long>(elements),
-              cfg.model.name.c_str(), output.c_str());
-  return 0;
-}
-
-// An integer flag value in [min, max]; anything else (a sign, trailing text, out of range) is a usage error.
-int parse_int_flag(const std::string& flag, const std::string& value, int min, int max) {
-  size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size() || !std::isdigit(static_cast<unsigned char>(value[0])) || v < min ||
-      v > max) {
-    usage_error(flag + " '" + value + "': expected an integer in " + std::to_string(min) + ".." + std::to_string(max));
-  }
-  return static_cast<int>(v);
 }
 
 // kiln launch has its own parser: everything after "--" (or from the first word that is not an option)
@@ -529,6 +486,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (command == "predict") return cmd_eval(args, true);
     if (command == "info") return cmd_info();
     if (command == "export") return cmd_export(args);
+    if (command == "bench") return cmd_bench(args);
     if (command == "launch") return cmd_launch(args);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;

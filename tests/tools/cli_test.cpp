@@ -284,6 +284,41 @@ TEST_F(Cli, ExportWritesTheNetworksWeightsForABareNetwork) {
   expect_failure({"export", "--ckpt", dir_ / "missing.ckpt"}, 1, {"missing.ckpt"});
 }
 
+// The calls column of a profile table's row "<kind> <name> <calls> ..." (names without spaces); -1 if absent.
+int64_t profile_calls(const std::string& table, const std::string& kind, const std::string& name) {
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string k, n;
+    int64_t calls = 0;
+    if (words >> k >> n >> calls && k == kind && n == name) return calls;
+  }
+  return -1;
+}
+
+// kiln bench times the asked-for batches, warm-up apart, through the Trainer, and writes nothing.
+TEST_F(Cli, BenchTimesTheTrainingStepAndWritesNothing) {
+  const CliResult r = run_kiln({"bench", "--config", config_, "--steps", "6", "--warmup", "2", "--profile"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("model mlp, batch 32, cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("6 timed batches after 2 warm-up"), std::string::npos) << r.out;
+  const size_t at = r.out.find("step:   median ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_GT(std::stod(r.out.substr(at + 15)), 0.0);
+  // The profile covers exactly the timed batches: one training_step, backward and Adam step each.
+  EXPECT_EQ(profile_calls(r.out, "range", "training_step"), 6) << r.out;
+  EXPECT_EQ(profile_calls(r.out, "range", "run_training_batch"), 6) << r.out;
+  EXPECT_EQ(profile_calls(r.out, "kernel", "adam_step"), 6) << r.out;
+  EXPECT_FALSE(fs::exists(root()));
+
+  // More batches than an epoch has (13): the bench runs a second epoch.
+  const CliResult two = run_kiln({"bench", "--config", config_, "--steps", "20", "--warmup", "0", "--profile"});
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_EQ(profile_calls(two.out, "range", "training_step"), 20) << two.out;
+
+  expect_failure({"bench", "--config", config_, "--steps", "0"}, 2, {"--steps '0'", "1.."});
+}
+
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run
 // of two epochs straight through ends.
 TEST_F(Cli, ResumeContinuesTheSameRunFolder) {

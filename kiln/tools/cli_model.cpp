@@ -1,0 +1,198 @@
+// The commands that work on a model outside a training run: export (a checkpoint's network weights as
+// safetensors for PyTorch or nn::load) and bench (the configured run's training step, timed on this machine
+// through the same Trainer kiln train runs).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+
+#include "kiln/serialize/safetensors.h"
+#include "kiln/tensor/cuda/cuda.h"
+#include "kiln/tensor/parallel.h"
+#include "kiln/tensor/profiler.h"
+#include "kiln/tools/cli_common.h"
+
+namespace kiln::tools::cli {
+
+namespace {
+
+constexpr const char* kExportHelp =
+    "usage: kiln export --ckpt FILE [--output model.safetensors] [--dtype float32|float16|bfloat16]\n"
+    "\n"
+    "Writes the network's weights from a checkpoint of kiln train as a safetensors file, with PyTorch's key\n"
+    "names (\"0.weight\", \"3.running_mean\", ...): safetensors.torch.load_file reads it into the same\n"
+    "architecture in PyTorch, nn::load into kiln's (tools/models.h builds it from the config). The run's config\n"
+    "goes into the file's metadata as \"kiln.config\". --dtype converts the floating-point tensors (default:\n"
+    "as trained); integer buffers such as batch norm's num_batches_tracked stay as they are.\n";
+
+constexpr const char* kBenchHelp =
+    "usage: kiln bench [--config run.yaml] [--set key=value ...] [--steps N] [--warmup W] [--profile]\n"
+    "\n"
+    "Times the training step of the configured run on this machine: the model, data, optimizer, accelerator\n"
+    "and precision that kiln train would use, through the same Trainer, for W warm-up batches and then N timed\n"
+    "ones. A step runs from on_train_batch_start to on_train_batch_end (forward, loss, backward, and the\n"
+    "optimizer step when one is due); the wait for the next batch is reported apart. On a GPU both ends wait\n"
+    "for the device. Nothing is written: no logs, checkpoints or validation.\n"
+    "\n"
+    "  --steps N   timed batches (default 20)\n"
+    "  --warmup W  batches run first and not timed (default 5)\n"
+    "  --profile   also print the profiler's table of the timed batches (every kernel and backward node)\n";
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The q-quantile of v (nearest rank), v not empty.
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
+}
+
+// This process's peak resident set in MiB (VmHWM), 0 where /proc does not say.
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  }
+  return 0;
+}
+
+// Times each training batch, after `warmup` of them, for `steps` of them. The profiler, when asked for, records
+// from the end of the last warm-up batch to the start of the first batch after the timed ones, so that the
+// Trainer's ranges around the timed batches (run_training_batch) are whole.
+class BenchTimer : public trainer::Callback {
+ public:
+  BenchTimer(int64_t warmup, int64_t steps, bool profile) : warmup_(warmup), steps_(steps), profile_(profile) {}
+
+  void on_train_start(trainer::Trainer&, trainer::TrainModule&) override {
+    if (warmup_ == 0 && profile_) profiler_.emplace();
+  }
+  void on_train_batch_start(trainer::Trainer& t, trainer::TrainModule&, const data::Batch&, int64_t) override {
+    if (seen_ == warmup_ + steps_ && profiler_) profiler_->stop();
+    sync(t);
+    const double now = seconds_now();
+    if (timing() && seen_ > 0) waits_.push_back(now - last_end_);
+    start_ = now;
+  }
+  void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                          int64_t) override {
+    sync(t);
+    last_end_ = seconds_now();
+    if (timing()) step_times_.push_back(last_end_ - start_);
+    ++seen_;
+    if (seen_ == warmup_ && profile_) profiler_.emplace();
+  }
+  void on_train_end(trainer::Trainer&, trainer::TrainModule&) override {
+    if (profiler_) profiler_->stop();
+  }
+
+  const std::vector<double>& step_times() const { return step_times_; }
+  const std::vector<double>& waits() const { return waits_; }
+  const profiler::Profiler* profile() const { return profiler_ ? &*profiler_ : nullptr; }
+
+ private:
+  bool timing() const { return seen_ >= warmup_ && seen_ < warmup_ + steps_; }
+  static void sync(const trainer::Trainer& t) {
+    if (t.device().is_cuda()) cuda::synchronize(t.device().index);
+  }
+
+  const int64_t warmup_, steps_;
+  const bool profile_;
+  int64_t seen_ = 0;
+  double start_ = 0, last_end_ = 0;
+  std::vector<double> step_times_, waits_;
+  std::optional<profiler::Profiler> profiler_;
+};
+
+}  // namespace
+
+int cmd_export(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--ckpt", "--output", "--dtype"});
+  if (a.help) {
+    std::printf("%s", kExportHelp);
+    return 0;
+  }
+  if (a.ckpt.empty()) usage_error("--ckpt FILE is required");
+  std::optional<DType> dtype;
+  if (a.dtype == "float32") dtype = kFloat32;
+  else if (a.dtype == "float16") dtype = kFloat16;
+  else if (a.dtype == "bfloat16") dtype = kBFloat16;
+  else if (!a.dtype.empty()) usage_error("--dtype '" + a.dtype + "': expected float32, float16 or bfloat16");
+  const std::string output = a.output.empty() ? "model.safetensors" : a.output;
+
+  const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
+  const RunConfig cfg = config_of_checkpoint(ckpt, {});  // a checkpoint of kiln train, and its config
+  // The Classifier holds the network as "net": its state_dict, less that prefix, is the network's own.
+  const std::string prefix = "net.";
+  serialize::TensorMap weights;
+  for (const auto& [key, t] : ckpt.tensor_section("model")) {
+    KILN_CHECK(key.rfind(prefix, 0) == 0, "export: ", a.ckpt, ": model entry '", key, "' is not under '", prefix,
+               "' (not a checkpoint of kiln train's classifier?)");
+    weights[key.substr(prefix.size())] = dtype && is_floating(t.dtype()) ? t.to(*dtype) : t;
+  }
+  KILN_CHECK(!weights.empty(), "export: ", a.ckpt, " holds no model weights");
+  serialize::save_safetensors(output, weights, {{"format", "pt"}, {"kiln.config", ckpt.get("hparams.config")}});
+  int64_t elements = 0;
+  for (const auto& [key, t] : weights) elements += t.numel();
+  std::printf("wrote %zu tensors (%lld values, model %s) to %s\n", weights.size(), static_cast<long long>(elements),
+              cfg.model.name.c_str(), output.c_str());
+  return 0;
+}
+
+int cmd_bench(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--config", "--set", "--steps", "--warmup", "--profile"});
+  if (a.help) {
+    std::printf("%s", kBenchHelp);
+    return 0;
+  }
+  const int steps = a.steps.empty() ? 20 : parse_int_flag("--steps", a.steps, 1, 1'000'000);
+  const int warmup = a.warmup.empty() ? 5 : parse_int_flag("--warmup", a.warmup, 0, 1'000'000);
+  const RunConfig cfg =
+      a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
+  Run run = build_run(cfg);
+
+  // Enough epochs of the training loader for every batch asked for (the config's limits do not apply).
+  const int64_t total = warmup + steps, per_epoch = static_cast<int64_t>(run.train->size());
+  KILN_CHECK(per_epoch > 0, "bench: the training data gives no batches");
+  trainer::TrainerOptions o = trainer_options(cfg);
+  o.max_epochs = (total + per_epoch - 1) / per_epoch;
+  o.limit_train_batches = total <= per_epoch ? trainer::BatchLimit(total) : trainer::BatchLimit(1.0);
+  o.max_steps = -1;
+  o.max_time = 0;
+  o.fast_dev_run = 0;
+  o.num_sanity_val_steps = 0;
+  o.profiler = "none";
+  o.enable_progress_bar = o.enable_checkpointing = o.enable_model_summary = o.logger = false;
+  auto timer = std::make_shared<BenchTimer>(warmup, steps, a.profile);
+  o.callbacks = {timer};
+  trainer::Trainer t(o);
+  if (t.device().is_cuda()) cuda::reset_peak_memory_stats();
+  t.fit(*run.module, *run.train);
+  if (!t.is_global_zero()) return 0;
+
+  const std::vector<double>& times = timer->step_times();
+  KILN_CHECK(static_cast<int64_t>(times.size()) == steps, "bench: timed ", times.size(), " batches, expected ", steps);
+  const double median = quantile(times, 0.5);
+  std::printf("bench: model %s, batch %lld, %s, %d threads, precision %s: %d timed batches after %d warm-up\n",
+              cfg.model.name.c_str(), static_cast<long long>(cfg.data.batch_size), t.device().str().c_str(),
+              get_num_threads(), cfg.trainer.precision.c_str(), steps, warmup);
+  std::printf("step:   median %.3f ms (p10 %.3f, p90 %.3f), %.0f examples/s\n", median * 1e3,
+              quantile(times, 0.1) * 1e3, quantile(times, 0.9) * 1e3,
+              static_cast<double>(cfg.data.batch_size) / median);
+  if (!timer->waits().empty()) {
+    std::printf("loader: median %.3f ms waited for each batch\n", quantile(timer->waits(), 0.5) * 1e3);
+  }
+  std::printf("memory: peak RSS %.1f MiB", peak_rss_mib());
+  if (t.device().is_cuda()) {
+    std::printf(", peak CUDA allocated %.1f MiB",
+                static_cast<double>(cuda::memory_stats().peak_allocated_bytes) / (1024.0 * 1024.0));
+  }
+  std::printf("\n");
+  if (const profiler::Profiler* prof = timer->profile()) std::printf("\n%s", prof->table(25).c_str());
+  return 0;
+}
+
+}  // namespace kiln::tools::cli
