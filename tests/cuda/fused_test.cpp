@@ -152,6 +152,28 @@ TEST_F(CudaFused, LayerNormWithALargeOffsetMatchesTheCpu) {
   test::expect_matches_cpu(gpu.y, cpu.y, "y near 1000" + seed_note(seed), 1e-5, 4e-4);
 }
 
+// A row (a channel) that starts with +inf: the GPU's shift by the first value must not turn the rest into NaN
+// (inf - inf): the mean is +inf, as the CPU's double sum gives; the other rows are untouched.
+TEST_F(CudaFused, NormsOfValuesStartingWithInfinityMatchTheCpu) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  Tensor x = test::random_tensor({8, 64}, kFloat32, rng, test::Layout::Contiguous);
+  x.index({0, 0}).fill_(test::kInf);
+  x.index({3, 0}).fill_(-test::kInf);
+  ops::LayerNormForward cpu = ops::layer_norm_forward(x, {}, {}, 1e-5);
+  ops::LayerNormForward gpu = ops::layer_norm_forward(x.to(Device::cuda()), {}, {}, 1e-5);
+  test::expect_matches_cpu(gpu.mean, cpu.mean, "layer norm mean" + seed_note(seed), 1e-5, 1e-6);
+  test::expect_matches_cpu(gpu.y, cpu.y, "layer norm y" + seed_note(seed), 1e-5, 1e-5);
+
+  Tensor v = test::random_tensor({4, 3, 16}, kFloat32, rng, test::Layout::Contiguous);  // (N, C, S)
+  v.index({0, 1, 0}).fill_(test::kInf);
+  const Tensor none;
+  ops::BatchNormForward bc = ops::batch_norm_forward(v, none, none, none, none, 1e-5, true);
+  ops::BatchNormForward bg = ops::batch_norm_forward(v.to(Device::cuda()), none, none, none, none, 1e-5, true);
+  test::expect_matches_cpu(bg.mean, bc.mean, "batch norm mean" + seed_note(seed), 1e-5, 1e-6);
+  EXPECT_TRUE(std::isinf(bg.mean.cpu()[1].item<double>())) << "channel 1 holds +inf";
+}
+
 TEST_F(CudaFused, BatchNormMatchesTheCpu) {
   const uint32_t seed = fresh_seed();
   std::mt19937 rng(seed);

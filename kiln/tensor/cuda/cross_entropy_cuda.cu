@@ -112,7 +112,8 @@ __global__ void cross_entropy_backward_kernel(T* __restrict__ grad, const T* __r
     const M a = gr * (M(1) - e) * wt, b = gr * e / static_cast<M>(c);
     const M total = w_total != nullptr ? *w_total : static_cast<M>(c);
     const M wc = w != nullptr ? static_cast<M>(w[col]) : M(1);
-    M v = exp((static_cast<M>(z[i]) - stats[2 * row]) - stats[2 * row + 1]) * (a + b * total) - b * wc;
+    const int64_t srow = 2 * static_cast<int64_t>(row);  // in int64: (2^31 - 1, 1) logits fit an int32 index
+    M v = exp((static_cast<M>(z[i]) - stats[srow]) - stats[srow + 1]) * (a + b * total) - b * wc;
     if (static_cast<int64_t>(col) == t) v -= a;
     grad[i] = to_storage<T>(v);
   }

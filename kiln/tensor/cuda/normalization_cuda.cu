@@ -41,6 +41,13 @@ __device__ __forceinline__ M row_sum(M v, int lanes) {
   return cuda::row_allreduce<kThreads>(v, Add{}, lanes);
 }
 
+// The shift of a row's or channel's mean: its first value, unless that is infinite (inf - inf would make every
+// shifted value NaN; the mean is then infinite, as on the CPU).
+template <typename M>
+__device__ M finite_or_zero(M v) {
+  return isfinite(v) ? v : M(0);
+}
+
 // x, y: (rows, d); w, b: (d) or null; mean, rstd: (rows). Every thread takes part in every reduction.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -54,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* p = x + (active ? row : 0) * d;
   // The mean of x - x0, x0 the row's first element: a float sum of values near a large common offset would
   // lose the offset's digits (the CPU sums in double instead).
-  const M x0 = static_cast<M>(p[0]);
+  const M x0 = finite_or_zero(static_cast<M>(p[0]));
   M s = 0;
   if (active)
     for (int64_t i = lane; i < d; i += lanes) s += static_cast<M>(p[i]) - x0;
@@ -255,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
                        int64_t count, int64_t chunk) {
   using M = opmath_t<T>;
   const int64_t ch = blockIdx.x, k = blockIdx.y, chunks = gridDim.y;
-  const M center = kWhat == BnSum::kShifted ? static_cast<M>(x[ch * s]) : mean[ch];
+  const M center = kWhat == BnSum::kShifted ? finite_or_zero(static_cast<M>(x[ch * s])) : mean[ch];
   const int64_t j0 = k * chunk, j1 = min(count, j0 + chunk);
   M a = 0, b = 0;
   for (int64_t j = j0 + threadIdx.x; j < j1; j += kThreads) {
@@ -289,7 +296,7 @@ __global__ void bn_stats_finalize_kernel(opmath_t<T>* __restrict__ out, const op
   if (ch >= c) return;
   M a = 0;
   for (int64_t k = 0; k < chunks; ++k) a += part[ch * chunks + k];
-  if constexpr (kWhat == BnSum::kShifted) out[ch] = static_cast<M>(x[ch * s]) + a / static_cast<M>(count);
+  if constexpr (kWhat == BnSum::kShifted) out[ch] = finite_or_zero(static_cast<M>(x[ch * s])) + a / static_cast<M>(count);
   else out[ch] = a / static_cast<M>(count);
 }
 
