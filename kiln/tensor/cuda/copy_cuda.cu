@@ -50,9 +50,11 @@ void move_bytes(const Tensor& dst, const Tensor& src, bool async) {
   size_t nbytes = dst.nbytes();
   if (nbytes == 0) return;
   if (src.device().is_cuda() && dst.device().is_cuda()) {
-    cuda::DeviceGuard guard(dst.device().index);
     // Ordered after the work queued on both streams: the source's producer, the destination's consumers.
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_of(src.device())), "copy");
+    // NOTE: the source's stream is synchronized under the source's device (Stream::synchronize guards it): the
+    // default stream's handle, nullptr, means the *current* device's, which below is the destination.
+    cuda::current_stream(src.device().index).synchronize();
+    cuda::DeviceGuard guard(dst.device().index);
     KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data_ptr(), dst.device().index, src.raw_data_ptr(), src.device().index,
                                         nbytes, stream_of(dst.device())),
                     "copy");

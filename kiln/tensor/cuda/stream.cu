@@ -79,6 +79,10 @@ Event::~Event() {
 }
 
 void Event::record(Stream stream) {
+  // CUDA records an event only on a stream of the device it was created on; the error it gives otherwise
+  // ("invalid resource handle") would not say which.
+  KILN_CHECK(stream.device == device_, "cuda::Event::record: the event was created on cuda:", device_,
+             " but the stream is on cuda:", stream.device, "; create the event under that device's guard");
   DeviceGuard guard(stream.device);
   KILN_CUDA_CHECK(cudaEventRecord(event_, stream.handle), "Event::record");
 }
