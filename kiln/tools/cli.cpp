@@ -449,7 +449,9 @@ int cmd_launch(const std::vector<std::string>& args) {
 
 int cmd_info() {
   std::printf("kiln %s\n", KILN_INFO_VERSION);
-  std::printf("build:    C++20, %s, GEMM through %s\n", KILN_INFO_COMPILER, KILN_INFO_BLAS);
+  std::printf("build:    C++20, %s, built with %s\n", KILN_INFO_COMPILER, KILN_INFO_BLAS);
+  const CpuGemmBackend gemm = cpu_gemm_backend();
+  std::printf("GEMM:     %s (%s)\n", gemm.name.c_str(), gemm.why.c_str());
   std::printf("threads:  %d (set OMP_NUM_THREADS to change)\n", get_num_threads());
 #ifdef KILN_WITH_CUDA
   std::printf("CUDA:     built in\n");

@@ -285,7 +285,10 @@ TEST_P(PSSync, EqualsDDPOnTheSameData) {
   const auto single = single_process_reference(c.opt, steps);
   const auto w0 = read_doubles(job.out + ".worker0");
   expect_close(w0, ddp, 2e-5, "sync parameter server against DDP");
-  expect_close(w0, single, 2e-5, "sync parameter server against one process");
+  // NOTE: one process sums each product over the whole batch, the workers over their halves, so the gradients
+  // differ by rounding; Adam divides each by its own running RMS and does not damp that difference as SGD does
+  // (measured: 2.5e-5 after 5 steps with Eigen's GEMM). Against DDP, whose split is the workers', 2e-5 holds.
+  expect_close(w0, single, c.opt == Opt::Adam ? 1e-4 : 2e-5, "sync parameter server against one process");
   for (int w = 1; w < c.workers; ++w) {
     const auto other = read_doubles(job.out + ".worker" + std::to_string(w));
     ASSERT_EQ(0, std::memcmp(other.data(), w0.data(), w0.size() * sizeof(double))) << "worker " << w << " differs";

@@ -71,6 +71,65 @@ TEST(Linalg, LargeProductUsesEveryPathCorrectly) {
   }
 }
 
+// Each CPU GEMM backend this build has gives the float64 reference's products, in every layout, small and
+// blocked sizes, with beta and alpha (the backend is switched for the test and put back).
+TEST(Linalg, EveryCpuGemmBackendMatchesTheReference) {
+  const CpuGemmBackend chosen = cpu_gemm_backend();
+  std::vector<std::string> backends{"eigen"};
+  try {
+    set_cpu_gemm_backend("openblas");
+    backends.push_back("openblas");
+  } catch (const Error&) {  // a build without OpenBLAS
+  }
+  std::mt19937 rng(23);
+  for (const std::string& backend : backends) {
+    set_cpu_gemm_backend(backend);
+    EXPECT_EQ(cpu_gemm_backend().name, backend == "eigen" ? "Eigen" : "OpenBLAS");
+    for (DType d : {kFloat32, kFloat64}) {
+      for (int64_t size : {7, 129}) {
+        for (Layout la : {Layout::Contiguous, Layout::Transposed})
+          for (Layout lb : {Layout::Contiguous, Layout::Transposed}) {
+            Tensor a = test::random_tensor({size, size + 3}, d, rng, la);
+            Tensor b = test::random_tensor({size + 3, size - 2}, d, rng, lb);
+            Tensor c = test::random_tensor({size, size - 2}, d, rng);
+            const std::vector<double> cv = test::values(c);
+            const ProductReference ref =
+                bmm_reference(test::values(a), test::values(b), 1, size, size + 3, size - 2, 0.5, &cv, -1.5);
+            expect_product(addmm(c, a, b, -1.5, 0.5), ref, {size, size - 2},
+                           backend + " addmm " + dtype_name(d) + " " + std::to_string(size) + " " +
+                               test::layout_name(la) + "@" + test::layout_name(lb));
+          }
+      }
+    }
+  }
+  set_cpu_gemm_backend(chosen.name == "OpenBLAS" ? "openblas" : "eigen");
+  EXPECT_EQ(cpu_gemm_backend().name, chosen.name);
+}
+
+// The choice: KILN_GEMM first, then OpenBLAS unless it runs kernels older than the CPU.
+TEST(Linalg, CpuGemmBackendChoice) {
+  using detail::choose_cpu_gemm_backend;
+  EXPECT_EQ(choose_cpu_gemm_backend(nullptr, true, "SkylakeX", true).name, "OpenBLAS");
+  EXPECT_EQ(choose_cpu_gemm_backend(nullptr, true, "Zen", true).name, "OpenBLAS");
+  const CpuGemmBackend old = choose_cpu_gemm_backend(nullptr, true, "Prescott", true);
+  EXPECT_EQ(old.name, "Eigen");
+  EXPECT_NE(old.why.find("Prescott"), std::string::npos) << old.why;
+  EXPECT_NE(old.why.find("KILN_GEMM=openblas"), std::string::npos) << old.why;
+  // A CPU without FMA: OpenBLAS's old kernels are the right ones.
+  EXPECT_EQ(choose_cpu_gemm_backend(nullptr, true, "Prescott", false).name, "OpenBLAS");
+  EXPECT_EQ(choose_cpu_gemm_backend("openblas", true, "Prescott", true).name, "OpenBLAS");
+  EXPECT_EQ(choose_cpu_gemm_backend("eigen", true, "SkylakeX", true).name, "Eigen");
+  EXPECT_EQ(choose_cpu_gemm_backend(nullptr, false, "", true).name, "Eigen");
+  EXPECT_THROW(choose_cpu_gemm_backend("openblas", false, "", true), Error);
+  try {
+    choose_cpu_gemm_backend("mkl", true, "SkylakeX", true);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_GEMM='mkl'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(set_cpu_gemm_backend("mkl"), Error);
+}
+
 TEST(Linalg, MatmulShapeRules) {
   std::mt19937 rng(22);
   auto R = [&](Shape s) { return test::random_tensor(s, kFloat64, rng); };

@@ -9,11 +9,9 @@
 // The weight gradient is a sum over images, so its partial sums are taken over a fixed split of the batch, each on
 // one thread, and added in a fixed order: the result does not depend on the number of threads.
 //
-// The products are Eigen's inside the per-image workers and OpenBLAS's (when kiln has it) outside them; see gemm.
+// The products go to the CPU's GEMM (gemm_cpu.h), which is Eigen's inside the per-image workers.
 // float32 and float64 run natively; float16 and bfloat16 are converted to float32, computed, and rounded once.
 // The plain loops of the definition are the oracle in tests/nn/conv_ops_test.cpp.
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,14 +19,12 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/gemm_cpu.h"
 #include "kiln/tensor/ops/register.h"
 #include "kiln/tensor/parallel.h"
 #include "kiln/tensor/tensor.h"
 #include "kiln/tensor/views.h"
 
-#ifdef KILN_WITH_BLAS
-#include <cblas.h>
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -36,43 +32,11 @@
 namespace kiln {
 namespace {
 
-// c (M, N) = alpha * op(a) (M, K) @ op(b) (K, N) + beta * c, row-major; op transposes when ta / tb is set (the
-// operand then lies in memory as (K, M) / (N, K)). Eigen's product, on one thread inside a parallel region.
-template <typename T>
-void gemm_eigen(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
-                int64_t ldb, T beta, T* c, int64_t ldc) {
-  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Stride = Eigen::OuterStride<>;
-  using CMap = Eigen::Map<const RowMat, 0, Stride>;
-  Eigen::Map<RowMat, 0, Stride> C(c, M, N, Stride(ldc));
-  if (beta == T(0)) C.setZero();
-  else if (beta != T(1)) C *= beta;
-  CMap A(a, ta ? K : M, ta ? M : K, Stride(lda)), B(b, tb ? N : K, tb ? K : N, Stride(ldb));
-  if (!ta && !tb) C.noalias() += alpha * (A * B);
-  else if (!ta) C.noalias() += alpha * (A * B.transpose());
-  else if (!tb) C.noalias() += alpha * (A.transpose() * B);
-  else C.noalias() += alpha * (A.transpose() * B.transpose());
-}
-
-// NOTE: inside a worker of parallel_for the product is Eigen's, which runs on the calling thread there; OpenBLAS
-// (what the bmm kernel uses, and what runs here outside parallel regions) called from each image's worker made
-// the W3 convolutions ~2.4x slower on 2 cores than Eigen did.
+// The products: the CPU's GEMM (gemm_cpu.h), Eigen's on the calling thread inside the per-image workers.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
-#ifdef KILN_WITH_BLAS
-  if (!in_parallel_region()) {
-    auto ca = ta ? CblasTrans : CblasNoTrans;
-    auto cb = tb ? CblasTrans : CblasNoTrans;
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, ca, cb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-    } else {
-      cblas_dgemm(CblasRowMajor, ca, cb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-    }
-    return;
-  }
-#endif
-  gemm_eigen(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  detail::cpu_gemm<T>(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // The geometry of one convolution, read off the tensors.
@@ -257,8 +221,8 @@ void conv2d_backward_weight(const Tensor& grad_w, const Tensor& grad_out, const 
         const T* gn = pg + n * s.O * P;
         T beta = n == t * per ? T(0) : T(1);
         for (int64_t g = 0; g < s.G; ++g)
-          gemm_eigen<T>(false, true, s.og(), K, P, T(1), gn + g * s.og() * P, P, cn + g * K * P, P, beta,
-                  acc + g * s.og() * K, K);
+          detail::eigen_gemm<T>(false, true, s.og(), K, P, T(1), gn + g * s.og() * P, P, cn + g * K * P, P, beta,
+                                acc + g * s.og() * K, K);
       }
     }
   });

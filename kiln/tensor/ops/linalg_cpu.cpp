@@ -1,23 +1,20 @@
 // The CPU bmm kernel: out (B, M, N) = beta * out + alpha * a (B, M, K) @ b (B, K, N).
 //
-// float32/float64 go to a BLAS sgemm/dgemm when kiln is built with one (OpenBLAS), else to Eigen's own
-// product; both read operands in place when each matrix has one unit stride (row- or column-major, i.e.
-// plain or transposed), so x.t() costs nothing. Other layouts are made contiguous first. float16/bfloat16
-// compute in float32 (converted once, rounded once). Integer types use the naive loop below, which is also
-// the readable reference of what every variant computes.
-#include <Eigen/Core>
+// float32/float64 go to the CPU's one GEMM (gemm_cpu.h: OpenBLAS or Eigen), which reads operands in place when
+// each matrix has one unit stride (row- or column-major, i.e. plain or transposed), so x.t() costs nothing.
+// Other layouts are made contiguous first. float16/bfloat16 compute in float32 (converted once, rounded once).
+// Integer types use the naive loop below, which is also the readable reference of what every variant computes.
+#include <algorithm>
 
-#include "kiln/tensor/views.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/gemm_cpu.h"
 #include "kiln/tensor/ops/register.h"
 #include "kiln/tensor/parallel.h"
-
-#ifdef KILN_WITH_BLAS
-#include <cblas.h>
-#endif
+#include "kiln/tensor/views.h"
 
 namespace kiln {
+
 namespace {
 
 // How one matrix (rows x cols, strides sr, sc in elements) can be handed to GEMM without copying.
@@ -54,32 +51,7 @@ void gemm_naive(int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t sa
 template <typename T>
 void gemm_fast(int64_t M, int64_t N, int64_t K, T alpha, const T* a, MatLayout la, const T* b, MatLayout lb, T beta,
                T* c, int64_t ldc) {
-#ifdef KILN_WITH_BLAS
-  auto ta = la.transposed ? CblasTrans : CblasNoTrans;
-  auto tb = lb.transposed ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, ldc);
-  }
-#else
-  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-  using Stride = Eigen::OuterStride<>;
-  Eigen::Map<RowMat, 0, Stride> C(c, M, N, Stride(ldc));
-  if (beta == T(0)) C.setZero();
-  else if (beta != T(1)) C *= beta;
-  // Four combinations of operand order, each a Map over the memory as it lies.
-  auto run = [&](const auto& A, const auto& B) { C.noalias() += alpha * (A * B); };
-  if (!la.transposed && !lb.transposed)
-    run(Eigen::Map<const RowMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const RowMat, 0, Stride>(b, K, N, Stride(lb.ld)));
-  else if (!la.transposed)
-    run(Eigen::Map<const RowMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const ColMat, 0, Stride>(b, K, N, Stride(lb.ld)));
-  else if (!lb.transposed)
-    run(Eigen::Map<const ColMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const RowMat, 0, Stride>(b, K, N, Stride(lb.ld)));
-  else
-    run(Eigen::Map<const ColMat, 0, Stride>(a, M, K, Stride(la.ld)), Eigen::Map<const ColMat, 0, Stride>(b, K, N, Stride(lb.ld)));
-#endif
+  detail::cpu_gemm<T>(la.transposed, lb.transposed, M, N, K, alpha, a, la.ld, b, lb.ld, beta, c, ldc);
 }
 
 // A 3-D operand whose every matrix GEMM can read in place (copied to contiguous if not).
