@@ -238,7 +238,13 @@ TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
     pg.reset();
     const double destroyed = std::chrono::duration<double>(std::chrono::steady_clock::now() - destroying).count();
     store->set("destroyed/" + std::to_string(rank), "1");
-    rank_check(destroyed < 10, me + ": destroying the failed group took " + std::to_string(destroyed) + " s");
+    // NOTE: usually well under a second. But a Gloo call can be left waiting on a send to a survivor that has
+    // stopped taking part, and Debian's Gloo (2022-05) does not always wake such a wait when kiln shuts the
+    // connections down: its pending unbound sends are only failed by a pair's own error path, which is not
+    // public. The call then ends at its deadline (o.timeout), and so does the destruction that joins it.
+    // Seen 3 times in 40 runs with both cores busy (the closing note of 2026-12-02 has the recipe); the bound
+    // here is that deadline, so that a destruction that waited longer than any op would still fail.
+    rank_check(destroyed < 35, me + ": destroying the failed group took " + std::to_string(destroyed) + " s");
     store->wait({"destroyed/3"}, std::chrono::seconds(40));
   }, std::chrono::seconds(90));
   for (const auto& r : results) {
