@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "bench_util.h"
+#include "machine_peaks.h"
 
 #ifdef KILN_WITH_BLAS
 #include <cblas.h>
@@ -20,59 +21,10 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// fp32 FMA peak: independent FMA chains on the widest vectors the build targets, one chain set per thread.
-double fma_peak_gflops(int threads) {
-#if defined(__AVX512F__)
-  using V = __m512;
-  constexpr int kLanes = 16;
-#define KILN_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define KILN_SET1(x) _mm512_set1_ps(x)
-#elif defined(__AVX2__) && defined(__FMA__)
-  using V = __m256;
-  constexpr int kLanes = 8;
-#define KILN_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define KILN_SET1(x) _mm256_set1_ps(x)
-#else
-  (void)threads;
-  return 0;  // no FMA vectors in this build
-#endif
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-  constexpr int kChains = 12;
-  const long iters = 20'000'000;
-  double best = 0.0;
-  for (int trial = 0; trial < 3; ++trial) {
-    double t0 = kiln::bench::now_seconds();
-    float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-    {
-      V acc[kChains];
-      for (int c = 0; c < kChains; ++c) acc[c] = KILN_SET1(1.0f + c * 1e-7f);
-      const V mul = KILN_SET1(0.9999999f), add = KILN_SET1(1e-7f);
-      for (long i = 0; i < iters; ++i)
-        for (int c = 0; c < kChains; ++c) acc[c] = KILN_FMA(acc[c], mul, add);
-      float s = 0;
-      alignas(64) float lanes[kLanes];
-      for (int c = 0; c < kChains; ++c) {
-        std::memcpy(lanes, &acc[c], sizeof lanes);
-        s += lanes[0];
-      }
-      sink += s;
-    }
-    double t = kiln::bench::now_seconds() - t0;
-    kiln::bench::do_not_optimize(sink);
-    best = std::max(best, 2.0 * kLanes * kChains * double(iters) * threads / t / 1e9);
-  }
-  return best;
-#endif
-}
 
 }  // namespace
 
@@ -88,7 +40,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s %-7s %-9s %-9s %-9s %-9s %-8s\n", "threads", "N", "kiln", "openblas", "eigen", "peak%", "ratio");
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    double peak = fma_peak_gflops(threads);
+    double peak = kiln::bench::fma_peak_gflops(threads);
     std::printf("# fp32 FMA peak, %d thread%s: %.1f GFLOP/s\n", threads, threads > 1 ? "s" : "", peak);
     for (int64_t n : {256, 512, 1024, 2048}) {
       Generator g(1);
