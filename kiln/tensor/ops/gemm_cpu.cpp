@@ -64,6 +64,7 @@ void init_gemm_backend() {
     const std::string core;
     const bool have_blas = false;
 #endif
+    __builtin_cpu_init();  // the first product may run in a static initializer, before GCC's own init
     const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     CpuGemmBackend b = detail::choose_cpu_gemm_backend(std::getenv("KILN_GEMM"), have_blas, core, avx2_fma);
     std::lock_guard<std::mutex> lock(g_gemm_mu);
