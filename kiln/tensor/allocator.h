@@ -1,7 +1,7 @@
 // Memory for tensors: one Allocator per device type.
 //
 // The CPU allocator hands out 64-byte aligned blocks (a cache line, and the alignment AVX-512 loads like),
-// and keeps freed blocks of 1 MiB and more for reuse (see cpu_allocator.cpp for why).
+// and keeps freed blocks of 64 KiB and more for reuse (see cpu_allocator.cpp for why).
 // The CUDA allocator is installed by kiln/tensor/cuda when kiln is built with CUDA; without it, asking for
 // CUDA memory is an error that says kiln was built without CUDA.
 #pragma once

@@ -5,7 +5,7 @@
 // gone. A reference cycle (a node owning the tensor it produced, a saved output keeping its history) or a
 // gradient that keeps its graph alive would show up as expired() == false long before it shows in RSS.
 //
-// NOTE: kiln's CPU allocator caches freed blocks of 1 MiB and more; every tensor here is a few KiB, so what
+// NOTE: kiln's CPU allocator caches freed blocks of 64 KiB and more; every tensor here is a few KiB, so what
 // RSS sees is malloc's own behaviour, which settles after the warm-up.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>

@@ -161,9 +161,26 @@ TEST(CpuAllocator, ReusesFreedLargeBlocksUpToItsLimit) {
   EXPECT_EQ(again.raw_data_ptr(), first);
   EXPECT_EQ(cpu_cache_stats().hits, hits + 1);
   EXPECT_EQ(cpu_cache_stats().cached_bytes, 0u);
-  // Small blocks never enter the cache; with a zero limit, nothing does.
+  // Blocks under 64 KiB never enter the cache; with a zero limit, nothing does.
   { Tensor small = empty({1000}); }
   EXPECT_EQ(cpu_cache_stats().cached_blocks, 0u);
+  // A 256 KiB block (a 256x256 float result) is cached and handed out again, rounded to 4 KiB: a block
+  // 100 bytes larger is of another size.
+  void* mid_ptr = nullptr;
+  {
+    Tensor mid = empty({65536});
+    mid_ptr = mid.raw_data_ptr();
+  }
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 1u);
+  EXPECT_EQ(cpu_cache_stats().cached_bytes, size_t{256} << 10);
+  { Tensor other = empty({65536 + 25}); }
+  EXPECT_EQ(cpu_cache_stats().cached_blocks, 2u);
+  hits = cpu_cache_stats().hits;
+  Tensor mid_again = empty({65536});
+  EXPECT_EQ(mid_again.raw_data_ptr(), mid_ptr);
+  EXPECT_EQ(cpu_cache_stats().hits, hits + 1);
+  mid_again = Tensor();
+  cpu_empty_cache();
   set_cpu_cache_limit(0);
   { Tensor big = empty({3 << 20}); }
   EXPECT_EQ(cpu_cache_stats().cached_blocks, 0u);
