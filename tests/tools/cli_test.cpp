@@ -23,6 +23,7 @@
 #include "kiln/trainer/checkpoint.h"
 #include "kiln/trainer/yaml.h"
 #include "tools/tools_test_util.h"
+#include "trainer/profile_table.h"
 
 #ifndef KILN_EXPECTED_VERSION
 #define KILN_EXPECTED_VERSION ""
@@ -220,16 +221,8 @@ TEST_F(Cli, FastDevRunTrainsOneBatchAndWritesNothing) {
 TEST_F(Cli, ProfilerWritesEachStagesReportIntoTheRunFolder) {
   const CliResult r = train({"--set", "trainer.max_epochs=1", "--set", "trainer.profiler=ops"});
   EXPECT_NE(r.out.find("every row: " + (run_dir() / "fit").string() + "-profile.txt"), std::string::npos) << r.out;
-  std::ifstream f(run_dir() / "fit-profile.txt");
-  std::string line;
-  int64_t training_steps = -1;
-  while (std::getline(f, line)) {
-    std::istringstream words(line);
-    std::string kind, name;
-    int64_t calls = 0;
-    if (words >> kind >> name >> calls && kind == "range" && name == "training_step") training_steps = calls;
-  }
-  EXPECT_EQ(training_steps, kStepsPerEpoch);
+  EXPECT_EQ(test::profile_calls(testing::read_file(run_dir() / "fit-profile.txt"), "range", "training_step"),
+            kStepsPerEpoch);
   EXPECT_TRUE(fs::exists(run_dir() / "fit-trace.json"));
   EXPECT_TRUE(fs::exists(run_dir() / "test-profile.txt"));
 
@@ -284,18 +277,6 @@ TEST_F(Cli, ExportWritesTheNetworksWeightsForABareNetwork) {
   expect_failure({"export", "--ckpt", dir_ / "missing.ckpt"}, 1, {"missing.ckpt"});
 }
 
-// The calls column of a profile table's row "<kind> <name> <calls> ..." (names without spaces); -1 if absent.
-int64_t profile_calls(const std::string& table, const std::string& kind, const std::string& name) {
-  std::istringstream in(table);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::string k, n;
-    int64_t calls = 0;
-    if (words >> k >> n >> calls && k == kind && n == name) return calls;
-  }
-  return -1;
-}
-
 // kiln bench times the asked-for batches, warm-up apart, through the Trainer, and writes nothing.
 TEST_F(Cli, BenchTimesTheTrainingStepAndWritesNothing) {
   const CliResult r = run_kiln({"bench", "--config", config_, "--steps", "6", "--warmup", "2", "--profile"});
@@ -306,15 +287,15 @@ TEST_F(Cli, BenchTimesTheTrainingStepAndWritesNothing) {
   ASSERT_NE(at, std::string::npos) << r.out;
   EXPECT_GT(std::stod(r.out.substr(at + 15)), 0.0);
   // The profile covers exactly the timed batches: one training_step, backward and Adam step each.
-  EXPECT_EQ(profile_calls(r.out, "range", "training_step"), 6) << r.out;
-  EXPECT_EQ(profile_calls(r.out, "range", "run_training_batch"), 6) << r.out;
-  EXPECT_EQ(profile_calls(r.out, "kernel", "adam_step"), 6) << r.out;
+  EXPECT_EQ(test::profile_calls(r.out, "range", "training_step"), 6) << r.out;
+  EXPECT_EQ(test::profile_calls(r.out, "range", "run_training_batch"), 6) << r.out;
+  EXPECT_EQ(test::profile_calls(r.out, "kernel", "adam_step"), 6) << r.out;
   EXPECT_FALSE(fs::exists(root()));
 
   // More batches than an epoch has (13): the bench runs a second epoch.
   const CliResult two = run_kiln({"bench", "--config", config_, "--steps", "20", "--warmup", "0", "--profile"});
   ASSERT_EQ(two.status, 0) << two.err;
-  EXPECT_EQ(profile_calls(two.out, "range", "training_step"), 20) << two.out;
+  EXPECT_EQ(test::profile_calls(two.out, "range", "training_step"), 20) << two.out;
 
   expect_failure({"bench", "--config", config_, "--steps", "0"}, 2, {"--steps '0'", "1.."});
 }

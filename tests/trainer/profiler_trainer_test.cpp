@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "trainer/profile_table.h"
 #include "trainer/trainer_test_util.h"
 
 namespace kiln {
@@ -18,31 +19,6 @@ std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-// The calls column of a profile table's row "<kind>  <name>  <calls>  <total>  <self>  <self %>  <mean>  <max>"
-// (names may hold spaces); -1 when the row is absent.
-int64_t calls_in(const std::string& table, const std::string& kind, const std::string& name) {
-  std::istringstream in(table);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words_in(line);
-    std::vector<std::string> words;
-    for (std::string w; words_in >> w;) words.push_back(w);
-    if (words.size() < 8 || words[0] != kind) continue;
-    std::string row_name;
-    for (size_t i = 1; i + 6 < words.size(); ++i) row_name += (i > 1 ? " " : "") + words[i];
-    if (row_name == name) return std::stoll(words[words.size() - 6]);
-  }
-  return -1;
-}
-
-bool has_kind(const std::string& table, const std::string& kind) {
-  std::istringstream in(table);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(kind + " ", 0) == 0) return true;
-  return false;
 }
 
 TEST(TrainerProfiler, SimpleCountsEveryActionTheLoopsTake) {
@@ -62,31 +38,31 @@ TEST(TrainerProfiler, SimpleCountsEveryActionTheLoopsTake) {
   const std::string table = slurp(dir / "fit-profile.txt");
   ASSERT_FALSE(table.empty());
   EXPECT_FALSE(std::filesystem::exists(dir / "fit-trace.json")) << "'simple' writes no timeline";
-  EXPECT_FALSE(has_kind(table, "kernel")) << table;
-  EXPECT_FALSE(has_kind(table, "backward")) << table;
+  EXPECT_FALSE(test::profile_has_kind(table, "kernel")) << table;
+  EXPECT_FALSE(test::profile_has_kind(table, "backward")) << table;
 
   // 2 epochs x 5 batches; windows of 2 batches, and an epoch's last batch steps: 3 steps an epoch.
   EXPECT_EQ(module.train_steps, 10);
-  EXPECT_EQ(calls_in(table, "range", "training_step"), module.train_steps) << table;
-  EXPECT_EQ(calls_in(table, "range", "run_training_batch"), 10) << table;
-  EXPECT_EQ(calls_in(table, "range", "backward"), 10) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "training_step"), module.train_steps) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "run_training_batch"), 10) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "backward"), 10) << table;
   EXPECT_EQ(t.global_step(), 6);
-  EXPECT_EQ(calls_in(table, "range", "optimizer_step"), t.global_step()) << table;
-  EXPECT_EQ(calls_in(table, "range", "optimizer.step"), 6) << table;
-  EXPECT_EQ(calls_in(table, "range", "zero_grad"), 6) << table;
-  EXPECT_EQ(calls_in(table, "range", "clip_gradients"), -1) << "no clipping was asked for\n" << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "optimizer_step"), t.global_step()) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "optimizer.step"), 6) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "zero_grad"), 6) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "clip_gradients"), -1) << "no clipping was asked for\n" << table;
   // One validation run per epoch of 3 batches.
   EXPECT_EQ(module.val_steps, 6);
-  EXPECT_EQ(calls_in(table, "range", "validation_step"), module.val_steps) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "validation_step"), module.val_steps) << table;
   // Waiting for batches: the first of each run and one per batch after it (not after the last one taken).
-  EXPECT_EQ(calls_in(table, "range", "train_dataloader_next"), 2 * 5) << table;
-  EXPECT_EQ(calls_in(table, "range", "val_dataloader_next"), 2 * 3) << table;
-  EXPECT_EQ(calls_in(table, "range", "batch_to_device"), 10 + 6) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "train_dataloader_next"), 2 * 5) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "val_dataloader_next"), 2 * 3) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "batch_to_device"), 10 + 6) << table;
   // Hooks, per class: the module's first.
-  EXPECT_EQ(calls_in(table, "range", "Regressor.on_train_batch_end"), 10) << table;
-  EXPECT_EQ(calls_in(table, "range", "Regressor.on_train_epoch_start"), 2) << table;
-  EXPECT_EQ(calls_in(table, "range", "Regressor.on_before_optimizer_step"), 6) << table;
-  EXPECT_EQ(calls_in(table, "range", "Regressor.on_fit_start"), 1) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "Regressor.on_train_batch_end"), 10) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "Regressor.on_train_epoch_start"), 2) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "Regressor.on_before_optimizer_step"), 6) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "Regressor.on_fit_start"), 1) << table;
 }
 
 TEST(TrainerProfiler, OpsAddsKernelsBackwardNodesAndATimeline) {
@@ -101,11 +77,11 @@ TEST(TrainerProfiler, OpsAddsKernelsBackwardNodesAndATimeline) {
   trainer::Trainer t(o);
   t.fit(module, *train);
   const std::string table = slurp(dir / "fit-profile.txt");
-  EXPECT_TRUE(has_kind(table, "kernel")) << table;
+  EXPECT_TRUE(test::profile_has_kind(table, "kernel")) << table;
   // Each backward ends in one AccumulateGrad per parameter (weight and bias).
-  EXPECT_EQ(calls_in(table, "backward", "AccumulateGrad backward"), 4 * 2) << table;
-  EXPECT_EQ(calls_in(table, "range", "ModelCheckpoint.on_train_epoch_end"), 1) << table;
-  EXPECT_EQ(calls_in(table, "range", "save_checkpoint"), 1) << table;
+  EXPECT_EQ(test::profile_calls(table, "backward", "AccumulateGrad backward"), 4 * 2) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "ModelCheckpoint.on_train_epoch_end"), 1) << table;
+  EXPECT_EQ(test::profile_calls(table, "range", "save_checkpoint"), 1) << table;
   const std::string trace = slurp(dir / "fit-trace.json");
   EXPECT_EQ(trace.rfind("{\"displayTimeUnit\"", 0), 0u) << trace.substr(0, 200);
   EXPECT_NE(trace.find("\"name\": \"training_step\""), std::string::npos);
@@ -115,9 +91,9 @@ TEST(TrainerProfiler, OpsAddsKernelsBackwardNodesAndATimeline) {
   t.test(module, *test_data);
   const std::string test_table = slurp(dir / "test-profile.txt");
   EXPECT_EQ(module.test_steps, 3);
-  EXPECT_EQ(calls_in(test_table, "range", "test_step"), 3) << test_table;
-  EXPECT_EQ(calls_in(test_table, "range", "test_dataloader_next"), 3) << test_table;
-  EXPECT_EQ(calls_in(test_table, "range", "training_step"), -1) << test_table;
+  EXPECT_EQ(test::profile_calls(test_table, "range", "test_step"), 3) << test_table;
+  EXPECT_EQ(test::profile_calls(test_table, "range", "test_dataloader_next"), 3) << test_table;
+  EXPECT_EQ(test::profile_calls(test_table, "range", "training_step"), -1) << test_table;
 }
 
 TEST(TrainerProfiler, AFailedFitWritesNoReportAndStopsRecording) {
