@@ -20,8 +20,15 @@ Classifier::Classifier(std::shared_ptr<nn::Module> net, RunConfig config)
 Tensor Classifier::evaluate(const data::Batch& batch, const std::string& split) {
   KILN_CHECK(batch.size() == 2, "Classifier: a batch must be (examples, labels); got ", batch.size(), " fields");
   const Tensor& x = batch[0];
-  const Tensor& y = batch[1];
-  Tensor scores = (*net_)(x);  // (N, K)
+  Tensor y = batch[1];
+  Tensor scores = (*net_)(x);  // (N, K), or (N, S, K) for sequences labelled per position (y: (N, S))
+  if (scores.dim() == 3) {
+    KILN_CHECK(y.dim() == 2 && y.size(0) == scores.size(0) && y.size(1) == scores.size(1), "Classifier: scores of ",
+               "shape ", shape_str(scores.sizes()), " need labels (N, S) = (", scores.size(0), ", ", scores.size(1),
+               "), got ", shape_str(y.sizes()));
+    scores = scores.reshape({-1, scores.size(2)});  // every position one example: the mean over tokens
+    y = y.reshape({-1});
+  }
   Tensor loss = nn::F::cross_entropy(scores, y);
   Tensor acc;
   {
@@ -46,7 +53,10 @@ Tensor Classifier::test_step(const data::Batch& batch, int64_t) {
   return {};
 }
 
-Tensor Classifier::predict_step(const data::Batch& batch, int64_t) { return softmax((*net_)(batch.at(0)), 1); }
+Tensor Classifier::predict_step(const data::Batch& batch, int64_t) {
+  const Tensor scores = (*net_)(batch.at(0));
+  return softmax(scores, scores.dim() - 1);
+}
 
 std::shared_ptr<optim::Optimizer> make_optimizer(const RunConfig::Optimizer& c, std::vector<Tensor> params) {
   const std::pair<double, double> betas{c.betas.at(0), c.betas.at(1)};

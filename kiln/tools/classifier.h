@@ -1,5 +1,6 @@
 // Classifier: the TrainModule `kiln train` runs. It wraps any network that maps a batch of examples to class
-// scores (N, K), trains it with cross-entropy, reports loss and accuracy per split ("train/loss", "val/acc",
+// scores (N, K), or sequences to scores per position (N, S, K) (a language model: every position's next token
+// is a class, and loss and accuracy are means over tokens), trains it with cross-entropy, reports loss and accuracy per split ("train/loss", "val/acc",
 // "test/acc"), and builds its optimizer and scheduler from the run's config. The resolved config is kept as
 // the "config" hyperparameter, so a checkpoint alone is enough to rebuild the run (kiln eval / predict).
 #pragma once
@@ -15,12 +16,12 @@ class Classifier : public trainer::TrainModule {
  public:
   Classifier(std::shared_ptr<nn::Module> net, RunConfig config);
 
-  // x: (N, ...) -> scores (N, K)
+  // x: (N, ...) -> scores (N, K) or (N, S, K)
   Tensor forward(const Tensor& x) override { return (*net_)(x); }
   Tensor training_step(const data::Batch& batch, int64_t batch_idx) override;
   Tensor validation_step(const data::Batch& batch, int64_t batch_idx) override;
   Tensor test_step(const data::Batch& batch, int64_t batch_idx) override;
-  // The class probabilities (N, K).
+  // The class probabilities (N, K) or (N, S, K).
   Tensor predict_step(const data::Batch& batch, int64_t batch_idx) override;
   trainer::OptimizerSetup configure_optimizers() override;
 

@@ -59,6 +59,11 @@ Args parse_args(const std::vector<std::string>& args, size_t first, const std::v
     if (flag == "--dtype") a.dtype = value;
     if (flag == "--steps") a.steps = value;
     if (flag == "--warmup") a.warmup = value;
+    if (flag == "--prompt") a.prompt = value;
+    if (flag == "--tokens") a.tokens = value;
+    if (flag == "--temperature") a.temperature = value;
+    if (flag == "--top-k") a.top_k = value;
+    if (flag == "--seed") a.seed = value;
   }
   if (a.split != "test" && a.split != "val") usage_error("--split '" + a.split + "': expected test or val");
   return a;
@@ -184,6 +189,7 @@ constexpr const char* kUsage =
     "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
     "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
     "  bench    time the training step: kiln bench [--config run.yaml] [--set ...] [--steps N] [--profile]\n"
+    "  generate text from a gpt-mini checkpoint: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N]\n"
     "  info     version and build features\n"
     "\n"
     "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
@@ -211,7 +217,8 @@ constexpr const char* kPredictHelp =
     "usage: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val] [--set key=value ...]\n"
     "\n"
     "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
-    "probability. Prints the accuracy.\n";
+    "probability (for a language model, gpt-mini, one row per position: index, position, predicted next token,\n"
+    "true next token, probability). Prints the accuracy.\n";
 
 constexpr const char* kLaunchHelp =
     "usage: kiln launch --nproc N [--master-addr A] [--master-port P] -- COMMAND [ARGS...]\n"
@@ -375,20 +382,30 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
   std::ofstream out(output);  // opened first: a bad path fails before the predictions are computed
   KILN_CHECK(out.good(), "predict: cannot write ", output);
   const std::vector<Tensor> probs = t.predict(*run.module, *loader);
-  out << "index,prediction,label,probability\n";
   const data::Dataset& ds = *loader->dataset();
-  int64_t index = 0, correct = 0;
-  for (const Tensor& p : probs) {  // p: (B, K)
-    const Tensor cls = p.argmax(1);
-    for (int64_t i = 0; i < p.size(0); ++i, ++index) {
-      const int64_t c = cls[i].item<int64_t>(), label = ds.get(index)[1].item<int64_t>();
-      correct += c == label;
-      out << index << "," << c << "," << label << "," << p[i][c].item<double>() << "\n";
+  const bool sequences = !probs.empty() && probs[0].dim() == 3;  // (B, S, K): a row per position
+  out << (sequences ? "index,position,prediction,label,probability\n" : "index,prediction,label,probability\n");
+  int64_t index = 0, rows = 0, correct = 0;
+  for (const Tensor& batch_probs : probs) {  // (B, K) or (B, S, K)
+    const Tensor p = batch_probs.to(kCPU).to(kFloat64).contiguous();
+    const int64_t B = p.size(0), S = sequences ? p.size(1) : 1, K = p.size(p.dim() - 1);
+    const Tensor cls = p.argmax(p.dim() - 1).reshape({B, S}).contiguous();
+    const double* pp = p.data_ptr<double>();
+    const int64_t* cp = cls.data_ptr<int64_t>();
+    for (int64_t i = 0; i < B; ++i, ++index) {
+      const Tensor labels = ds.get(index)[1].to(kInt64).reshape({S}).contiguous();
+      for (int64_t s = 0; s < S; ++s, ++rows) {
+        const int64_t c = cp[i * S + s], label = labels.data_ptr<int64_t>()[s];
+        correct += c == label;
+        out << index << ",";
+        if (sequences) out << s << ",";
+        out << c << "," << label << "," << pp[(i * S + s) * K + c] << "\n";
+      }
     }
   }
   KILN_CHECK(out.good(), "predict: writing ", output, " failed");
-  std::printf("wrote %lld predictions to %s; accuracy %.2f%%\n", static_cast<long long>(index), output.c_str(),
-              index > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(index) : 0.0);
+  std::printf("wrote %lld predictions to %s; accuracy %.2f%%\n", static_cast<long long>(rows), output.c_str(),
+              rows > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(rows) : 0.0);
   return 0;
 }
 
@@ -489,6 +506,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (command == "info") return cmd_info();
     if (command == "export") return cmd_export(args);
     if (command == "bench") return cmd_bench(args);
+    if (command == "generate") return cmd_generate(args);
     if (command == "launch") return cmd_launch(args);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;

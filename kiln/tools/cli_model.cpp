@@ -1,6 +1,6 @@
 // The commands that work on a model outside a training run: export (a checkpoint's network weights as
-// safetensors for PyTorch or nn::load) and bench (the configured run's training step, timed on this machine
-// through the same Trainer kiln train runs).
+// safetensors for PyTorch or nn::load), bench (the configured run's training step, timed on this machine
+// through the same Trainer kiln train runs) and generate (text from a gpt-mini checkpoint).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "kiln/tensor/parallel.h"
 #include "kiln/tensor/profiler.h"
 #include "kiln/tools/cli_common.h"
+#include "kiln/tools/generate.h"
 
 namespace kiln::tools::cli {
 
@@ -35,11 +36,36 @@ constexpr const char* kBenchHelp =
     "and precision that kiln train would use, through the same Trainer, for W warm-up batches and then N timed\n"
     "ones. A step runs from on_train_batch_start to on_train_batch_end (forward, loss, backward, and the\n"
     "optimizer step when one is due); the wait for the next batch is reported apart. On a GPU both ends wait\n"
-    "for the device. Nothing is written: no logs, checkpoints or validation.\n"
+    "for the device. Nothing is written: no logs, checkpoints or validation. The learning-rate schedule is left\n"
+    "out (it is sized for the whole run).\n"
     "\n"
     "  --steps N   timed batches (default 20)\n"
     "  --warmup W  batches run first and not timed (default 5)\n"
     "  --profile   also print the profiler's table of the timed batches (every kernel and backward node)\n";
+
+constexpr const char* kGenerateHelp =
+    "usage: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+    "                     [--output FILE] [--set key=value ...]\n"
+    "\n"
+    "Continues a prompt with a language model trained by kiln train (model.name gpt-mini on data.name text):\n"
+    "one byte at a time, each drawn from the model's distribution given the last data.block_size bytes. Prints\n"
+    "the prompt and what follows it (or writes them to --output). The training text is not needed.\n"
+    "\n"
+    "  --prompt TEXT      the text to continue (default: a newline)\n"
+    "  --tokens N         bytes to generate (default 256)\n"
+    "  --temperature T    divide the scores by T before the softmax (default 1; 0: always the most likely)\n"
+    "  --top-k K          draw among the K most likely bytes only (default 0: all of them)\n"
+    "  --seed S           the draws' seed (default 0): the same seed gives the same text\n";
+
+// A non-negative decimal flag value; anything else is a usage error.
+double parse_nonnegative_flag(const std::string& flag, const std::string& value) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(v) || v < 0) {
+    usage_error(flag + " '" + value + "': expected a number >= 0");
+  }
+  return v;
+}
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -150,8 +176,11 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   const int steps = a.steps.empty() ? 20 : parse_int_flag("--steps", a.steps, 1, 1'000'000);
   const int warmup = a.warmup.empty() ? 5 : parse_int_flag("--warmup", a.warmup, 0, 1'000'000);
-  const RunConfig cfg =
+  RunConfig cfg =
       a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
+  // No learning-rate schedule: its length is the whole run's, which a bench of a few batches is not (a
+  // warmup_cosine longer than the bench would be refused), and stepping one costs nothing measurable.
+  cfg.scheduler = RunConfig::Scheduler{};
   Run run = build_run(cfg);
 
   // Enough epochs of the training loader for every batch asked for (the config's limits do not apply).
@@ -192,6 +221,61 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   std::printf("\n");
   if (const profiler::Profiler* prof = timer->profile()) std::printf("\n%s", prof->table(25).c_str());
+  return 0;
+}
+
+int cmd_generate(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--ckpt", "--prompt", "--tokens", "--temperature", "--top-k", "--seed",
+                                      "--output", "--set"});
+  if (a.help) {
+    std::printf("%s", kGenerateHelp);
+    return 0;
+  }
+  if (a.ckpt.empty()) usage_error("--ckpt FILE is required");
+  GenerateOptions g;
+  if (!a.tokens.empty()) g.max_new_tokens = parse_int_flag("--tokens", a.tokens, 0, 100'000'000);
+  if (!a.temperature.empty()) g.temperature = parse_nonnegative_flag("--temperature", a.temperature);
+  if (!a.top_k.empty()) g.top_k = parse_int_flag("--top-k", a.top_k, 0, 1'000'000);
+  if (!a.seed.empty()) g.seed = static_cast<uint64_t>(parse_int_flag("--seed", a.seed, 0, 2'000'000'000));
+  const std::string prompt = a.prompt.empty() ? "\n" : a.prompt;
+  std::ofstream file;
+  if (!a.output.empty()) {  // opened first: a bad path fails before anything is generated
+    file.open(a.output, std::ios::binary);
+    KILN_CHECK(file.good(), "generate: cannot write ", a.output);
+  }
+
+  const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
+  const RunConfig cfg = config_of_checkpoint(ckpt, a.sets);
+  KILN_CHECK(cfg.model.name == "gpt-mini", "generate: ", a.ckpt, " is a checkpoint of model ", cfg.model.name,
+             "; generate needs a language model (model.name gpt-mini, data.name text)");
+  // What the model needs to know of its data, without the data: byte tokens in windows of block_size.
+  const DataInfo info{.input_shape = {cfg.data.block_size},
+                      .num_classes = cfg.model.num_classes.value_or(256),
+                      .tokens = true};
+  auto model = std::dynamic_pointer_cast<GptMini>(make_model(cfg.model, info));
+  KILN_ASSERT(model != nullptr, "make_model built no GptMini for gpt-mini");
+  // The Classifier holds the network as "net".
+  serialize::TensorMap weights;
+  for (const auto& [key, t] : ckpt.tensor_section("model")) {
+    KILN_CHECK(key.rfind("net.", 0) == 0, "generate: ", a.ckpt, ": model entry '", key, "' is not under 'net.'");
+    weights[key.substr(4)] = t;
+  }
+  model->load_state_dict(weights);
+  const std::string& acc = cfg.trainer.accelerator;
+  if (acc == "cuda" || (acc == "auto" && cuda::is_available())) model->to(Device::cuda(0));
+
+  const std::string text = text_of(generate(*model, tokens_of(prompt), g));
+  if (file.is_open()) {
+    file << prompt << text;
+    file.close();
+    KILN_CHECK(file.good(), "generate: writing ", a.output, " failed");
+    std::printf("wrote %zu bytes (%lld generated) to %s\n", prompt.size() + text.size(),
+                static_cast<long long>(g.max_new_tokens), a.output.c_str());
+  } else {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
+  }
   return 0;
 }
 

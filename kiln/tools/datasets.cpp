@@ -1,6 +1,10 @@
 #include "kiln/tools/datasets.h"
 
 #include <cmath>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace kiln::tools {
 
@@ -164,13 +168,77 @@ DataSplits synthetic(const RunConfig::Data& c) {
   return hold_out_test(c, x, y, "synthetic data");
 }
 
+// The bytes of a file, or of every regular file in a folder (not its subfolders, not symbolic links, which
+// would repeat a file under another name) in name order, one after the other.
+std::string read_text(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+      if (fs::is_regular_file(e.symlink_status())) files.push_back(e.path());
+    }
+    KILN_CHECK(!ec, "data: cannot list the folder ", path, ": ", ec.message());
+    KILN_CHECK(!files.empty(), "data: the folder ", path, " holds no regular files to read as text");
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string bytes;
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    KILN_CHECK(in.good(), "data: cannot open the text file ", f.string());
+    bytes.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    KILN_CHECK(!in.bad(), "data: reading ", f.string(), " failed");
+  }
+  return bytes;
+}
+
+// A file's bytes as a language-modelling task: example i is the block_size bytes from i * block_size, labelled
+// with the block_size bytes one further on (the next byte at every position). The splits are contiguous
+// stretches of the file, as a text's parts are not independent examples (a shuffled split would test on
+// windows overlapping the training windows): the test set is the last val_size windows (a tenth with
+// val_size 0), the validation set the val_size windows before it, the rest is for training.
+DataSplits text(const RunConfig::Data& c) {
+  const std::string path = data_path(c);
+  const std::string bytes = read_text(path);
+  const int64_t T = c.block_size;
+  const int64_t n = bytes.empty() ? 0 : (static_cast<int64_t>(bytes.size()) - 1) / T;
+  const int64_t test_size = c.val_size > 0 ? c.val_size : std::max<int64_t>(1, n / 10);
+  KILN_CHECK(n >= 1 && test_size + c.val_size < n, "data: the text ", path, " (", bytes.size(), " bytes) gives ",
+             n, " windows of data.block_size = ", T, " bytes; holding out data.val_size = ", c.val_size,
+             " windows for validation and ", test_size, " for the test set needs more than ", test_size + c.val_size,
+             " (use a longer file, a smaller block_size or val_size)");
+  Tensor tokens = empty({n * T + 1}, kInt64);
+  int64_t* t = tokens.data_ptr<int64_t>();
+  for (int64_t i = 0; i <= n * T; ++i) t[i] = static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  // Windows [i * T, i * T + T) and their targets one byte on, as (n, T) views, then copied per split.
+  const Tensor x = tokens.narrow(0, 0, n * T).view({n, T});
+  const Tensor y = tokens.narrow(0, 1, n * T).view({n, T});
+  const int64_t train_size = n - test_size - c.val_size;
+  auto part = [&](const Tensor& v, int64_t begin, int64_t size) { return v.narrow(0, begin, size).contiguous(); };
+  DataSplits out;
+  out.info.input_shape = {T};
+  out.info.num_classes = 256;  // byte-level: any file, any encoding, no vocabulary to keep beside the weights
+  out.info.tokens = true;
+  out.train = dataset_of(part(x, 0, train_size), part(y, 0, train_size));
+  if (c.val_size > 0) out.val = dataset_of(part(x, train_size, c.val_size), part(y, train_size, c.val_size));
+  out.test = dataset_of(part(x, n - test_size, test_size), part(y, n - test_size, test_size));
+  return out;
+}
+
 }  // namespace
 
 DataSplits make_data(const RunConfig::Data& c) {
   if (c.name == "fashion-mnist" || c.name == "mnist" || c.name == "idx") return mnist_style(c);
   if (c.name == "csv") return csv(c);
   if (c.name == "synthetic") return synthetic(c);
-  KILN_CHECK(false, "data.name '", c.name, "': expected fashion-mnist, mnist, idx, csv or synthetic");
+  if (c.name == "text") {
+    KILN_CHECK(c.random_crop_padding == 0 && !c.horizontal_flip,
+               "data.random_crop_padding / data.horizontal_flip: text has no images to augment");
+    return text(c);
+  }
+  KILN_CHECK(false, "data.name '", c.name, "': expected fashion-mnist, mnist, idx, csv, synthetic or text");
   return {};
 }
 

@@ -4,10 +4,13 @@
 //   idx                   a folder of MNIST-style IDX files under the same four names
 //   csv                   a numeric CSV with a header; data.label_column holds the class (0 .. K-1)
 //   synthetic             data.num_samples Gaussian clusters in data.num_features dims, data.num_classes
+//   text                  a file's bytes (data.path; a folder: its regular files in name order, one after the
+//                         other) as windows of data.block_size tokens, each labelled with the next byte at
+//                         every position (a vocabulary of 256); for gpt-mini
 // Images are scaled to [0, 1] and, with data.normalize, standardized by the training set's mean and std (CSV
 // and synthetic features per column). data.val_size examples of the training set are held out for validation
 // (for csv and synthetic, which have no test split, the test set is another held-out part of the same size,
-// or a tenth of the data with val_size 0).
+// or a tenth of the data with val_size 0; for text those parts are the file's last windows, in order).
 #pragma once
 
 #include <memory>

@@ -92,14 +92,72 @@ std::shared_ptr<nn::Module> make_resnet_small(const RunConfig::Model& c, const D
   return net.ptr();
 }
 
+std::shared_ptr<nn::Module> make_gpt_mini(const RunConfig::Model& c, const DataInfo& info) {
+  KILN_CHECK(info.tokens && info.input_shape.size() == 1, "model 'gpt-mini' needs token sequences (data.name: ",
+             "text); the data gives examples of shape ", shape_str(info.input_shape));
+  return std::make_shared<GptMini>(info.num_classes, info.input_shape[0], c.layers, c.heads, c.embed_dim, c.dropout);
+}
+
 }  // namespace
+
+GptMini::GptMini(int64_t vocab_size, int64_t block_size, int64_t layers, int64_t heads, int64_t embed_dim,
+                 double dropout)
+    : nn::Module("GptMini"),
+      tok_emb(vocab_size, embed_dim),
+      pos_emb(block_size, embed_dim),
+      drop(dropout),
+      norm(Shape{embed_dim}),
+      head(embed_dim, vocab_size, /*bias=*/false),
+      vocab_size_(vocab_size),
+      block_size_(block_size) {
+  KILN_CHECK(vocab_size >= 2 && block_size >= 1 && layers >= 1 && heads >= 1 && embed_dim % heads == 0,
+             "GptMini: needs vocab_size >= 2, block_size >= 1, layers >= 1 and embed_dim a multiple of heads; got ",
+             vocab_size, ", ", block_size, ", ", layers, ", ", embed_dim, " and ", heads);
+  register_module("tok_emb", tok_emb);
+  register_module("pos_emb", pos_emb);
+  register_module("drop", drop);
+  for (int64_t i = 0; i < layers; ++i) {
+    blocks->push_back(nn::TransformerEncoderLayer(embed_dim, heads,
+                                                  nn::TransformerEncoderLayerOptions{.dim_feedforward = 4 * embed_dim,
+                                                                                     .dropout = dropout,
+                                                                                     .activation = "gelu",
+                                                                                     .batch_first = true,
+                                                                                     .norm_first = true}));
+  }
+  register_module("blocks", blocks);
+  register_module("norm", norm);
+  register_module("head", head);
+  // GPT-2's initialization: every embedding and weight matrix N(0, 0.02) (the N(0, 1) of nn::Embedding makes the
+  // first logits large and the first steps unstable), biases and LayerNorms as they are.
+  NoGradGuard no_grad;
+  for (auto& [name, p] : named_parameters()) {
+    if (p.dim() == 2) nn::init::normal_(p, 0.0, 0.02);
+  }
+}
+
+Tensor GptMini::forward(const Tensor& tokens) {
+  KILN_CHECK(tokens.dim() == 2 && tokens.dtype() == kInt64, "GptMini: tokens must be (N, S) int64, got ",
+             tokens.dtype(), " of shape ", shape_str(tokens.sizes()));
+  const int64_t S = tokens.size(1);
+  KILN_CHECK(S >= 1 && S <= block_size_, "GptMini: a sequence of ", S, " tokens; this model takes 1 to ",
+             block_size_, " (its block size)");
+  const Tensor positions = arange(0, S, 1, TensorOptions(kInt64).device(tokens.device()));
+  Tensor x = drop(tok_emb(tokens) + pos_emb(positions));  // (N, S, E)
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    x = blocks->at<nn::TransformerEncoderLayerImpl>(i)->forward(x, {}, {}, /*is_causal=*/true);
+  }
+  return head(norm(x));
+}
 
 std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info) {
   KILN_CHECK(info.num_classes >= 2, "make_model: ", info.num_classes, " classes; a classifier needs at least 2");
+  if (config.name == "gpt-mini") return make_gpt_mini(config, info);
+  KILN_CHECK(!info.tokens, "model '", config.name, "' takes features or images; the data gives token sequences ",
+             "(use model.name: gpt-mini)");
   if (config.name == "mlp") return make_mlp(config, info);
   if (config.name == "cnn") return make_cnn(config, info);
   if (config.name == "resnet-small") return make_resnet_small(config, info);
-  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn or resnet-small");
+  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn, resnet-small or gpt-mini");
   return nullptr;
 }
 

@@ -5,6 +5,10 @@
 //                 -> relu (-> dropout) -> linear to the classes (the main job's network with [32, 64], 128)
 //   resnet-small  a stem conv, three stages of one residual block each (16, 32, 64 channels, the last two
 //                 halving the resolution), global average pooling, linear: a CIFAR-style ResNet-8
+//   gpt-mini      a decoder-only transformer over token sequences (GPT-2's layout at toy size): token and
+//                 position embeddings, model.layers pre-norm blocks of causal self-attention (model.heads
+//                 heads) and a GELU feed-forward of 4 * model.embed_dim, a final LayerNorm, and a linear head
+//                 to the vocabulary; (N, S) token ids -> (N, S, vocabulary) next-token scores
 #pragma once
 
 #include <memory>
@@ -14,11 +18,32 @@
 
 namespace kiln::tools {
 
-// What a model needs to know about its input: one example's shape ((C, H, W) for images, (F) for features)
-// and the number of classes.
+// What a model needs to know about its input: one example's shape ((C, H, W) for images, (F) for features,
+// (S) for token sequences) and the number of classes (for tokens: the vocabulary, every position a class).
 struct DataInfo {
   Shape input_shape;
   int64_t num_classes = 0;
+  bool tokens = false;  // examples are int64 token ids, labelled per position (data.name text)
+};
+
+// A decoder-only transformer language model (gpt-mini above). Submodule names: tok_emb, pos_emb, drop,
+// blocks.<i> (nn::TransformerEncoderLayer, PyTorch's names inside), norm, head.
+class GptMini : public nn::Module {
+ public:
+  GptMini(int64_t vocab_size, int64_t block_size, int64_t layers, int64_t heads, int64_t embed_dim, double dropout);
+  // tokens: (N, S) int64 with S <= block_size -> (N, S, vocab_size); position t sees tokens 0 .. t only.
+  Tensor forward(const Tensor& tokens) override;
+  int64_t block_size() const { return block_size_; }
+  int64_t vocab_size() const { return vocab_size_; }
+
+  nn::Embedding tok_emb, pos_emb;
+  nn::Dropout drop;
+  nn::ModuleList blocks;
+  nn::LayerNorm norm;
+  nn::Linear head;
+
+ private:
+  int64_t vocab_size_, block_size_;
 };
 
 std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info);

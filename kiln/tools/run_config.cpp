@@ -66,19 +66,26 @@ void declare_trainer(Schema<R>& s) {
 void declare_model(Schema<R>& s) {
   auto m = s.section("model", &R::model, "the network");
   using M = R::Model;
-  m.add_enum("name", &M::name, {"mlp", "cnn", "resnet-small"}, "the architecture");
+  m.add_enum("name", &M::name, {"mlp", "cnn", "resnet-small", "gpt-mini"}, "the architecture");
   m.add("hidden", &M::hidden, "the MLP's hidden layer widths").at_least(1);
   m.add("channels", &M::channels, "the CNN's convolution widths, one 3x3 conv and 2x2 max-pool each").at_least(1);
   m.add("fc", &M::fc, "the CNN's hidden linear width").at_least(1);
-  m.add("dropout", &M::dropout, "dropout probability before each hidden linear layer").at_least(0);
+  m.add("layers", &M::layers, "gpt-mini: transformer blocks").at_least(1);
+  m.add("heads", &M::heads, "gpt-mini: attention heads per block").at_least(1);
+  m.add("embed_dim", &M::embed_dim, "gpt-mini: width of the token vectors, a multiple of heads").at_least(1);
+  m.add("dropout", &M::dropout, "dropout probability before each hidden linear layer (gpt-mini: in every block)")
+      .at_least(0);
   m.add("num_classes", &M::num_classes, "output classes (null: from the data)").at_least(1);
 }
 
 void declare_data(Schema<R>& s) {
   auto d = s.section("data", &R::data, "the dataset and its loaders");
   using D = R::Data;
-  d.add_enum("name", &D::name, {"fashion-mnist", "mnist", "idx", "csv", "synthetic"}, "the dataset");
-  d.add("path", &D::path, "a folder (fashion-mnist, mnist, idx) or file (csv) (null: the dataset's standard place)");
+  d.add_enum("name", &D::name, {"fashion-mnist", "mnist", "idx", "csv", "synthetic", "text"},
+             "the dataset (text: a file's bytes, for language models)");
+  d.add("path", &D::path,
+        "a folder (fashion-mnist, mnist, idx), a file (csv), a file or folder of files (text) (null: the dataset's "
+        "standard place)");
   d.add("batch_size", &D::batch_size, "training batch size").at_least(1);
   d.add("val_batch_size", &D::val_batch_size, "validation and test batch size (null: batch_size)").at_least(1);
   d.add("num_workers", &D::num_workers, "loader threads (0: load in the training thread)").at_least(0);
@@ -94,6 +101,7 @@ void declare_data(Schema<R>& s) {
   d.add("num_samples", &D::num_samples, "examples to generate (synthetic only)").at_least(1);
   d.add("num_features", &D::num_features, "features per example (synthetic only)").at_least(1);
   d.add("num_classes", &D::num_classes, "classes (synthetic only)").at_least(2);
+  d.add("block_size", &D::block_size, "tokens of context per example (text only)").at_least(1);
   d.add("seed", &D::seed, "seed of the validation split and the shuffling").at_least(0);
 }
 
@@ -211,10 +219,14 @@ void check_run_config(const RunConfig& c) {
   const auto& m = c.model;
   KILN_CHECK(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), found ", m.dropout);
   KILN_CHECK(m.name != "cnn" || !m.channels.empty(), "model.name cnn needs at least one entry in model.channels");
+  KILN_CHECK(m.name != "gpt-mini" || m.embed_dim % m.heads == 0, "model.embed_dim (", m.embed_dim,
+             ") must be a multiple of model.heads (", m.heads, ") for gpt-mini");
+  KILN_CHECK((m.name == "gpt-mini") == (c.data.name == "text"), "model.name ", m.name, " and data.name ",
+             c.data.name, ": gpt-mini is the model for text (token sequences), and text data needs gpt-mini");
 
   const auto& d = c.data;
-  KILN_CHECK(!(d.name == "idx" || d.name == "csv") || d.path, "data.name ", d.name, " needs data.path (a ",
-             d.name == "csv" ? "file" : "folder", ")");
+  KILN_CHECK(!(d.name == "idx" || d.name == "csv" || d.name == "text") || d.path, "data.name ", d.name,
+             " needs data.path (a ", d.name == "idx" ? "folder" : d.name == "csv" ? "file" : "file or folder", ")");
   KILN_CHECK(d.name != "synthetic" || d.val_size < d.num_samples, "data.val_size (", d.val_size,
              ") must be less than data.num_samples (", d.num_samples, ") for synthetic data");
 

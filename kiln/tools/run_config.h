@@ -64,17 +64,20 @@ struct RunConfig {
   };
 
   struct Model {
-    std::string name = "cnn";  // mlp | cnn | resnet-small
+    std::string name = "cnn";  // mlp | cnn | resnet-small | gpt-mini
     std::vector<int64_t> hidden{512, 256};
     std::vector<int64_t> channels{32, 64};
     int64_t fc = 128;
+    int64_t layers = 4;       // gpt-mini: transformer blocks
+    int64_t heads = 4;        // gpt-mini: attention heads per block
+    int64_t embed_dim = 128;  // gpt-mini: width of the token vectors (a multiple of heads)
     double dropout = 0.0;
     std::optional<int64_t> num_classes;  // null: from the data
     bool operator==(const Model&) const = default;
   };
 
   struct Data {
-    std::string name = "fashion-mnist";  // fashion-mnist | mnist | idx | csv | synthetic
+    std::string name = "fashion-mnist";  // fashion-mnist | mnist | idx | csv | synthetic | text
     std::optional<std::string> path;  // null: the dataset's standard place (see data_path)
     int64_t batch_size = 64;
     std::optional<int64_t> val_batch_size;  // null: batch_size
@@ -89,6 +92,7 @@ struct RunConfig {
     int64_t num_samples = 1024;
     int64_t num_features = 32;
     int64_t num_classes = 10;
+    int64_t block_size = 64;  // text: tokens of context per example
     int64_t seed = 0;
     bool operator==(const Data&) const = default;
   };

@@ -52,6 +52,34 @@ TEST(RunConfig, ShippedConfigIsTheMainJob) {
   EXPECT_EQ(kiln::tools::data_path(c.data), "/usr/share/datasets/fashion-mnist");
 }
 
+TEST(RunConfig, ShippedGptMiniConfigIsALanguageModelOnDebiansLicenses) {
+  RunConfig c = kiln::tools::load_run_config(std::string(KILN_CONFIGS_DIR) + "/gpt_mini.yaml");
+  RunConfig expected;
+  expected.trainer.max_epochs = 10;
+  expected.trainer.seed = 0;
+  expected.trainer.log_every_n_steps = 10;
+  expected.model.name = "gpt-mini";
+  expected.model.layers = 2;
+  expected.model.heads = 4;
+  expected.model.embed_dim = 128;
+  expected.data.name = "text";
+  expected.data.path = "/usr/share/common-licenses";
+  expected.data.block_size = 64;
+  expected.data.batch_size = 32;
+  expected.data.val_size = 200;
+  expected.optimizer.name = "adamw";
+  expected.optimizer.lr = 3e-3;
+  expected.optimizer.weight_decay = 0.1;
+  expected.optimizer.betas = {0.9, 0.95};
+  expected.scheduler.name = "warmup_cosine";
+  expected.scheduler.interval = "step";
+  expected.scheduler.warmup = 100;
+  expected.callbacks.checkpoint.monitor = "val/loss";
+  expected.callbacks.checkpoint.mode = "min";
+  expected.logger.name = "gpt_mini";
+  EXPECT_EQ(c, expected) << kiln::tools::dump(c);
+}
+
 TEST(RunConfig, Defaults) {
   RunConfig c = kiln::tools::load_run_config_text("", "empty.yaml");
   EXPECT_EQ(c, RunConfig{});
