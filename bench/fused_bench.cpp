@@ -1,4 +1,4 @@
-// The fused cross-entropy, layer norm and batch norm, forward + backward through autograd, against the same
+// The fused cross-entropy, layer norm, batch norm and gelu, forward + backward through autograd, against the same
 // math as composites of kiln's differentiable ops (what nn::F ran before the fused ops) and, when the benchmark
 // is built against LibTorch (KILN_BENCH_WITH_TORCH), against torch's cross_entropy, layer_norm and batch_norm
 // on the CPU.
@@ -6,13 +6,17 @@
 //
 // Shapes: cross-entropy at W3's (64, 10) and W2's (128, 10) batches, a 1000-class (4096, 1000) one and a
 // 32000-class (256, 32000) one; layer norm at (64, 10) and transformer widths (8192, 768), (4096, 1024);
-// batch norm (training) after W3's first convolution, (64, 32, 28, 28), and after a linear layer, (128, 512).
+// batch norm (training) after W3's first convolution, (64, 32, 28, 28), and after a linear layer, (128, 512);
+// gelu (exact: one kernel forward, one backward, against x/2 (1 + erf(x / sqrt 2)) composed) at gpt-mini's
+// feed-forward width, (2048, 512), and a wider one, (4096, 3072). On the CPU a last table times kiln's float
+// erf kernel against a loop of std::erf on the same 16M values (one thread each).
 // On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
 // with a synchronize, against the composite only.
 //
-//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm]   (the last: that op's rows only)
+//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|erf]   (the last: those rows only)
 #include <kiln/kiln.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +42,7 @@ Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
   return c * kiln::rsqrt((c * c).mean({1}, true) + 1e-5) * w + b;
 }
 // x: (N, C, ...); the batch statistics over every dim but 1 (no running statistics).
+Tensor gelu_composite(const Tensor& x) { return x * 0.5 * (kiln::erf(x * 0.70710678118654752440) + 1.0); }
 Tensor bn_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
   std::vector<int64_t> dims{0};
   for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
@@ -179,6 +184,56 @@ int main(int argc, char** argv) {
           return kiln::nn::F::batch_norm(x, {}, {}, w, b, true, 0.1, 1e-5);
         },
         bn_composite);
+  }
+  for (kiln::Shape shape : std::vector<kiln::Shape>{{2048, 512}, {4096, 3072}}) {
+    if (!wanted("gelu")) break;
+    Tensor x = kiln::randn(shape).to(dev).requires_grad_();
+    Tensor r = kiln::randn(shape).to(dev);
+    check("gelu", (kiln::gelu(x) * r).sum().item<double>(), (gelu_composite(x) * r).sum().item<double>());
+    auto step = [&](Tensor (*f)(const Tensor&)) {
+      return [&, f] {
+        x.set_grad(Tensor());
+        (f(x) * r).sum().backward();
+        sync(dev);
+      };
+    };
+    std::vector<std::function<void()>> variants = {step([](const Tensor& t) { return kiln::gelu(t); }),
+                                                   step(gelu_composite)};
+#ifdef KILN_BENCH_WITH_TORCH
+    torch::Tensor tx, tr;
+    if (torch) {
+      tx = torch::from_blob(x.detach().data_ptr<float>(), {shape[0], shape[1]}).clone().requires_grad_();
+      tr = torch::from_blob(r.data_ptr<float>(), {shape[0], shape[1]}).clone();
+      variants.push_back([&] {
+        tx.mutable_grad() = torch::Tensor();
+        (torch::gelu(tx) * tr).sum().backward();
+      });
+    }
+#endif
+    print_row("gelu", kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
+  }
+
+  if (!gpu && wanted("erf")) {
+    // The erf kernel (fast_math::erf, vectorized) against the math library's erf, one thread each, 16M floats.
+    const int threads = kiln::get_num_threads();
+    kiln::set_num_threads(1);
+    const int64_t n = 16 * 1024 * 1024;
+    Tensor x = kiln::randn({n}) * 2.0, y = kiln::empty({n});
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    Tensor out;
+    std::vector<double> t = kiln::bench::time_interleaved(
+        {[&] { out = kiln::erf(x); },
+         [&] {
+           for (int64_t i = 0; i < n; ++i) yp[i] = std::erf(xp[i]);
+           kiln::bench::do_not_optimize(yp[n - 1]);
+         }},
+        std::max(3, reps / 5));
+    check("erf", out.sum().item<double>(), y.sum().item<double>());
+    std::printf("\n| op (1 thread) | values | kiln erf, ns per value | std::erf loop | kiln / std::erf |\n|---|---|---|---|---|\n");
+    std::printf("| erf | %lld | %.2f | %.2f | %.3f |\n", static_cast<long long>(n), t[0] / n * 1e9, t[1] / n * 1e9,
+                t[0] / t[1]);
+    kiln::set_num_threads(threads);
   }
   return 0;
 }

@@ -137,6 +137,18 @@ TEST_F(CudaTest, BinaryOpsMatchTheCpuWithLayoutsAndBroadcasting) {
   }
 }
 
+TEST_F(CudaTest, GeluBackwardMatchesTheCpu) {
+  uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (const char* form : {"none", "tanh"}) {
+      Tensor g = test::random_tensor({11, 6}, d, rng, test::Layout::Transposed), x = test::random_tensor({11, 6}, d, rng);
+      compare(std::string("gelu_backward ") + form + " " + dtype_name(d) + " seed " + std::to_string(seed),
+              [form](const std::vector<Tensor>& in) { return ops::gelu_backward(in[0], in[1], form); }, {g, x});
+    }
+  }
+}
+
 TEST_F(CudaTest, ReluBackwardMatchesTheCpu) {
   uint32_t seed = fresh_seed();
   std::mt19937 rng(seed);

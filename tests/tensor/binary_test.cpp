@@ -221,6 +221,36 @@ TEST(Binary, ReluBackwardPassesTheGradientWhereTheResultIsNotAtMostZero) {
                      {"relu_backward", "floating"});
 }
 
+// gelu's fused backward against its derivative written out in float64, both forms, every floating dtype, a
+// transposed operand and a broadcast gradient.
+TEST(Binary, GeluBackwardIsTheGradientTimesTheDerivative) {
+  const double k = std::sqrt(2.0 / M_PI);
+  auto exact = [](double x) { return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); };
+  auto tanh_form = [k](double x) {
+    const double t = std::tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+  };
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (const char* form : {"none", "tanh"}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + " " + form);
+      std::mt19937 rng(8);
+      Tensor x = test::random_tensor({5, 7}, d, rng, test::Layout::Transposed) * 2.0;
+      Tensor g = test::random_tensor({7}, d, rng);  // broadcast over the rows
+      std::vector<double> xv = test::values(x), gv = test::values(g), want;
+      for (size_t i = 0; i < xv.size(); ++i) {
+        want.push_back(gv[i % 7] * (std::string(form) == "tanh" ? tanh_form(xv[i]) : exact(xv[i])));
+      }
+      test::expect_tensor_near(ops::gelu_backward(g, x, form), want, {5, 7});
+    }
+  }
+  // Far into the tails: the derivative goes to 0 below and to 1 above, without NaN.
+  EXPECT_EQ(test::values(ops::gelu_backward(ones({4}), tensor({-40.0f, -1e30f, 40.0f, 1e30f}))),
+            (std::vector<double>{0, 0, 1, 1}));
+  test::expect_error([] { ops::gelu_backward(tensor(std::vector<int64_t>{1}), tensor(std::vector<int64_t>{1})); },
+                     {"gelu_backward", "floating"});
+  test::expect_error([] { ops::gelu_backward(ones({1}), ones({1}), "fast"); }, {"gelu_backward", "\"fast\""});
+}
+
 TEST(Binary, NanPropagatesThroughMaximum) {
   Tensor a = tensor({NAN, 1.0}), b = tensor({0.0, NAN});
   std::vector<double> mx = test::values(maximum(a, b)), mn = test::values(minimum(a, b));

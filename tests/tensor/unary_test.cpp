@@ -191,6 +191,21 @@ TEST(FastExp, WithinTwoUlpOfFloat64ExpOverTheWholeRange) {
   EXPECT_GT(fast_math::exp(-103.0f), 0.0f);  // a denormal, not flushed to zero
 }
 
+TEST(FastErf, WithinThreeUlpOfFloat64Erf) {
+  // Beyond |x| = 3.92, erf is +-1 in float; the polynomials change at |x| = 1 and 4.
+  UlpError e = max_ulp_error([](float x) { return fast_math::erf(x); }, [](double x) { return std::erf(x); }, 6.0f);
+  EXPECT_LE(e.ulps, 3) << "at x = " << e.at;
+  for (float x : {0.999999f, 1.0f, 1.000001f, 3.999999f, 4.0f, 4.000001f}) {
+    EXPECT_LE(ulp_distance(fast_math::erf(x), static_cast<float>(std::erf(static_cast<double>(x)))), 3) << x;
+  }
+  EXPECT_EQ(fast_math::erf(INFINITY), 1.0f);
+  EXPECT_EQ(fast_math::erf(-INFINITY), -1.0f);
+  EXPECT_EQ(fast_math::erf(1e30f), 1.0f);
+  EXPECT_EQ(std::signbit(fast_math::erf(-0.0f)), true);
+  EXPECT_NEAR(fast_math::erf(1e-30f), 1.1283791670955126e-30, 1e-37);  // 2x / sqrt(pi) near 0, no underflow
+  EXPECT_TRUE(std::isnan(fast_math::erf(NAN)));
+}
+
 TEST(FastTanh, WithinThreeUlpOfFloat64Tanh) {
   // Beyond |x| = 11, tanh is +-1 in float.
   UlpError e = max_ulp_error([](float x) { return fast_math::tanh(x); }, [](double x) { return std::tanh(x); }, 11.0f);

@@ -173,7 +173,8 @@ KILN_UNARY_INPLACE(erf)
 
 #undef KILN_UNARY_INPLACE
 
-// gelu (exact): y = x Phi(x); dx = g (Phi(x) + x phi(x)), Phi the normal CDF and phi its density.
+// gelu (exact): y = x Phi(x); dx = g (Phi(x) + x phi(x)), Phi the normal CDF and phi its density
+// (ops::gelu_backward computes either form in one pass).
 // gelu (tanh): y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3);
 //   dx = g (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
 Tensor gelu(const Tensor& x, std::string_view approximate) {
@@ -182,6 +183,8 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (should_record(x)) {
     record(tanh_approx ? "gelu_tanh" : "gelu", y, {x}, [sx = SavedTensor(x, false), tanh_approx](const Tensor& g, const OpNode& n) {
       Tensor x = sx.get(n);
+      // One fused pass, unless a second derivative is wanted (create_graph): then the differentiable form.
+      if (!autograd::GradMode::is_enabled()) return TensorList{ops::gelu_backward(g, x, tanh_approx ? "tanh" : "none")};
       if (tanh_approx) {
         Tensor t = tanh((x + x * x * x * 0.044715) * kSqrt2OverPi);
         return TensorList{g * ((1 + t) * 0.5 + x * 0.5 * (1 - t * t) * kSqrt2OverPi * (1 + x * x * (3 * 0.044715)))};

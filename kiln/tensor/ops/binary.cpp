@@ -184,6 +184,15 @@ Tensor relu_backward(const Tensor& grad, const Tensor& result) {
   return binary<Op::relu_backward>(grad, result, Kind::Arith);
 }
 
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate) {
+  KILN_CHECK(is_floating(grad.dtype()) && is_floating(x.dtype()), "gelu_backward: expected floating tensors, got ",
+             grad.dtype(), " and ", x.dtype());
+  KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu_backward: approximate must be \"none\" or ",
+             "\"tanh\", got \"", approximate, "\"");
+  return approximate == "tanh" ? binary<Op::gelu_tanh_backward>(grad, x, Kind::Arith)
+                               : binary<Op::gelu_backward>(grad, x, Kind::Arith);
+}
+
 // pow(Tensor, Scalar) is a unary op (unary.cpp); these take a tensor exponent.
 Tensor pow(const Tensor& a, const Tensor& b) { return binary<Op::pow>(a, b, Kind::Arith); }
 Tensor& pow_(Tensor& a, const Tensor& b) { return binary_<Op::pow>(a, b, Kind::Arith); }

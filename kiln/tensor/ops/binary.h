@@ -3,6 +3,8 @@
 // category (int tensor + 2.5 is float, float16 tensor + 2.5 stays float16).
 #pragma once
 
+#include <string_view>
+
 #include "kiln/tensor/tensor.h"
 
 namespace kiln::ops {
@@ -36,6 +38,9 @@ KILN_BINARY_DECL(minimum)
 // relu's backward in one pass: 0 where result <= 0, else grad (result: relu's output, grad: its gradient). A NaN
 // result passes the gradient, as PyTorch's threshold_backward does.
 Tensor relu_backward(const Tensor& grad, const Tensor& result);
+// gelu's backward in one pass: grad times gelu's derivative at x (x: gelu's input; approximate "none" or
+// "tanh", as gelu's). Broadcasts as any binary op; the result has the promoted floating dtype.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, std::string_view approximate = "none");
 Tensor pow(const Tensor& a, const Tensor& b);  // pow(Tensor, Scalar) is in unary.h
 Tensor& pow_(Tensor& a, const Tensor& b);
 Tensor pow(const Scalar& a, const Tensor& b);

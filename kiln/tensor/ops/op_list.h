@@ -188,6 +188,8 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(maximum, BinaryKernel)                 \
   X(minimum, BinaryKernel)                 \
   X(relu_backward, BinaryKernel)           \
+  X(gelu_backward, BinaryKernel)           \
+  X(gelu_tanh_backward, BinaryKernel)      \
   X(eq, BinaryKernel)                      \
   X(ne, BinaryKernel)                      \
   X(lt, BinaryKernel)                      \
