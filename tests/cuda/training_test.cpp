@@ -31,9 +31,11 @@ void expect_same_weights(nn::Module& gpu, nn::Module& cpu, double rtol, const st
     test::expect_matches_cpu(g[i].second.detach(), c[i].second.detach(), context + " " + c[i].first, rtol, rtol);
 }
 
-template <typename Make, typename MakeOpt>
-void train_both(const Make& make, const MakeOpt& make_opt, const Tensor& x, const Tensor& y, int steps, double rtol,
-                const std::string& context) {
+// Trains twins of make() on both devices for `steps` steps of loss(model, x, y), comparing the losses each step
+// and the weights at the end.
+template <typename Make, typename MakeOpt, typename Loss>
+void train_both(const Make& make, const MakeOpt& make_opt, const Loss& loss, const Tensor& x, const Tensor& y,
+                int steps, double rtol, const std::string& context) {
   auto reference = make();
   nn::StateDict weights = reference->state_dict();
   auto cpu = twin(make, weights, kCPU);
@@ -42,8 +44,8 @@ void train_both(const Make& make, const MakeOpt& make_opt, const Tensor& x, cons
   auto gpu_opt = make_opt(gpu->parameters());
   Tensor xg = x.to(Device::cuda()), yg = y.to(Device::cuda());
   for (int step = 0; step < steps; ++step) {
-    Tensor lc = nn::F::cross_entropy(cpu(x), y);
-    Tensor lg = nn::F::cross_entropy(gpu(xg), yg);
+    Tensor lc = loss(*cpu, x, y);
+    Tensor lg = loss(*gpu, xg, yg);
     EXPECT_TRUE(lg.is_cuda());
     EXPECT_NEAR(lg.item<double>(), lc.item<double>(), rtol * std::max(1.0, std::abs(lc.item<double>())))
         << context << " loss at step " << step;
@@ -55,6 +57,14 @@ void train_both(const Make& make, const MakeOpt& make_opt, const Tensor& x, cons
     gpu_opt.step();
   }
   expect_same_weights(*gpu, *cpu, rtol, context);
+}
+
+// The classifiers' loss: cross-entropy of (N, K) scores.
+template <typename Make, typename MakeOpt>
+void train_both(const Make& make, const MakeOpt& make_opt, const Tensor& x, const Tensor& y, int steps, double rtol,
+                const std::string& context) {
+  train_both(make, make_opt, [](nn::Module& m, const Tensor& in, const Tensor& t) { return nn::F::cross_entropy(m(in), t); },
+             x, y, steps, rtol, context);
 }
 
 TEST_F(CudaTest, MlpTrainingStepsMatchTheCpu) {
@@ -103,29 +113,17 @@ TEST_F(CudaTest, NormalizationLayersTrainOnTheGpu) {
 // cross-entropy on the GPU against the CPU, then generation on the device.
 TEST_F(CudaTest, GptMiniTrainingStepsMatchTheCpuAndItGeneratesOnTheGpu) {
   uint32_t seed = test::fresh_seed();
-  const std::string context = "gpt-mini + SGD seed " + std::to_string(seed);
   manual_seed(seed);
   auto make = [] { return std::make_shared<tools::GptMini>(256, 16, 2, 2, 32, 0.0); };
-  auto reference = make();
-  const nn::StateDict weights = reference->state_dict();
-  auto cpu = twin(make, weights, kCPU);
-  auto gpu = twin(make, weights, Device::cuda());
-  optim::SGD cpu_opt(cpu->parameters(), {.lr = 0.1});
-  optim::SGD gpu_opt(gpu->parameters(), {.lr = 0.1});
+  // Every position's next token a class: (N, S, 256) scores against (N, S) labels.
+  auto loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+    return nn::F::cross_entropy(m(x).reshape({-1, 256}), y.reshape({-1}));
+  };
   const Tensor x = randint(0, 256, {4, 16}), y = randint(0, 256, {4, 16});
-  const Tensor xg = x.to(Device::cuda()), yg = y.to(Device::cuda());
-  for (int step = 0; step < 3; ++step) {
-    Tensor lc = nn::F::cross_entropy(cpu->forward(x).reshape({-1, 256}), y.reshape({-1}));
-    Tensor lg = nn::F::cross_entropy(gpu->forward(xg).reshape({-1, 256}), yg.reshape({-1}));
-    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 2e-4 * std::abs(lc.item<double>())) << context << " step " << step;
-    cpu_opt.zero_grad();
-    gpu_opt.zero_grad();
-    lc.backward();
-    lg.backward();
-    cpu_opt.step();
-    gpu_opt.step();
-  }
-  expect_same_weights(*gpu, *cpu, 2e-4, context);
+  train_both(make, [](std::vector<Tensor> p) { return optim::SGD(std::move(p), {.lr = 0.1}); }, loss, x, y, 3, 2e-4,
+             "gpt-mini + SGD seed " + std::to_string(seed));
+  auto gpu = make();
+  gpu->to(Device::cuda());
   const std::vector<int64_t> out = tools::generate(*gpu, tools::tokens_of("ab"), {.max_new_tokens = 40, .seed = 1});
   ASSERT_EQ(out.size(), 40u);
   for (int64_t t : out) EXPECT_TRUE(t >= 0 && t < 256) << t;
