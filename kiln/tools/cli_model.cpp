@@ -67,6 +67,20 @@ double parse_nonnegative_flag(const std::string& flag, const std::string& value)
   return v;
 }
 
+// The network's own weights in a checkpoint of kiln train: the Classifier holds the network as "net", so its
+// state_dict less that prefix. `command` names the caller in errors.
+serialize::TensorMap network_weights(const trainer::Checkpoint& ckpt, const char* command) {
+  const std::string prefix = "net.";
+  serialize::TensorMap weights;
+  for (const auto& [key, t] : ckpt.tensor_section("model")) {
+    KILN_CHECK(key.rfind(prefix, 0) == 0, command, ": ", ckpt.path, ": model entry '", key, "' is not under '",
+               prefix, "' (not a checkpoint of kiln train's classifier?)");
+    weights[key.substr(prefix.size())] = t;
+  }
+  KILN_CHECK(!weights.empty(), command, ": ", ckpt.path, " holds no model weights");
+  return weights;
+}
+
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -151,15 +165,12 @@ int cmd_export(const std::vector<std::string>& args) {
 
   const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
   const RunConfig cfg = config_of_checkpoint(ckpt, {});  // a checkpoint of kiln train, and its config
-  // The Classifier holds the network as "net": its state_dict, less that prefix, is the network's own.
-  const std::string prefix = "net.";
-  serialize::TensorMap weights;
-  for (const auto& [key, t] : ckpt.tensor_section("model")) {
-    KILN_CHECK(key.rfind(prefix, 0) == 0, "export: ", a.ckpt, ": model entry '", key, "' is not under '", prefix,
-               "' (not a checkpoint of kiln train's classifier?)");
-    weights[key.substr(prefix.size())] = dtype && is_floating(t.dtype()) ? t.to(*dtype) : t;
+  serialize::TensorMap weights = network_weights(ckpt, "export");
+  if (dtype) {
+    for (auto& [key, t] : weights) {
+      if (is_floating(t.dtype())) t = t.to(*dtype);
+    }
   }
-  KILN_CHECK(!weights.empty(), "export: ", a.ckpt, " holds no model weights");
   serialize::save_safetensors(output, weights, {{"format", "pt"}, {"kiln.config", ckpt.get("hparams.config")}});
   int64_t elements = 0;
   for (const auto& [key, t] : weights) elements += t.numel();
@@ -254,13 +265,7 @@ int cmd_generate(const std::vector<std::string>& args) {
                       .tokens = true};
   auto model = std::dynamic_pointer_cast<GptMini>(make_model(cfg.model, info));
   KILN_ASSERT(model != nullptr, "make_model built no GptMini for gpt-mini");
-  // The Classifier holds the network as "net".
-  serialize::TensorMap weights;
-  for (const auto& [key, t] : ckpt.tensor_section("model")) {
-    KILN_CHECK(key.rfind("net.", 0) == 0, "generate: ", a.ckpt, ": model entry '", key, "' is not under 'net.'");
-    weights[key.substr(4)] = t;
-  }
-  model->load_state_dict(weights);
+  model->load_state_dict(network_weights(ckpt, "generate"));
   const std::string& acc = cfg.trainer.accelerator;
   if (acc == "cuda" || (acc == "auto" && cuda::is_available())) model->to(Device::cuda(0));
 
