@@ -634,7 +634,11 @@ class Parser {
   void expect_line_end(Cursor& c) const {
     c.skip_spaces();
     if (c.at_end() || c.at_comment()) return;
-    fail(c, std::string("unexpected '") + c.peek() + "' after the value");
+    // Built with append, not +: GCC 12 warned of a bound (-Warray-bounds) in the inlined operator+ chain.
+    std::string message = "unexpected '";
+    message += c.peek();
+    message += "' after the value";
+    fail(c, message);
   }
 
   std::shared_ptr<const std::string> source_;
