@@ -8,12 +8,12 @@
 // 32000-class (256, 32000) one; layer norm at (64, 10) and transformer widths (8192, 768), (4096, 1024);
 // batch norm (training) after W3's first convolution, (64, 32, 28, 28), and after a linear layer, (128, 512);
 // gelu (exact: one kernel forward, one backward, against x/2 (1 + erf(x / sqrt 2)) composed) at gpt-mini's
-// feed-forward width, (2048, 512), and a wider one, (4096, 3072). On the CPU a last table times kiln's float
+// feed-forward width, (2048, 512), and a wider one, (4096, 3072); the same for gelu's tanh form (gelu_tanh). On the CPU a last table times kiln's float
 // erf kernel against a loop of std::erf on the same 16M values (one thread each).
 // On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
 // with a synchronize, against the composite only.
 //
-//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|erf]   (the last: those rows only)
+//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|gelu_tanh|erf]   (the last: those rows only)
 #include <kiln/kiln.h>
 
 #include <cmath>
@@ -43,6 +43,9 @@ Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 // x: (N, C, ...); the batch statistics over every dim but 1 (no running statistics).
 Tensor gelu_composite(const Tensor& x) { return x * 0.5 * (kiln::erf(x * 0.70710678118654752440) + 1.0); }
+Tensor gelu_tanh_composite(const Tensor& x) {
+  return x * 0.5 * (kiln::tanh((x + x * x * x * 0.044715) * 0.79788456080286535588) + 1.0);
+}
 Tensor bn_composite(const Tensor& x, const Tensor& w, const Tensor& b) {
   std::vector<int64_t> dims{0};
   for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
@@ -185,32 +188,36 @@ int main(int argc, char** argv) {
         },
         bn_composite);
   }
-  for (kiln::Shape shape : std::vector<kiln::Shape>{{2048, 512}, {4096, 3072}}) {
-    if (!wanted("gelu")) break;
-    Tensor x = kiln::randn(shape).to(dev).requires_grad_();
-    Tensor r = kiln::randn(shape).to(dev);
-    check("gelu", (kiln::gelu(x) * r).sum().item<double>(), (gelu_composite(x) * r).sum().item<double>());
-    auto step = [&](Tensor (*f)(const Tensor&)) {
-      return [&, f] {
-        x.set_grad(Tensor());
-        (f(x) * r).sum().backward();
-        sync(dev);
+  for (const char* form : {"none", "tanh"}) {
+    const std::string name = std::strcmp(form, "none") == 0 ? "gelu" : "gelu_tanh";
+    if (!wanted(name.c_str())) continue;
+    Tensor (*composite)(const Tensor&) = name == "gelu" ? gelu_composite : gelu_tanh_composite;
+    for (kiln::Shape shape : std::vector<kiln::Shape>{{2048, 512}, {4096, 3072}}) {
+      Tensor x = kiln::randn(shape).to(dev).requires_grad_();
+      Tensor r = kiln::randn(shape).to(dev);
+      check(name.c_str(), (kiln::gelu(x, form) * r).sum().item<double>(), (composite(x) * r).sum().item<double>());
+      auto step = [&](std::function<Tensor(const Tensor&)> f) {
+        return [&, f] {
+          x.set_grad(Tensor());
+          (f(x) * r).sum().backward();
+          sync(dev);
+        };
       };
-    };
-    std::vector<std::function<void()>> variants = {step([](const Tensor& t) { return kiln::gelu(t); }),
-                                                   step(gelu_composite)};
+      std::vector<std::function<void()>> variants = {step([form](const Tensor& t) { return kiln::gelu(t, form); }),
+                                                     step(composite)};
 #ifdef KILN_BENCH_WITH_TORCH
-    torch::Tensor tx, tr;
-    if (torch) {
-      tx = torch::from_blob(x.detach().data_ptr<float>(), {shape[0], shape[1]}).clone().requires_grad_();
-      tr = torch::from_blob(r.data_ptr<float>(), {shape[0], shape[1]}).clone();
-      variants.push_back([&] {
-        tx.mutable_grad() = torch::Tensor();
-        (torch::gelu(tx) * tr).sum().backward();
-      });
-    }
+      torch::Tensor tx, tr;
+      if (torch) {
+        tx = torch::from_blob(x.detach().data_ptr<float>(), {shape[0], shape[1]}).clone().requires_grad_();
+        tr = torch::from_blob(r.data_ptr<float>(), {shape[0], shape[1]}).clone();
+        variants.push_back([&, form] {
+          tx.mutable_grad() = torch::Tensor();
+          (torch::gelu(tx, form) * tr).sum().backward();
+        });
+      }
 #endif
-    print_row("gelu", kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
+      print_row(name.c_str(), kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
+    }
   }
 
   if (!gpu && wanted("erf")) {

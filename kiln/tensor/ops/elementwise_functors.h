@@ -188,12 +188,16 @@ struct GeluBackward {
 };
 // tanh form: y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3);
 // dy/dx = (1 + t) / 2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// Where t has saturated to +-1 the second term is 0 (its limit): computed, it would be 0 * inf = NaN once x^2
+// overflows (|x| > 1.8e19 in float32), which PyTorch's formula gives there.
 struct GeluTanhBackward {
   template <class T> KILN_INLINE T operator()(T g, T x) const {
     const T k = T(0.79788456080286535588);
     const T x2 = x * x;
     const T t = tanh_of(k * (x + T(0.044715) * x2 * x));
-    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(0.134145) * x2));
+    const T sech2 = T(1) - t * t;
+    const T tail = sech2 == T(0) ? T(0) : T(0.5) * x * sech2 * k * (T(1) + T(0.134145) * x2);
+    return g * (T(0.5) * (T(1) + t) + tail);
   }
 };
 struct ReluBackward {  // relu's gradient from its result y: 0 where y <= 0, else g (g at NaN, as PyTorch)
