@@ -6,6 +6,10 @@
 // Two forms of add: "add_" is a.add_(b), into existing memory; "add" is a + b, which allocates its 64 MiB
 // result each call (from the CPU allocator's cache of freed blocks, see cpu_allocator.cpp).
 //
+// The reductions' other loops on the same 64 MiB, counted as one read: "sum_rows" is a (4096, 4096) tensor
+// summed over dim 1, "sum_cols" over dim 0 (the column loop), "sum_short" a (4M, 4) one over dim 1 (many
+// short rows), "var_rows" and "max_rows" (max with its index) over dim 1.
+//
 //   elementwise_bench [reps]
 #include <kiln/kiln.h>
 
@@ -29,12 +33,18 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     Tensor out;
     Tensor acc = a.clone();
-    Tensor total;
+    Tensor total, r;
+    const Tensor square = a.view({4096, 4096}), narrow = a.view({n / 4, 4});
     std::vector<std::function<void()>> variants{
         [&] { std::memcpy(dst.data(), src.data(), n * sizeof(float)); },
         [&] { acc.add_(b); },
         [&] { out = a + b; },
         [&] { total = a.sum(); },
+        [&] { r = square.sum({1}); },
+        [&] { r = square.sum({0}); },
+        [&] { r = narrow.sum({1}); },
+        [&] { r = kiln::var(square, {1}); },
+        [&] { r = kiln::max(square, 1).first; },
     };
     std::vector<double> t = bench::time_interleaved(variants, reps);
     double memcpy_gbs = 2 * mib64 / t[0] / 1e9;
@@ -42,6 +52,11 @@ int main(int argc, char** argv) {
     std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "add_", add_inplace, memcpy_gbs, add_inplace / memcpy_gbs);
     std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "add", add_alloc, memcpy_gbs, add_alloc / memcpy_gbs);
     std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "sum", sum_gbs, memcpy_gbs, sum_gbs / memcpy_gbs);
+    const char* names[] = {"sum_rows", "sum_cols", "sum_short", "var_rows", "max_rows"};
+    for (int k = 0; k < 5; ++k) {
+      const double gbs = mib64 / t[4 + k] / 1e9;
+      std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, names[k], gbs, memcpy_gbs, gbs / memcpy_gbs);
+    }
     bench::do_not_optimize(total.item<float>());
   }
   return 0;
