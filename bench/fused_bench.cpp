@@ -8,12 +8,14 @@
 // 32000-class (256, 32000) one; layer norm at (64, 10) and transformer widths (8192, 768), (4096, 1024);
 // batch norm (training) after W3's first convolution, (64, 32, 28, 28), and after a linear layer, (128, 512);
 // gelu (exact: one kernel forward, one backward, against x/2 (1 + erf(x / sqrt 2)) composed) at gpt-mini's
-// feed-forward width, (2048, 512), and a wider one, (4096, 3072); the same for gelu's tanh form (gelu_tanh). On the CPU a last table times kiln's float
-// erf kernel against a loop of std::erf on the same 16M values (one thread each).
+// feed-forward width, (2048, 512), and a wider one, (4096, 3072); the same for gelu's tanh form (gelu_tanh).
+// On the CPU a last table times kiln's float erf kernel against a loop of std::erf on the same 16M values (one
+// thread each).
 // On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
 // with a synchronize, against the composite only.
 //
-//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|gelu_tanh|erf]   (the last: those rows only)
+//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|gelu_tanh|erf]
+//   (the last argument: those rows only)
 #include <kiln/kiln.h>
 
 #include <cmath>

@@ -186,8 +186,12 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
       // One fused pass, unless a second derivative is wanted (create_graph): then the differentiable form.
       if (!autograd::GradMode::is_enabled()) return TensorList{ops::gelu_backward(g, x, tanh_approx ? "tanh" : "none")};
       if (tanh_approx) {
+        // The second term is 0 where t has saturated, as in the fused pass (there it would be 0 * inf once
+        // x^2 overflows).
         Tensor t = tanh((x + x * x * x * 0.044715) * kSqrt2OverPi);
-        return TensorList{g * ((1 + t) * 0.5 + x * 0.5 * (1 - t * t) * kSqrt2OverPi * (1 + x * x * (3 * 0.044715)))};
+        Tensor sech2 = 1 - t * t;
+        Tensor tail = where(ops::eq(sech2, 0.0), 0.0, x * 0.5 * sech2 * kSqrt2OverPi * (1 + x * x * (3 * 0.044715)));
+        return TensorList{g * ((1 + t) * 0.5 + tail)};
       }
       Tensor cdf = (1 + erf(x / kSqrt2)) * 0.5;
       Tensor pdf = exp(x * x * -0.5) * kInvSqrt2Pi;
