@@ -8,7 +8,8 @@
 //
 // The reductions' other loops on the same 64 MiB, counted as one read: "sum_rows" is a (4096, 4096) tensor
 // summed over dim 1, "sum_cols" over dim 0 (the column loop), "sum_short" a (4M, 4) one over dim 1 (many
-// short rows), "var_rows" and "max_rows" (max with its index) over dim 1.
+// short rows, folded across a block of outputs), "sum_row32" a (512K, 32) one over dim 1 (short rows, each
+// folded on its own), "var_rows" and "max_rows" (max with its index) over dim 1.
 //
 //   elementwise_bench [reps]
 #include <kiln/kiln.h>
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
     Tensor out;
     Tensor acc = a.clone();
     Tensor total, r;
-    const Tensor square = a.view({4096, 4096}), narrow = a.view({n / 4, 4});
+    const Tensor square = a.view({4096, 4096}), narrow = a.view({n / 4, 4}), rows32 = a.view({n / 32, 32});
     std::vector<std::function<void()>> variants{
         [&] { std::memcpy(dst.data(), src.data(), n * sizeof(float)); },
         [&] { acc.add_(b); },
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
         [&] { r = square.sum({1}); },
         [&] { r = square.sum({0}); },
         [&] { r = narrow.sum({1}); },
+        [&] { r = rows32.sum({1}); },
         [&] { r = kiln::var(square, {1}); },
         [&] { r = kiln::max(square, 1).first; },
     };
@@ -52,8 +54,8 @@ int main(int argc, char** argv) {
     std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "add_", add_inplace, memcpy_gbs, add_inplace / memcpy_gbs);
     std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "add", add_alloc, memcpy_gbs, add_alloc / memcpy_gbs);
     std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, "sum", sum_gbs, memcpy_gbs, sum_gbs / memcpy_gbs);
-    const char* names[] = {"sum_rows", "sum_cols", "sum_short", "var_rows", "max_rows"};
-    for (int k = 0; k < 5; ++k) {
+    const char* names[] = {"sum_rows", "sum_cols", "sum_short", "sum_row32", "var_rows", "max_rows"};
+    for (int k = 0; k < 6; ++k) {
       const double gbs = mib64 / t[4 + k] / 1e9;
       std::printf("%-8d %-12s %-9.2f %-9.2f %-8.3f\n", threads, names[k], gbs, memcpy_gbs, gbs / memcpy_gbs);
     }

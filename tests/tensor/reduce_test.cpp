@@ -119,8 +119,10 @@ const std::vector<ReduceCase> kCases = {
 };
 const std::vector<ReduceCase> kZeroSizeCases = {{{2, 0, 3}, {1}}, {{2, 0, 3}, {0}}, {{0}, {}}};
 // Long enough to be cut into several chunks: rows of 70000 (the row loop) and a reduction over 600 rows of
-// 1000 (the column loop), and many short rows.
-const std::vector<ReduceCase> kLongCases = {{{3, 70000}, {1}}, {{600, 1000}, {0}}, {{100000, 3}, {0}}, {{2000, 40}, {1}}};
+// 1000 (the column loop), and many short rows (reduced a block of outputs at a time: several blocks, the last
+// one partial).
+const std::vector<ReduceCase> kLongCases = {{{3, 70000}, {1}}, {{600, 1000}, {0}}, {{100000, 3}, {0}},
+                                            {{2000, 40}, {1}}, {{3, 1500, 7}, {2}}};
 
 using KilnReduce = std::function<Tensor(const Tensor&, const std::vector<int64_t>&, bool keepdim)>;
 using RefFn = std::function<double(const std::vector<double>&)>;
@@ -399,7 +401,8 @@ TEST(ReduceSum, LargeSumIsTheSameForAnyThreadCount) {
   const int before = get_num_threads();
   std::mt19937 rng(99);
   for (const auto& [shape, dims] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
-           {{3000001}, {}}, {{3, 1000001}, {1}}, {{1000001, 3}, {0}}, {{1500, 2000}, {0}}}) {
+           {{3000001}, {}}, {{3, 1000001}, {1}}, {{1000001, 3}, {0}}, {{1500, 2000}, {0}}, {{1000001, 5}, {1}},
+           {{100001, 40}, {1}}}) {
     Tensor x = test::random_tensor(shape, kFloat32, rng);
     set_num_threads(1);
     Tensor one = sum(x, dims);
