@@ -36,18 +36,21 @@ const char* index_op_name(IndexOpId op) {
 }
 
 std::pair<IndexError*, IndexError*> index_error_slot() {
+  // A mutex and a pointer, not std::call_once: the allocation can throw, and libstdc++'s call_once can hang
+  // the next caller after an exceptional call (GCC bug 66146), as cublas_loader.cpp notes too. A failed
+  // allocation leaves the slot empty, so the next call tries again and reports its own error.
+  static std::mutex mutex;
   static std::pair<IndexError*, IndexError*> slot{nullptr, nullptr};
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* host = nullptr;
-    void* device = nullptr;
-    // Portable: with unified addressing the one device pointer is valid on every device.
-    KILN_CUDA_CHECK(cudaHostAlloc(&host, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable),
-                    "CUDA indexing: the index error slot");
-    std::memset(host, 0, sizeof(IndexError));
-    KILN_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0), "CUDA indexing: the index error slot");
-    slot = {static_cast<IndexError*>(host), static_cast<IndexError*>(device)};
-  });
+  std::lock_guard<std::mutex> lock(mutex);
+  if (slot.first != nullptr) return slot;
+  void* host = nullptr;
+  void* device = nullptr;
+  // Portable: with unified addressing the one device pointer is valid on every device.
+  KILN_CUDA_CHECK(cudaHostAlloc(&host, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable),
+                  "CUDA indexing: the index error slot");
+  std::memset(host, 0, sizeof(IndexError));
+  KILN_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0), "CUDA indexing: the index error slot");
+  slot = {static_cast<IndexError*>(host), static_cast<IndexError*>(device)};
   return slot;
 }
 

@@ -194,11 +194,14 @@ __device__ __forceinline__ void apply_strided(const F& f, Out* out, const InPtrs
   out[off[0]] = convert<Out>(f(static_cast<opmath_t<In>>(::cuda::std::get<I>(in)[off[I + 1]])...));
 }
 
+// NOTE: the element index counts in 64 bits even when the offsets fit in 32 (Index = int32_t): the grid's stride
+// is up to 2^28, so a 32-bit i would pass INT32_MAX on its last step once n exceeds 2^31 - 2^28 (1.88e9
+// elements), wrap negative and stay below n.
 template <typename Out, typename Index, int N, typename F, typename... In>
-__global__ void strided_kernel(Index n, OffsetCalc<N, Index> calc, F f, Out* out, InPtrs<In...> in) {
-  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n; i += stride)
-    apply_strided<Out, F, Index, N, In...>(f, out, in, calc.get(i), std::index_sequence_for<In...>{});
+__global__ void strided_kernel(int64_t n, OffsetCalc<N, Index> calc, F f, Out* out, InPtrs<In...> in) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
+    apply_strided<Out, F, Index, N, In...>(f, out, in, calc.get(static_cast<Index>(i)), std::index_sequence_for<In...>{});
 }
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -258,7 +261,7 @@ void cuda_kernel(const char* what, const Tensor& out, const F& f, typename AsTen
   if (layout.fits_int32()) {
     auto calc = layout.template calc<int32_t>(what);
     detail::strided_kernel<Out, int32_t, N, F, In...><<<grid_for(layout.numel, kBlockSize), kBlockSize, 0, stream>>>(
-        static_cast<int32_t>(layout.numel), calc, f, out_ptr, typed(seq, in_ptrs));
+        layout.numel, calc, f, out_ptr, typed(seq, in_ptrs));
   } else {
     auto calc = layout.template calc<int64_t>(what);
     detail::strided_kernel<Out, int64_t, N, F, In...><<<grid_for(layout.numel, kBlockSize), kBlockSize, 0, stream>>>(
