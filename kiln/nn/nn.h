@@ -11,5 +11,6 @@
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/rnn.h"
 #include "kiln/nn/save.h"
 #include "kiln/nn/transformer.h"

@@ -109,6 +109,42 @@ TEST_F(CudaTest, NormalizationLayersTrainOnTheGpu) {
              "BatchNorm/LayerNorm + AdamW seed " + std::to_string(seed));
 }
 
+// A sequence classifier over a recurrent stack: its final hidden states (both directions of the top layer) into a
+// linear head; `lengths` make the batch ragged, so the masking runs on the device too.
+class RecurrentClassifier : public nn::Module {
+ public:
+  RecurrentClassifier(std::shared_ptr<nn::RNNBaseImpl> rnn, std::vector<int64_t> lengths)
+      : Module("RecurrentClassifier"), rnn_(register_module("rnn", std::move(rnn))), lengths_(std::move(lengths)) {
+    head_ = register_module("head", nn::Linear(2 * rnn_->hidden_size(), 5).ptr());
+  }
+  // x: (N, L, F), batch-first.
+  Tensor forward(const Tensor& x) override {
+    const nn::RNNState s = rnn_->forward(x, {}, lengths_).state;
+    const int64_t layers = rnn_->options().num_layers;
+    return head_->forward(cat({s.h.select(0, 2 * layers - 2), s.h.select(0, 2 * layers - 1)}, 1));
+  }
+
+ private:
+  std::shared_ptr<nn::RNNBaseImpl> rnn_;
+  std::shared_ptr<nn::LinearImpl> head_;
+  std::vector<int64_t> lengths_;
+};
+
+TEST_F(CudaTest, LstmAndGruTrainingStepsMatchTheCpu) {
+  uint32_t seed = test::fresh_seed();
+  manual_seed(seed);
+  const nn::RNNOptions o{.num_layers = 2, .batch_first = true, .bidirectional = true};
+  const std::vector<int64_t> lengths = {12, 7, 12, 1, 9, 3};
+  const Tensor x = randn({6, 12, 8});
+  const Tensor y = randint(0, 5, {6});
+  train_both([&] { return std::make_shared<RecurrentClassifier>(nn::LSTM(8, 16, o).ptr(), lengths); },
+             [](std::vector<Tensor> p) { return optim::Adam(std::move(p), {.lr = 1e-2}); }, x, y, 3, 2e-4,
+             "LSTM + Adam seed " + std::to_string(seed));
+  train_both([&] { return std::make_shared<RecurrentClassifier>(nn::GRU(8, 16, o).ptr(), lengths); },
+             [](std::vector<Tensor> p) { return optim::SGD(std::move(p), {.lr = 0.1}); }, x, y, 3, 2e-4,
+             "GRU + SGD seed " + std::to_string(seed));
+}
+
 // gpt-mini (kiln train's language model): embeddings, causal attention, LayerNorm, GELU and the per-position
 // cross-entropy on the GPU against the CPU, then generation on the device.
 TEST_F(CudaTest, GptMiniTrainingStepsMatchTheCpuAndItGeneratesOnTheGpu) {
