@@ -111,6 +111,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);

@@ -67,13 +67,16 @@ void Node::run_pre_hooks(TensorList& grads) {
 }
 
 TensorList OpNode::apply(TensorList&& grads) {
-  KILN_CHECK(backward_ != nullptr, name(),
+  KILN_CHECK(backward_ != nullptr || multi_backward_ != nullptr, name(),
              ": backward through the graph a second time, after its saved tensors were freed; pass "
              "retain_graph=true to the first backward (or grad) call to keep them");
-  return backward_(grads[0], *this);
+  return backward_ ? backward_(grads[0], *this) : multi_backward_(grads, *this);
 }
 
-void OpNode::release_saved() { backward_ = nullptr; }
+void OpNode::release_saved() {
+  backward_ = nullptr;
+  multi_backward_ = nullptr;
+}
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {
   if (!t.defined()) return;

@@ -93,12 +93,16 @@ class Node : public std::enable_shared_from_this<Node> {
 class OpNode final : public Node {
  public:
   using Backward = std::function<TensorList(const Tensor& grad, const OpNode& node)>;
+  // An op with several outputs (split, chunk, unbind): one gradient per output, undefined where none reached it.
+  using MultiBackward = std::function<TensorList(const TensorList& grads, const OpNode& node)>;
   OpNode(const char* name, Backward backward) : Node(name), backward_(std::move(backward)) {}
+  OpNode(const char* name, MultiBackward backward) : Node(name), multi_backward_(std::move(backward)) {}
   TensorList apply(TensorList&& grad_outputs) override;
   void release_saved() override;
 
  private:
   Backward backward_;
+  MultiBackward multi_backward_;
 };
 
 // A tensor an op keeps for its backward, with the version of its storage at the time: backward refuses to

@@ -31,6 +31,17 @@ std::shared_ptr<OpNode> record(const char* name, const Tensor& out, const std::v
   return record_impl(name, out, inputs, std::move(backward));
 }
 
+std::shared_ptr<OpNode> record_outputs(const char* name, const std::vector<Tensor>& outs,
+                                       std::initializer_list<Tensor> inputs, OpNode::MultiBackward backward) {
+  auto node = std::make_shared<OpNode>(name, std::move(backward));
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  for (size_t i = 0; i < outs.size(); ++i) {
+    node->output_meta.push_back(TensorMeta::of(outs[i]));
+    set_history(outs[i], node, static_cast<uint32_t>(i));
+  }
+  return node;
+}
+
 void check_inplace(const char* name, const Tensor& self) {
   const AutogradMeta* m = meta_of(self);
   KILN_CHECK(!(m && m->requires_grad && !m->grad_fn), name, ": a leaf tensor that requires grad (shape ",

@@ -37,6 +37,11 @@ std::shared_ptr<OpNode> record(const char* name, const Tensor& out, std::initial
 std::shared_ptr<OpNode> record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs,
                                OpNode::Backward backward);
 
+// Records an op with several outputs (views of an input or fresh tensors) as one node, output i of the node
+// being outs[i]; backward gets one gradient per output. Returns the node.
+std::shared_ptr<OpNode> record_outputs(const char* name, const std::vector<Tensor>& outs,
+                                       std::initializer_list<Tensor> inputs, OpNode::MultiBackward backward);
+
 // Checks that `self` may be written in place while recording: not a leaf that requires grad, not a view.
 void check_inplace(const char* name, const Tensor& self);
 

@@ -3,51 +3,12 @@
 #include <cmath>
 #include <utility>
 
-#include "kiln/autograd/function.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"
 
 namespace kiln::nn {
 
 namespace {
-
-// x cut along `dim` into pieces of `sizes`, each a fresh tensor, recorded as one node whose backward joins the
-// pieces' gradients (zeros for a piece that got none) with one cat.
-// NOTE: why not chunk, split or select: each piece those make is a differentiable narrow, whose gradient is a
-// zero tensor of x's whole shape with the piece's gradient written in. Taking the L steps of a sequence's input
-// projection apart that way cost L times the projection's size in backward, quadratic in the length: a
-// 2-layer bidirectional LSTM over 100 steps spent 40% of its step filling and adding zeros.
-struct SplitCopies : autograd::Function<SplitCopies> {
-  static constexpr const char* name = "rnn_split";
-  static std::vector<Tensor> forward(autograd::AutogradContext* ctx, const Tensor& x, int64_t dim,
-                                     const std::vector<int64_t>& sizes) {
-    std::vector<Tensor> pieces;
-    std::vector<Shape> shapes;  // for the zeros of a piece without a gradient
-    int64_t offset = 0;
-    for (int64_t size : sizes) {
-      pieces.push_back(x.narrow(dim, offset, size).clone());
-      shapes.push_back(pieces.back().sizes());
-      offset += size;
-    }
-    ctx->saved_data["dim"] = dim;
-    ctx->saved_data["shapes"] = std::move(shapes);
-    ctx->saved_data["options"] = TensorOptions(x.dtype()).device(x.device());
-    return pieces;
-  }
-  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
-    const auto& shapes = std::any_cast<const std::vector<Shape>&>(ctx->saved_data["shapes"]);
-    const auto options = std::any_cast<TensorOptions>(ctx->saved_data["options"]);
-    for (size_t i = 0; i < grads.size(); ++i)
-      if (!grads[i].defined()) grads[i] = zeros(shapes[i], options);
-    return {cat(grads, std::any_cast<int64_t>(ctx->saved_data["dim"]))};
-  }
-};
-
-// x's last dim cut into `parts` equal pieces (the gates).
-std::vector<Tensor> split_last(const Tensor& x, int64_t parts) {
-  const int64_t size = x.size(-1) / parts;
-  return SplitCopies::apply(x, x.dim() - 1, std::vector<int64_t>(static_cast<size_t>(parts), size));
-}
 
 // Gates stacked in the weights: G.
 int64_t gate_count(RNNMode mode) {
@@ -67,13 +28,13 @@ std::pair<Tensor, Tensor> step(RNNMode mode, const Tensor& gi, const Tensor& h, 
     case RNNMode::RnnTanh: return {tanh(gi + gh), Tensor()};
     case RNNMode::RnnRelu: return {relu(gi + gh), Tensor()};
     case RNNMode::Lstm: {
-      const std::vector<Tensor> g = split_last(gi + gh, 4);  // input, forget, cell and output gates
+      const std::vector<Tensor> g = chunk(gi + gh, 4, -1);  // input, forget, cell and output gates
       const Tensor c_next = sigmoid(g[1]) * c + sigmoid(g[0]) * tanh(g[2]);
       return {sigmoid(g[3]) * tanh(c_next), c_next};
     }
     case RNNMode::Gru: {
       // The candidate's recurrent part is gated by r before it joins the input's: the two projections stay apart.
-      const std::vector<Tensor> a = split_last(gi, 3), b = split_last(gh, 3);  // reset, update, candidate
+      const std::vector<Tensor> a = chunk(gi, 3, -1), b = chunk(gh, 3, -1);  // reset, update, candidate
       const Tensor r = sigmoid(a[0] + b[0]), z = sigmoid(a[1] + b[1]);
       const Tensor n = tanh(a[2] + r * b[2]);
       return {n + z * (h - n), Tensor()};  // (1 - z) * n + z * h
@@ -144,11 +105,12 @@ struct DirectionResult {
 DirectionResult run_direction(RNNMode mode, const Tensor& gi, Tensor h, Tensor c, const Tensor& w_hh,
                               const Tensor& b_hh, bool reverse, const Tensor& valid) {
   const int64_t L = gi.size(0);
-  const std::vector<Tensor> steps = SplitCopies::apply(gi, 0, std::vector<int64_t>(static_cast<size_t>(L), 1));
+  // One node for all the steps, whose backward is one stack (see unbind in autograd/functions/indexing.cpp).
+  const std::vector<Tensor> steps = unbind(gi, 0);
   std::vector<Tensor> outputs(static_cast<size_t>(L));
   for (int64_t s = 0; s < L; ++s) {
     const int64_t t = reverse ? L - 1 - s : s;
-    auto [h_next, c_next] = step(mode, steps[static_cast<size_t>(t)].squeeze(0), h, c, w_hh, b_hh);
+    auto [h_next, c_next] = step(mode, steps[static_cast<size_t>(t)], h, c, w_hh, b_hh);
     if (valid.defined()) {
       // Past a sequence's end its state stays and its output is 0. In reverse the steps past the end come
       // first, so each sequence starts from the initial state at its own last step.

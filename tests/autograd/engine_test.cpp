@@ -280,6 +280,26 @@ TEST(InPlace, LeafAndViewRules) {
   expect_error([&] { v.mul_(2); }, {"mul_", "view"});
 }
 
+// split, chunk and unbind: every piece is an output of one node, whose backward joins the pieces' gradients once
+// (a node per piece gave back a zero tensor of the input's whole shape per piece). The pieces stay views.
+TEST(Pieces, AreOutputsOfOneNodeAndStayViews) {
+  Tensor x = leaf_with({1, 2, 3, 4, 5, 6}).view({3, 2}) * 1;
+  for (const auto& [op, pieces] : std::vector<std::pair<std::string, std::vector<Tensor>>>{
+           {"unbind", unbind(x, 0)}, {"chunk", chunk(x, 3, 0)}, {"split", split(x, 1, 0)}}) {
+    ASSERT_EQ(pieces.size(), 3u) << op;
+    for (const Tensor& p : pieces) {
+      EXPECT_EQ(p.grad_fn(), pieces[0].grad_fn()) << op;
+      EXPECT_EQ(op, p.grad_fn()->name());
+    }
+    expect_error([&] { Tensor v = pieces[1]; v.mul_(2); }, {"mul_", "view"});
+  }
+  // Two of three rows used: the unused one's gradient is zero.
+  Tensor leaf = leaf_with({1, 2, 3, 4, 5, 6});
+  const std::vector<Tensor> rows = unbind(leaf.view({3, 2}), 0);
+  (rows[0] * 2 + rows[2] * 3).sum().backward();
+  EXPECT_EQ(grad_of(leaf), (std::vector<double>{2, 2, 0, 0, 3, 3}));
+}
+
 TEST(InPlace, GradientsFlowThroughInPlaceOps) {
   // y = relu_(x * w + 1) summed; in-place ops on non-leaves keep the graph right.
   Tensor x = leaf_with({-2.0, 3.0});

@@ -47,29 +47,43 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 namespace {
-// split and chunk while recording: the tensor layer's parts, remade as differentiable narrows of x.
-std::vector<Tensor> as_narrows(const Tensor& x, std::vector<Tensor> parts, int64_t dim, const char* op) {
-  if (!should_record(x)) return parts;
-  int64_t d = wrap_dim(dim, x.dim(), op), offset = 0;
-  for (Tensor& p : parts) {
-    int64_t len = p.size(d);
-    p = x.narrow(d, offset, len);
-    offset += len;
-  }
-  return parts;
+// split, chunk and unbind while recording: the tensor layer's pieces (views of x), all outputs of one node,
+// whose backward puts the pieces' gradients together with one cat (zeros for a piece that got none; unbind's
+// pieces lost `dim`, so they are stacked). A differentiable narrow per piece, as these were before, gave back
+// a zero tensor of x's whole shape for every piece: quadratic in the number of pieces, and the time steps of
+// a sequence taken apart that way (an RNN's) cost more in backward than the steps themselves.
+std::vector<Tensor> record_pieces(const Tensor& x, std::vector<Tensor> pieces, int64_t dim, const char* op,
+                                  bool stacked) {
+  if (!should_record(x)) return pieces;
+  std::vector<Shape> shapes;
+  for (const Tensor& p : pieces) shapes.push_back(p.sizes());
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  const TensorOptions options = TensorOptions(x.dtype()).device(x.device());
+  autograd::record_outputs(op, pieces, {x}, [shapes, d, options, stacked](const TensorList& grads, const OpNode&) {
+    TensorList parts;
+    parts.reserve(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) parts.push_back(grads[i].defined() ? grads[i] : zeros(shapes[i], options));
+    if (parts.empty()) return TensorList{Tensor()};  // no pieces: x had size 0 along dim, no gradient to give
+    return TensorList{stacked ? stack(parts, d) : cat(parts, d)};
+  });
+  return pieces;
 }
 }  // namespace
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  return as_narrows(x, ops::split(x, split_size, dim), dim, "split");
+  return record_pieces(x, ops::split(x, split_size, dim), dim, "split", false);
 }
 
 std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim) {
-  return as_narrows(x, ops::split(x, sizes, dim), dim, "split");
+  return record_pieces(x, ops::split(x, sizes, dim), dim, "split", false);
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  return as_narrows(x, ops::chunk(x, chunks, dim), dim, "chunk");
+  return record_pieces(x, ops::chunk(x, chunks, dim), dim, "chunk", false);
+}
+
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  return record_pieces(x, ops::unbind(x, dim), dim, "unbind", true);
 }
 
 // index_select: dx = zeros, with g added at the selected positions (repeats add up)

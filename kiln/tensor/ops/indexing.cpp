@@ -185,6 +185,15 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   return split(x, (n + chunks - 1) / chunks, d);
 }
 
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim) {
+  KILN_CHECK(x.dim() > 0, "unbind: cannot unbind a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "unbind");
+  std::vector<Tensor> parts;
+  parts.reserve(static_cast<size_t>(x.size(d)));
+  for (int64_t i = 0; i < x.size(d); ++i) parts.push_back(select(x, d, i));
+  return parts;
+}
+
 // ---- gathering and scattering ----
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {

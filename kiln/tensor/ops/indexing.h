@@ -13,6 +13,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);  // views
 std::vector<Tensor> split(const Tensor& x, IntArrayRef sizes, int64_t dim = 0);   // views
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);      // views
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);                     // views: x.select(dim, i) for each i
 
 // x: (..., n, ...), index: (k) -> (..., k, ...)
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
