@@ -189,7 +189,7 @@ constexpr const char* kUsage =
     "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
     "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
     "  bench    time the training step: kiln bench [--config run.yaml] [--set ...] [--steps N] [--profile]\n"
-    "  generate text from a gpt-mini checkpoint: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N]\n"
+    "  generate text from a language model's checkpoint: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N]\n"
     "  info     version and build features\n"
     "\n"
     "kiln <command> --help shows the command's options; kiln train --help also lists every config key.\n";
@@ -217,7 +217,7 @@ constexpr const char* kPredictHelp =
     "usage: kiln predict --ckpt FILE [--output predictions.csv] [--split test|val] [--set key=value ...]\n"
     "\n"
     "Writes one CSV row per example of the split: index, predicted class, true label, the predicted class's\n"
-    "probability (for a language model, gpt-mini, one row per position: index, position, predicted next token,\n"
+    "probability (for a language model, gpt-mini or lstm-lm, one row per position: index, position, predicted next token,\n"
     "true next token, probability). Prints the accuracy.\n";
 
 constexpr const char* kLaunchHelp =

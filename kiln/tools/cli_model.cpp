@@ -1,6 +1,6 @@
 // The commands that work on a model outside a training run: export (a checkpoint's network weights as
 // safetensors for PyTorch or nn::load), bench (the configured run's training step, timed on this machine
-// through the same Trainer kiln train runs) and generate (text from a gpt-mini checkpoint).
+// through the same Trainer kiln train runs) and generate (text from a gpt-mini or lstm-lm checkpoint).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,8 +47,8 @@ constexpr const char* kGenerateHelp =
     "usage: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
     "                     [--output FILE] [--set key=value ...]\n"
     "\n"
-    "Continues a prompt with a language model trained by kiln train (model.name gpt-mini on data.name text):\n"
-    "one byte at a time, each drawn from the model's distribution given the last data.block_size bytes. Prints\n"
+    "Continues a prompt with a language model trained by kiln train (model.name gpt-mini or lstm-lm on data.name\n"
+    "text): one byte at a time, each drawn from the model's distribution given the last data.block_size bytes. Prints\n"
     "the prompt and what follows it (or writes them to --output). The training text is not needed.\n"
     "\n"
     "  --prompt TEXT      the text to continue (default: a newline)\n"
@@ -257,14 +257,15 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
   const RunConfig cfg = config_of_checkpoint(ckpt, a.sets);
-  KILN_CHECK(cfg.model.name == "gpt-mini", "generate: ", a.ckpt, " is a checkpoint of model ", cfg.model.name,
-             "; generate needs a language model (model.name gpt-mini, data.name text)");
+  KILN_CHECK(cfg.model.name == "gpt-mini" || cfg.model.name == "lstm-lm", "generate: ", a.ckpt,
+             " is a checkpoint of model ", cfg.model.name,
+             "; generate needs a language model (model.name gpt-mini or lstm-lm, data.name text)");
   // What the model needs to know of its data, without the data: byte tokens in windows of block_size.
   const DataInfo info{.input_shape = {cfg.data.block_size},
                       .num_classes = cfg.model.num_classes.value_or(256),
                       .tokens = true};
-  auto model = std::dynamic_pointer_cast<GptMini>(make_model(cfg.model, info));
-  KILN_ASSERT(model != nullptr, "make_model built no GptMini for gpt-mini");
+  auto model = std::dynamic_pointer_cast<LanguageModel>(make_model(cfg.model, info));
+  KILN_ASSERT(model != nullptr, "make_model built no LanguageModel for ", cfg.model.name);
   model->load_state_dict(network_weights(ckpt, "generate"));
   const std::string& acc = cfg.trainer.accelerator;
   if (acc == "cuda" || (acc == "auto" && cuda::is_available())) model->to(Device::cuda(0));

@@ -43,7 +43,7 @@ int64_t next_token(const std::vector<double>& scores, const GenerateOptions& o, 
 
 }  // namespace
 
-std::vector<int64_t> generate(GptMini& model, const std::vector<int64_t>& prompt, const GenerateOptions& o) {
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt, const GenerateOptions& o) {
   KILN_CHECK(!prompt.empty(), "generate: the prompt is empty; give at least one token");
   KILN_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens = ", o.max_new_tokens, "; expected >= 0");
   KILN_CHECK(o.temperature >= 0 && std::isfinite(o.temperature), "generate: temperature = ", o.temperature,
@@ -54,18 +54,20 @@ std::vector<int64_t> generate(GptMini& model, const std::vector<int64_t>& prompt
                model.vocab_size() - 1);
   }
   struct RestoreMode {  // the caller's mode back, also when a step throws
-    GptMini& m;
+    LanguageModel& m;
     bool training;
     ~RestoreMode() { m.train(training); }
   } restore{model, model.is_training()};
   model.eval();
   NoGradGuard no_grad;
   Generator gen(o.seed);
-  const Device device = model.tok_emb->weight.device();
+  const std::vector<Tensor> params = model.parameters();
+  KILN_CHECK(!params.empty(), "generate: the model has no parameters");
+  const Device device = params[0].device();
   std::vector<int64_t> context = prompt, out;
   out.reserve(static_cast<size_t>(o.max_new_tokens));
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const int64_t S = std::min<int64_t>(static_cast<int64_t>(context.size()), model.block_size());
+    const int64_t S = std::min<int64_t>(static_cast<int64_t>(context.size()), model.context_size());
     const std::vector<int64_t> window(context.end() - S, context.end());
     const Tensor tokens = tensor(window, {1, S}, kInt64).to(device);
     // The last position's scores, as float64 on the CPU.

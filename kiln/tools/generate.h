@@ -1,6 +1,6 @@
-// Text generation with a language model (GptMini): the prompt's tokens, then one token at a time drawn from the
-// model's distribution for the next position, each step seeing the last block_size tokens. What `kiln generate`
-// runs, usable from C++ with any trained GptMini.
+// Text generation with a language model (GptMini, LstmLm): the prompt's tokens, then one token at a time drawn
+// from the model's distribution for the next position, each step seeing the last context_size tokens. What
+// `kiln generate` runs, usable from C++ with any trained LanguageModel.
 //
 //   std::vector<int64_t> out = generate(model, tokens_of("ROMEO:"), {.max_new_tokens = 200, .temperature = 0.8});
 #pragma once
@@ -24,7 +24,8 @@ struct GenerateOptions {
 
 // The max_new_tokens tokens that follow `prompt` (not empty; ids below the model's vocabulary). Runs in eval
 // mode without autograd, on the model's device, and leaves the model's mode as it found it.
-std::vector<int64_t> generate(GptMini& model, const std::vector<int64_t>& prompt, const GenerateOptions& options = {});
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt,
+                              const GenerateOptions& options = {});
 
 // The byte-level tokens of text data (data.name text): one token per byte, and back.
 std::vector<int64_t> tokens_of(const std::string& text);

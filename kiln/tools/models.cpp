@@ -98,11 +98,17 @@ std::shared_ptr<nn::Module> make_gpt_mini(const RunConfig::Model& c, const DataI
   return std::make_shared<GptMini>(info.num_classes, info.input_shape[0], c.layers, c.heads, c.embed_dim, c.dropout);
 }
 
+std::shared_ptr<nn::Module> make_lstm_lm(const RunConfig::Model& c, const DataInfo& info) {
+  KILN_CHECK(info.tokens && info.input_shape.size() == 1, "model 'lstm-lm' needs token sequences (data.name: ",
+             "text); the data gives examples of shape ", shape_str(info.input_shape));
+  return std::make_shared<LstmLm>(info.num_classes, info.input_shape[0], c.layers, c.embed_dim, c.dropout);
+}
+
 }  // namespace
 
 GptMini::GptMini(int64_t vocab_size, int64_t block_size, int64_t layers, int64_t heads, int64_t embed_dim,
                  double dropout)
-    : nn::Module("GptMini"),
+    : LanguageModel("GptMini"),
       tok_emb(vocab_size, embed_dim),
       pos_emb(block_size, embed_dim),
       drop(dropout),
@@ -149,15 +155,45 @@ Tensor GptMini::forward(const Tensor& tokens) {
   return head(norm(x));
 }
 
+LstmLm::LstmLm(int64_t vocab_size, int64_t context_size, int64_t layers, int64_t embed_dim, double dropout)
+    : LanguageModel("LstmLm"),
+      tok_emb(vocab_size, embed_dim),
+      lstm(embed_dim, embed_dim, nn::RNNOptions{.num_layers = layers, .batch_first = true, .dropout = dropout}),
+      drop(dropout),
+      head(embed_dim, vocab_size),
+      vocab_size_(vocab_size),
+      context_size_(context_size) {
+  KILN_CHECK(vocab_size >= 2 && context_size >= 1 && layers >= 1 && embed_dim >= 1,
+             "LstmLm: needs vocab_size >= 2, context_size >= 1, layers >= 1 and embed_dim >= 1; got ", vocab_size,
+             ", ", context_size, ", ", layers, " and ", embed_dim);
+  register_module("tok_emb", tok_emb);
+  register_module("lstm", lstm);
+  register_module("drop", drop);
+  register_module("head", head);
+  // Embeddings N(0, 0.1) rather than nn::Embedding's N(0, 1), which saturates the first gates.
+  NoGradGuard no_grad;
+  nn::init::normal_(tok_emb->weight, 0.0, 0.1);
+}
+
+Tensor LstmLm::forward(const Tensor& tokens) {
+  KILN_CHECK(tokens.dim() == 2 && tokens.dtype() == kInt64, "LstmLm: tokens must be (N, S) int64, got ",
+             tokens.dtype(), " of shape ", shape_str(tokens.sizes()));
+  KILN_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= context_size_, "LstmLm: a sequence of ", tokens.size(1),
+             " tokens; this model takes 1 to ", context_size_, " (its context size)");
+  const Tensor x = drop(tok_emb(tokens));             // (N, S, E)
+  return head(drop(lstm->forward(x, {}).output));     // (N, S, vocab)
+}
+
 std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info) {
   KILN_CHECK(info.num_classes >= 2, "make_model: ", info.num_classes, " classes; a classifier needs at least 2");
   if (config.name == "gpt-mini") return make_gpt_mini(config, info);
+  if (config.name == "lstm-lm") return make_lstm_lm(config, info);
   KILN_CHECK(!info.tokens, "model '", config.name, "' takes features or images; the data gives token sequences ",
-             "(use model.name: gpt-mini)");
+             "(use model.name: gpt-mini or lstm-lm)");
   if (config.name == "mlp") return make_mlp(config, info);
   if (config.name == "cnn") return make_cnn(config, info);
   if (config.name == "resnet-small") return make_resnet_small(config, info);
-  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn, resnet-small or gpt-mini");
+  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn, resnet-small, gpt-mini or lstm-lm");
   return nullptr;
 }
 

@@ -9,6 +9,9 @@
 //                 position embeddings, model.layers pre-norm blocks of causal self-attention (model.heads
 //                 heads) and a GELU feed-forward of 4 * model.embed_dim, a final LayerNorm, and a linear head
 //                 to the vocabulary; (N, S) token ids -> (N, S, vocabulary) next-token scores
+//   lstm-lm       a recurrent language model over token sequences: token embeddings of model.embed_dim,
+//                 model.layers LSTM layers as wide (model.dropout between them and before the head), and a
+//                 linear head to the vocabulary; (N, S) token ids -> (N, S, vocabulary) next-token scores
 #pragma once
 
 #include <memory>
@@ -26,15 +29,27 @@ struct DataInfo {
   bool tokens = false;  // examples are int64 token ids, labelled per position (data.name text)
 };
 
+// A language model over token sequences, as kiln generate drives one: forward maps (N, S) int64 token ids, S at
+// most context_size(), to (N, S, vocab_size()) scores for each position's next token, position t seeing tokens
+// 0 .. t only.
+class LanguageModel : public nn::Module {
+ public:
+  using nn::Module::Module;
+  // The longest sequence the model takes (the windows it was trained on).
+  virtual int64_t context_size() const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
 // A decoder-only transformer language model (gpt-mini above). Submodule names: tok_emb, pos_emb, drop,
 // blocks.<i> (nn::TransformerEncoderLayer, PyTorch's names inside), norm, head.
-class GptMini : public nn::Module {
+class GptMini : public LanguageModel {
  public:
   GptMini(int64_t vocab_size, int64_t block_size, int64_t layers, int64_t heads, int64_t embed_dim, double dropout);
   // tokens: (N, S) int64 with S <= block_size -> (N, S, vocab_size); position t sees tokens 0 .. t only.
   Tensor forward(const Tensor& tokens) override;
   int64_t block_size() const { return block_size_; }
-  int64_t vocab_size() const { return vocab_size_; }
+  int64_t context_size() const override { return block_size_; }
+  int64_t vocab_size() const override { return vocab_size_; }
 
   nn::Embedding tok_emb, pos_emb;
   nn::Dropout drop;
@@ -44,6 +59,27 @@ class GptMini : public nn::Module {
 
  private:
   int64_t vocab_size_, block_size_;
+};
+
+// A recurrent language model (lstm-lm above). Submodule names: tok_emb, lstm (nn::LSTM, PyTorch's names inside),
+// drop, head.
+class LstmLm : public LanguageModel {
+ public:
+  // context_size: the windows it trains on (data.block_size); an LSTM has no limit of its own, but generation
+  // feeds it windows of that length, as training did.
+  LstmLm(int64_t vocab_size, int64_t context_size, int64_t layers, int64_t embed_dim, double dropout);
+  // tokens: (N, S) int64 with S <= context_size -> (N, S, vocab_size), each sequence from a zero state.
+  Tensor forward(const Tensor& tokens) override;
+  int64_t context_size() const override { return context_size_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+
+  nn::Embedding tok_emb;
+  nn::LSTM lstm;
+  nn::Dropout drop;
+  nn::Linear head;
+
+ private:
+  int64_t vocab_size_, context_size_;
 };
 
 std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info);

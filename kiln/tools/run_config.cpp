@@ -66,14 +66,17 @@ void declare_trainer(Schema<R>& s) {
 void declare_model(Schema<R>& s) {
   auto m = s.section("model", &R::model, "the network");
   using M = R::Model;
-  m.add_enum("name", &M::name, {"mlp", "cnn", "resnet-small", "gpt-mini"}, "the architecture");
+  m.add_enum("name", &M::name, {"mlp", "cnn", "resnet-small", "gpt-mini", "lstm-lm"}, "the architecture");
   m.add("hidden", &M::hidden, "the MLP's hidden layer widths").at_least(1);
   m.add("channels", &M::channels, "the CNN's convolution widths, one 3x3 conv and 2x2 max-pool each").at_least(1);
   m.add("fc", &M::fc, "the CNN's hidden linear width").at_least(1);
-  m.add("layers", &M::layers, "gpt-mini: transformer blocks").at_least(1);
+  m.add("layers", &M::layers, "gpt-mini: transformer blocks; lstm-lm: LSTM layers").at_least(1);
   m.add("heads", &M::heads, "gpt-mini: attention heads per block").at_least(1);
-  m.add("embed_dim", &M::embed_dim, "gpt-mini: width of the token vectors, a multiple of heads").at_least(1);
-  m.add("dropout", &M::dropout, "dropout probability before each hidden linear layer (gpt-mini: in every block)")
+  m.add("embed_dim", &M::embed_dim,
+        "gpt-mini: width of the token vectors, a multiple of heads; lstm-lm: width of the token vectors and LSTMs")
+      .at_least(1);
+  m.add("dropout", &M::dropout,
+        "dropout probability before each hidden linear layer (gpt-mini: in every block; lstm-lm: between layers)")
       .at_least(0);
   m.add("num_classes", &M::num_classes, "output classes (null: from the data)").at_least(1);
 }
@@ -221,8 +224,9 @@ void check_run_config(const RunConfig& c) {
   KILN_CHECK(m.name != "cnn" || !m.channels.empty(), "model.name cnn needs at least one entry in model.channels");
   KILN_CHECK(m.name != "gpt-mini" || m.embed_dim % m.heads == 0, "model.embed_dim (", m.embed_dim,
              ") must be a multiple of model.heads (", m.heads, ") for gpt-mini");
-  KILN_CHECK((m.name == "gpt-mini") == (c.data.name == "text"), "model.name ", m.name, " and data.name ",
-             c.data.name, ": gpt-mini is the model for text (token sequences), and text data needs gpt-mini");
+  const bool language_model = m.name == "gpt-mini" || m.name == "lstm-lm";
+  KILN_CHECK(language_model == (c.data.name == "text"), "model.name ", m.name, " and data.name ", c.data.name,
+             ": gpt-mini and lstm-lm are the models for text (token sequences), and text data needs one of them");
 
   const auto& d = c.data;
   KILN_CHECK(!(d.name == "idx" || d.name == "csv" || d.name == "text") || d.path, "data.name ", d.name,

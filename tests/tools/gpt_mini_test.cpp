@@ -209,8 +209,11 @@ TEST(TextData, TooLittleTextOrAMissingFileAreClearErrors) {
 
 TEST(TextData, TheConfigPairsGptMiniWithText) {
   expect_error([] { load_run_config_text("data: {name: text, path: x.txt}\n", "run.yaml"); },
-               {"gpt-mini is the model for text"});
-  expect_error([] { load_run_config_text("model: {name: gpt-mini}\n", "run.yaml"); }, {"text data needs gpt-mini"});
+               {"model.name cnn and data.name text", "gpt-mini and lstm-lm are the models for text"});
+  expect_error([] { load_run_config_text("model: {name: gpt-mini}\n", "run.yaml"); },
+               {"data.name fashion-mnist", "text data needs one of them"});
+  expect_error([] { load_run_config_text("model: {name: lstm-lm}\n", "run.yaml"); },
+               {"model.name lstm-lm and data.name fashion-mnist"});
   expect_error([] { load_run_config_text("model: {name: gpt-mini}\ndata: {name: text}\n", "run.yaml"); },
                {"data.name text needs data.path"});
   expect_error(

@@ -80,6 +80,33 @@ TEST(RunConfig, ShippedGptMiniConfigIsALanguageModelOnDebiansLicenses) {
   EXPECT_EQ(c, expected) << kiln::tools::dump(c);
 }
 
+TEST(RunConfig, ShippedLstmLmConfigIsGptMinisRunWithAnLstm) {
+  RunConfig c = kiln::tools::load_run_config(std::string(KILN_CONFIGS_DIR) + "/lstm_lm.yaml");
+  RunConfig expected;
+  expected.trainer.max_epochs = 10;
+  expected.trainer.seed = 0;
+  expected.trainer.log_every_n_steps = 10;
+  expected.trainer.gradient_clip_val = 1.0;
+  expected.model.name = "lstm-lm";
+  expected.model.layers = 2;
+  expected.model.embed_dim = 160;
+  expected.data.name = "text";
+  expected.data.path = "/usr/share/common-licenses";
+  expected.data.block_size = 64;
+  expected.data.batch_size = 32;
+  expected.data.val_size = 200;
+  expected.optimizer.name = "adamw";
+  expected.optimizer.lr = 1e-2;
+  expected.optimizer.weight_decay = 0.01;
+  expected.scheduler.name = "warmup_cosine";
+  expected.scheduler.interval = "step";
+  expected.scheduler.warmup = 100;
+  expected.callbacks.checkpoint.monitor = "val/loss";
+  expected.callbacks.checkpoint.mode = "min";
+  expected.logger.name = "lstm_lm";
+  EXPECT_EQ(c, expected) << kiln::tools::dump(c);
+}
+
 TEST(RunConfig, Defaults) {
   RunConfig c = kiln::tools::load_run_config_text("", "empty.yaml");
   EXPECT_EQ(c, RunConfig{});
