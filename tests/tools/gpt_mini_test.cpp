@@ -307,32 +307,19 @@ TEST(Generate, BadArgumentsAreClearErrors) {
 
 TEST(GptMiniCli, LearnsACycleAndContinuesIt) {
   TempDir dir;
-  const std::string cycle = "abcdefghij";
-  std::string text;
-  while (text.size() < 4000) text += cycle;
-  write_file(dir / "cycle.txt", text);
-  const std::string root = dir / "runs";
-  const std::vector<std::string> sets{
-      "model.name=gpt-mini", "model.layers=1", "model.heads=2", "model.embed_dim=32", "data.name=text",
-      "data.path=" + (dir / "cycle.txt"), "data.block_size=16", "data.val_size=10", "data.batch_size=16",
-      "optimizer.lr=0.01", "trainer.max_epochs=3", "trainer.seed=0", "trainer.default_root_dir=" + root,
-      "trainer.enable_progress_bar=false", "logger.tensorboard=false"};
-  std::vector<std::string> train{"train"};
-  for (const auto& s : sets) train.insert(train.end(), {"--set", s});
-  const auto r = run_kiln(train);
-  ASSERT_EQ(r.status, 0) << r.err;
+  const testing::CycleRun run = testing::train_on_cycle(
+      dir, {"model.name=gpt-mini", "model.layers=1", "model.heads=2", "model.embed_dim=32", "optimizer.lr=0.01"});
+  ASSERT_EQ(run.train.status, 0) << run.train.err;
   // Every next byte follows from the one before: after training, (almost) every position right.
-  const size_t at = r.out.rfind("test/acc ");
-  ASSERT_NE(at, std::string::npos) << r.out;
-  EXPECT_GT(std::stod(r.out.substr(at + 9)), 0.97) << r.out;
-  const std::string ckpt = (fs::path(root) / "kiln" / "version_0" / "checkpoints" / "last.ckpt").string();
+  EXPECT_GT(run.test_accuracy, 0.97) << run.train.out;
+  const std::string& ckpt = run.ckpt;
+  const std::string& text = run.text;
   ASSERT_TRUE(fs::exists(ckpt));
 
   // generate continues the cycle, greedily and with low-temperature draws, past the block size.
   const auto g = run_kiln({"generate", "--ckpt", ckpt, "--prompt", "cde", "--tokens", "40", "--temperature", "0"});
   ASSERT_EQ(g.status, 0) << g.err;
-  std::string expected = "cde";
-  for (size_t i = 0; expected.size() < 43; ++i) expected += cycle[(5 + i) % cycle.size()];
+  const std::string expected = testing::cycle_continued(run, "cde", 40);
   EXPECT_EQ(g.out, expected + "\n");
   const std::string out_file = dir / "gen.txt";
   const auto s = run_kiln({"generate", "--ckpt", ckpt, "--prompt", "cde", "--tokens", "40", "--temperature", "0.1",
@@ -350,7 +337,6 @@ TEST(GptMiniCli, LearnsACycleAndContinuesIt) {
     const int64_t window = 239 + std::stoll(row.at("index")), pos = std::stoll(row.at("position"));
     EXPECT_EQ(std::stoll(row.at("label")), text[static_cast<size_t>(window * 16 + pos + 1)]) << row.at("index");
   }
-
 }
 
 TEST(GptMiniCli, GenerateRefusesAnythingButAGptMiniCheckpoint) {

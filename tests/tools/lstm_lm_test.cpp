@@ -4,8 +4,6 @@
 // kiln train must learn and kiln generate continue. (The text data and the sampler are gpt_mini_test.cpp's.)
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,7 +19,6 @@
 namespace kiln::tools::lstm_lm_tests {
 namespace {
 
-namespace fs = std::filesystem;
 using test::expect_error;
 using testing::run_kiln;
 using testing::TempDir;
@@ -88,33 +85,14 @@ TEST(LstmLm, GenerateIsTheMostLikelyTokenEveryStepPastTheContext) {
 
 TEST(LstmLmCli, LearnsACycleAndContinuesIt) {
   TempDir dir;
-  const std::string cycle = "abcdefghij";
-  std::string text;
-  while (text.size() < 4000) text += cycle;
-  {
-    std::ofstream out(dir / "cycle.txt", std::ios::binary);
-    out << text;
-  }
-  const std::string root = dir / "runs";
-  const std::vector<std::string> sets{
-      "model.name=lstm-lm", "model.layers=1", "model.embed_dim=32", "data.name=text",
-      "data.path=" + (dir / "cycle.txt"), "data.block_size=16", "data.val_size=10", "data.batch_size=16",
-      "optimizer.lr=0.03", "trainer.max_epochs=3", "trainer.seed=0", "trainer.default_root_dir=" + root,
-      "trainer.enable_progress_bar=false", "logger.tensorboard=false"};
-  std::vector<std::string> train{"train"};
-  for (const auto& s : sets) train.insert(train.end(), {"--set", s});
-  const auto r = run_kiln(train);
-  ASSERT_EQ(r.status, 0) << r.err;
-  const size_t at = r.out.rfind("test/acc ");
-  ASSERT_NE(at, std::string::npos) << r.out;
+  const testing::CycleRun run =
+      testing::train_on_cycle(dir, {"model.name=lstm-lm", "model.layers=1", "model.embed_dim=32", "optimizer.lr=0.03"});
+  ASSERT_EQ(run.train.status, 0) << run.train.err;
   // Every next byte follows from the one before: after training, (almost) every position right.
-  EXPECT_GT(std::stod(r.out.substr(at + 9)), 0.97) << r.out;
-  const std::string ckpt = (fs::path(root) / "kiln" / "version_0" / "checkpoints" / "last.ckpt").string();
-  const auto g = run_kiln({"generate", "--ckpt", ckpt, "--prompt", "cde", "--tokens", "40", "--temperature", "0"});
+  EXPECT_GT(run.test_accuracy, 0.97) << run.train.out;
+  const auto g = run_kiln({"generate", "--ckpt", run.ckpt, "--prompt", "cde", "--tokens", "40", "--temperature", "0"});
   ASSERT_EQ(g.status, 0) << g.err;
-  std::string expected = "cde";
-  for (size_t i = 0; expected.size() < 43; ++i) expected += cycle[(5 + i) % cycle.size()];
-  EXPECT_EQ(g.out, expected + "\n");
+  EXPECT_EQ(g.out, testing::cycle_continued(run, "cde", 40) + "\n");
 }
 
 }  // namespace

@@ -103,6 +103,45 @@ inline CliResult run_kiln(const std::vector<std::string>& args) {
   return r;
 }
 
+// The language models' end-to-end check: a text of a repeated 10-letter cycle (every next byte follows from the
+// one before), trained on by kiln train with the model's settings plus data and trainer ones fit for it.
+struct CycleRun {
+  std::string cycle = "abcdefghij";
+  std::string text;     // the cycle repeated to 4,000 bytes
+  CliResult train;      // what kiln train printed
+  std::string ckpt;     // the run's last.ckpt
+  double test_accuracy = -1;  // from train's output; -1 when it printed none
+};
+inline CycleRun train_on_cycle(const TempDir& dir, const std::vector<std::string>& model_sets) {
+  CycleRun run;
+  while (run.text.size() < 4000) run.text += run.cycle;
+  {
+    std::ofstream out(dir / "cycle.txt", std::ios::binary);
+    out << run.text;
+  }
+  const std::string root = dir / "runs";
+  std::vector<std::string> sets = model_sets;
+  sets.insert(sets.end(), {"data.name=text", "data.path=" + (dir / "cycle.txt"), "data.block_size=16",
+                           "data.val_size=10", "data.batch_size=16", "trainer.max_epochs=3", "trainer.seed=0",
+                           "trainer.default_root_dir=" + root, "trainer.enable_progress_bar=false",
+                           "logger.tensorboard=false"});
+  std::vector<std::string> args{"train"};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  run.train = run_kiln(args);
+  const size_t at = run.train.out.rfind("test/acc ");
+  if (at != std::string::npos) run.test_accuracy = std::stod(run.train.out.substr(at + 9));
+  run.ckpt = (std::filesystem::path(root) / "kiln" / "version_0" / "checkpoints" / "last.ckpt").string();
+  return run;
+}
+
+// What continues `prompt` (a stretch of the cycle) for n more bytes.
+inline std::string cycle_continued(const CycleRun& run, const std::string& prompt, size_t n) {
+  std::string out = prompt;
+  size_t next = run.cycle.find(prompt.back()) + 1;
+  while (out.size() < prompt.size() + n) out += run.cycle[next++ % run.cycle.size()];
+  return out;
+}
+
 // A CSV file with a header: its column names, and each row as a map from column to cell ("" when empty).
 struct CsvTable {
   std::vector<std::string> columns;
