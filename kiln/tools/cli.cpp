@@ -89,16 +89,15 @@ Run build_run(const RunConfig& cfg) {
   // Pinned batches only help copies to a GPU; on the CPU they would cost a copy each.
   const std::string& accelerator = cfg.trainer.accelerator;
   const bool pin = cfg.data.pin_memory && (accelerator == "cuda" || (accelerator == "auto" && cuda::is_available()));
+  const data::CollateFn collate = run.data.collate();  // uint8 images become the model's input batch by batch
   run.train = std::make_unique<data::DataLoader>(
       run.data.train,
       data::DataLoaderOptions{.batch_size = cfg.data.batch_size, .shuffle = cfg.data.shuffle, .num_workers = workers,
-                              .seed = static_cast<uint64_t>(cfg.data.seed), .pin_memory = pin});
-  if (run.data.val) {
-    run.val = std::make_unique<data::DataLoader>(
-        run.data.val, data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers, .pin_memory = pin});
-  }
-  run.test = std::make_unique<data::DataLoader>(
-      run.data.test, data::DataLoaderOptions{.batch_size = eval_batch, .num_workers = workers, .pin_memory = pin});
+                              .seed = static_cast<uint64_t>(cfg.data.seed), .collate = collate, .pin_memory = pin});
+  const data::DataLoaderOptions eval{.batch_size = eval_batch, .num_workers = workers, .collate = collate,
+                                     .pin_memory = pin};
+  if (run.data.val) run.val = std::make_unique<data::DataLoader>(run.data.val, eval);
+  run.test = std::make_unique<data::DataLoader>(run.data.test, eval);
   return run;
 }
 

@@ -97,7 +97,8 @@ void declare_data(Schema<R>& s) {
   d.add("shuffle", &D::shuffle, "shuffle the training set every epoch");
   d.add("val_size", &D::val_size, "examples held out of the training set for validation").at_least(0);
   d.add("normalize", &D::normalize, "scale inputs to zero mean and unit variance");
-  d.add("random_crop_padding", &D::random_crop_padding, "augment with random crops after this much zero padding (0: off)")
+  d.add("random_crop_padding", &D::random_crop_padding,
+        "augment with random crops after padding this many pixels of 0 (black) around (0: off)")
       .at_least(0);
   d.add("horizontal_flip", &D::horizontal_flip, "augment with random horizontal flips");
   d.add("label_column", &D::label_column, "the CSV column holding the label (csv only)");

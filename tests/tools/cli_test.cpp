@@ -69,7 +69,7 @@ HandEval evaluate_by_hand(const std::string& ckpt_path, const std::string& split
   auto ds = std::dynamic_pointer_cast<data::TensorDataset>(split == "val" ? d.val : d.test);
   EXPECT_TRUE(ds != nullptr);
   NoGradGuard no_grad;
-  const Tensor probs = softmax(module.forward(ds->tensors()[0]), 1);  // (N, K)
+  const Tensor probs = softmax(module.forward(d.inputs(ds->tensors()[0])), 1);  // (N, K)
   const Tensor labels = ds->tensors()[1];                               // (N)
   HandEval r;
   int64_t correct = 0;
@@ -251,7 +251,7 @@ TEST_F(Cli, ExportWritesTheNetworksWeightsForABareNetwork) {
   net->eval();
   module.eval();
   NoGradGuard no_grad;
-  const Tensor x = std::dynamic_pointer_cast<data::TensorDataset>(d.test)->tensors()[0];
+  const Tensor x = d.inputs(std::dynamic_pointer_cast<data::TensorDataset>(d.test)->tensors()[0]);
   const Tensor want = module.forward(x), got = (*net)(x);
   ASSERT_EQ(got.sizes(), want.sizes());
   EXPECT_TRUE(same_elements(got, want));

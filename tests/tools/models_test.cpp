@@ -214,20 +214,32 @@ TEST(Datasets, MnistStyleImagesAreStandardizedOverAllPixels) {
   c.val_size = 50;
   const DataSplits d = make_data(c);
   ASSERT_EQ(features(d.train).shape(), (Shape{250, 1, 28, 28}));
+  // Kept as read (uint8, a quarter of float32's size); DataSplits::inputs makes the model's input of them.
+  EXPECT_EQ(features(d.train).dtype(), kUInt8);
   // The training part, standardized over all its pixels: mean 0, population std 1.
-  const Tensor x = features(d.train).to(kFloat64);
+  const Tensor x = d.inputs(features(d.train)).to(kFloat64);
   EXPECT_NEAR(x.mean().item<double>(), 0.0, 1e-5);
   EXPECT_NEAR((x * x).mean().item<double>(), 1.0, 1e-4);
   // The test images, mapped by that same affine map: (raw / 255 - mean) / std with one mean and std for every
   // pixel (fitted on two pixels here, then checked on all), which sends a raw 0 where the training part's 0s
   // went (its smallest value).
   const std::vector<double> raw = test_px.to(kFloat64).reshape({-1}).to_vector<double>();
-  const std::vector<double> got = features(d.test).to(kFloat64).reshape({-1}).to_vector<double>();
+  const std::vector<double> got = d.inputs(features(d.test)).to(kFloat64).reshape({-1}).to_vector<double>();
   size_t a = 0, b = 1;
   while (raw[b] == raw[a]) ++b;
   const double stdev = (raw[a] - raw[b]) / 255.0 / (got[a] - got[b]), mean = raw[a] / 255.0 - got[a] * stdev;
   for (size_t i = 0; i < raw.size(); ++i) ASSERT_NEAR(got[i], (raw[i] / 255.0 - mean) / stdev, 1e-5) << i;
   EXPECT_NEAR(x.min().item<double>(), -mean / stdev, 1e-5);
+  // A loader with the splits' collate gives those inputs, batch by batch.
+  data::DataLoader loader(d.test, data::DataLoaderOptions{.batch_size = 16, .collate = d.collate()});
+  int64_t at = 0;
+  for (const data::Batch& batch : loader) {
+    EXPECT_EQ(batch[0].dtype(), kFloat32);
+    const Tensor want = d.inputs(features(d.test).narrow(0, at, batch[0].size(0)));
+    EXPECT_TRUE(identical(batch[0], want)) << "batch at " << at;
+    at += batch[0].size(0);
+  }
+  EXPECT_EQ(at, 40);
 }
 
 class CsvData : public ::testing::Test {
