@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
   std::printf("%-40s %-10s %-10s %-8s\n", "case", "kiln", "LibTorch", "ratio");
   for (const Case& c : cases) {
     const nn::RNNOptions o{.num_layers = c.layers, .bidirectional = c.bidirectional};
-    std::shared_ptr<nn::RNNBaseImpl> rnn =
-        c.lstm ? nn::LSTM(c.input, c.hidden, o).ptr() : std::shared_ptr<nn::RNNBaseImpl>(nn::GRU(c.input, c.hidden, o).ptr());
+    std::shared_ptr<nn::RNNBaseImpl> rnn;
+    if (c.lstm) rnn = nn::LSTM(c.input, c.hidden, o).ptr();
+    else rnn = nn::GRU(c.input, c.hidden, o).ptr();
     const Tensor x = randn({c.steps, c.batch, c.input});
     std::vector<std::function<void()>> variants{[&] {
       rnn->zero_grad();
@@ -53,8 +54,9 @@ int main(int argc, char** argv) {
     }};
 #ifdef KILN_BENCH_WITH_TORCH
     const torch::Tensor tx = torch::randn({c.steps, c.batch, c.input});
-    torch::nn::LSTM t_lstm(torch::nn::LSTMOptions(c.input, c.hidden).num_layers(c.layers).bidirectional(c.bidirectional));
-    torch::nn::GRU t_gru(torch::nn::GRUOptions(c.input, c.hidden).num_layers(c.layers).bidirectional(c.bidirectional));
+    namespace tnn = torch::nn;
+    tnn::LSTM t_lstm(tnn::LSTMOptions(c.input, c.hidden).num_layers(c.layers).bidirectional(c.bidirectional));
+    tnn::GRU t_gru(tnn::GRUOptions(c.input, c.hidden).num_layers(c.layers).bidirectional(c.bidirectional));
     variants.push_back([&] {
       if (c.lstm) {
         t_lstm->zero_grad();

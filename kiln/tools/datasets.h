@@ -6,14 +6,15 @@
 //   synthetic             data.num_samples Gaussian clusters in data.num_features dims, data.num_classes
 //   text                  a file's bytes (data.path; a folder: its regular files in name order, one after the
 //                         other) as windows of data.block_size tokens, each labelled with the next byte at
-//                         every position (a vocabulary of 256); for gpt-mini
+//                         every position (a vocabulary of 256); for gpt-mini and lstm-lm
 // Images are scaled to [0, 1] and, with data.normalize, standardized by the training set's mean and std (CSV
-// and synthetic features per column). Images stay as stored (uint8) in the datasets and are scaled and
-// standardized a batch at a time (DataSplits::prepare, which the loaders' collate() applies); augmentation
-// (data.random_crop_padding, data.horizontal_flip) works on the stored pixels, so a crop pads with 0 (black),
-// as torchvision's RandomCrop before ToTensor and Normalize does. data.val_size examples of the training set are held out for validation
+// and synthetic features per column). data.val_size examples of the training set are held out for validation
 // (for csv and synthetic, which have no test split, the test set is another held-out part of the same size,
 // or a tenth of the data with val_size 0; for text those parts are the file's last windows, in order).
+// Images stay as stored (uint8) in the datasets and are scaled and standardized a batch at a time
+// (DataSplits::prepare, which the loaders' collate() applies); augmentation (data.random_crop_padding,
+// data.horizontal_flip) works on the stored pixels, so a crop pads with 0 (black), as torchvision's RandomCrop
+// before ToTensor and Normalize does.
 #pragma once
 
 #include <functional>

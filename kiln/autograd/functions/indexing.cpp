@@ -62,7 +62,8 @@ std::vector<Tensor> record_pieces(const Tensor& x, std::vector<Tensor> pieces, i
   autograd::record_outputs(op, pieces, {x}, [shapes, d, options, stacked](const TensorList& grads, const OpNode&) {
     TensorList parts;
     parts.reserve(grads.size());
-    for (size_t i = 0; i < grads.size(); ++i) parts.push_back(grads[i].defined() ? grads[i] : zeros(shapes[i], options));
+    for (size_t i = 0; i < grads.size(); ++i)
+      parts.push_back(grads[i].defined() ? grads[i] : zeros(shapes[i], options));
     if (parts.empty()) return TensorList{Tensor()};  // no pieces: x had size 0 along dim, no gradient to give
     return TensorList{stacked ? stack(parts, d) : cat(parts, d)};
   });

@@ -201,7 +201,8 @@ template <typename Out, typename Index, int N, typename F, typename... In>
 __global__ void strided_kernel(int64_t n, OffsetCalc<N, Index> calc, F f, Out* out, InPtrs<In...> in) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
-    apply_strided<Out, F, Index, N, In...>(f, out, in, calc.get(static_cast<Index>(i)), std::index_sequence_for<In...>{});
+    apply_strided<Out, F, Index, N, In...>(f, out, in, calc.get(static_cast<Index>(i)),
+                                           std::index_sequence_for<In...>{});
 }
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
