@@ -127,14 +127,6 @@ DirectionResult run_direction(RNNMode mode, const Tensor& gi, Tensor h, Tensor c
   return {stack(outputs, 0), h, c};
 }
 
-const char* default_type_name(RNNMode mode) {
-  switch (mode) {
-    case RNNMode::Lstm: return "LSTM";
-    case RNNMode::Gru: return "GRU";
-    default: return "RNN";
-  }
-}
-
 }  // namespace
 
 RNNBaseImpl::RNNBaseImpl(std::string type, RNNMode mode, int64_t input_size, int64_t hidden_size, RNNOptions options)
@@ -264,13 +256,13 @@ std::string RNNBaseImpl::extra_repr() const {
 }
 
 RNNImpl::RNNImpl(int64_t input_size, int64_t hidden_size, RNNOptions options)
-    : RNNBaseImpl(default_type_name(RNNMode::RnnTanh), RNNMode::RnnTanh, input_size, hidden_size, std::move(options)) {}
+    : RNNBaseImpl("RNN", RNNMode::RnnTanh, input_size, hidden_size, std::move(options)) {}
 
 LSTMImpl::LSTMImpl(int64_t input_size, int64_t hidden_size, RNNOptions options)
-    : RNNBaseImpl(default_type_name(RNNMode::Lstm), RNNMode::Lstm, input_size, hidden_size, std::move(options)) {}
+    : RNNBaseImpl("LSTM", RNNMode::Lstm, input_size, hidden_size, std::move(options)) {}
 
 GRUImpl::GRUImpl(int64_t input_size, int64_t hidden_size, RNNOptions options)
-    : RNNBaseImpl(default_type_name(RNNMode::Gru), RNNMode::Gru, input_size, hidden_size, std::move(options)) {}
+    : RNNBaseImpl("GRU", RNNMode::Gru, input_size, hidden_size, std::move(options)) {}
 
 // ---- the cells ----
 

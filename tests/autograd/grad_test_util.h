@@ -215,4 +215,9 @@ inline void run_grad_case(const GradCase& c) {
   EXPECT_GT(r.entries, 0) << c.name << ": no Jacobian entry was compared";
 }
 
+// The parameterized suite every table of cases instantiates (ops_grad_test.cpp runs each case through
+// run_grad_case; second_order_test.cpp adds its own tables): one fixture for all, named by case_name.
+class OpGrad : public ::testing::TestWithParam<GradCase> {};
+inline std::string case_name(const ::testing::TestParamInfo<GradCase>& info) { return test_name(info.param.name); }
+
 }  // namespace kiln::test

@@ -52,58 +52,48 @@ TEST(RunConfig, ShippedConfigIsTheMainJob) {
   EXPECT_EQ(kiln::tools::data_path(c.data), "/usr/share/datasets/fashion-mnist");
 }
 
+// What the two shipped language-model configs share: the text and its split, ten epochs, the schedule and the
+// checkpoint kept by validation loss.
+RunConfig shipped_language_model_run(const std::string& model, const std::string& logger_name) {
+  RunConfig c;
+  c.trainer.max_epochs = 10;
+  c.trainer.seed = 0;
+  c.trainer.log_every_n_steps = 10;
+  c.model.name = model;
+  c.model.layers = 2;
+  c.data.name = "text";
+  c.data.path = "/usr/share/common-licenses";
+  c.data.block_size = 64;
+  c.data.batch_size = 32;
+  c.data.val_size = 200;
+  c.optimizer.name = "adamw";
+  c.scheduler.name = "warmup_cosine";
+  c.scheduler.interval = "step";
+  c.scheduler.warmup = 100;
+  c.callbacks.checkpoint.monitor = "val/loss";
+  c.callbacks.checkpoint.mode = "min";
+  c.logger.name = logger_name;
+  return c;
+}
+
 TEST(RunConfig, ShippedGptMiniConfigIsALanguageModelOnDebiansLicenses) {
   RunConfig c = kiln::tools::load_run_config(std::string(KILN_CONFIGS_DIR) + "/gpt_mini.yaml");
-  RunConfig expected;
-  expected.trainer.max_epochs = 10;
-  expected.trainer.seed = 0;
-  expected.trainer.log_every_n_steps = 10;
-  expected.model.name = "gpt-mini";
-  expected.model.layers = 2;
+  RunConfig expected = shipped_language_model_run("gpt-mini", "gpt_mini");
   expected.model.heads = 4;
   expected.model.embed_dim = 128;
-  expected.data.name = "text";
-  expected.data.path = "/usr/share/common-licenses";
-  expected.data.block_size = 64;
-  expected.data.batch_size = 32;
-  expected.data.val_size = 200;
-  expected.optimizer.name = "adamw";
   expected.optimizer.lr = 3e-3;
   expected.optimizer.weight_decay = 0.1;
   expected.optimizer.betas = {0.9, 0.95};
-  expected.scheduler.name = "warmup_cosine";
-  expected.scheduler.interval = "step";
-  expected.scheduler.warmup = 100;
-  expected.callbacks.checkpoint.monitor = "val/loss";
-  expected.callbacks.checkpoint.mode = "min";
-  expected.logger.name = "gpt_mini";
   EXPECT_EQ(c, expected) << kiln::tools::dump(c);
 }
 
 TEST(RunConfig, ShippedLstmLmConfigIsGptMinisRunWithAnLstm) {
   RunConfig c = kiln::tools::load_run_config(std::string(KILN_CONFIGS_DIR) + "/lstm_lm.yaml");
-  RunConfig expected;
-  expected.trainer.max_epochs = 10;
-  expected.trainer.seed = 0;
-  expected.trainer.log_every_n_steps = 10;
+  RunConfig expected = shipped_language_model_run("lstm-lm", "lstm_lm");
   expected.trainer.gradient_clip_val = 1.0;
-  expected.model.name = "lstm-lm";
-  expected.model.layers = 2;
   expected.model.embed_dim = 160;
-  expected.data.name = "text";
-  expected.data.path = "/usr/share/common-licenses";
-  expected.data.block_size = 64;
-  expected.data.batch_size = 32;
-  expected.data.val_size = 200;
-  expected.optimizer.name = "adamw";
   expected.optimizer.lr = 1e-2;
   expected.optimizer.weight_decay = 0.01;
-  expected.scheduler.name = "warmup_cosine";
-  expected.scheduler.interval = "step";
-  expected.scheduler.warmup = 100;
-  expected.callbacks.checkpoint.monitor = "val/loss";
-  expected.callbacks.checkpoint.mode = "min";
-  expected.logger.name = "lstm_lm";
   EXPECT_EQ(c, expected) << kiln::tools::dump(c);
 }
 
