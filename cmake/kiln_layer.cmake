@@ -30,9 +30,11 @@ function(kiln_add_layer name)
   target_compile_features(${target} PUBLIC cxx_std_20)
   target_link_libraries(${target} PUBLIC ${ARG_DEPS})
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
-  if(KILN_NATIVE)
-    # PUBLIC: code that includes kiln's headers must see the same instruction set as kiln itself (half.h picks
-    # F16C conversions when present; two answers to that in one program would break the one-definition rule).
+  # PUBLIC: code that includes kiln's headers must see the same instruction set as kiln itself (half.h picks
+  # F16C conversions when present; two answers to that in one program would break the one-definition rule).
+  if(KILN_MARCH)
+    target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-march=${KILN_MARCH}>)
+  elseif(KILN_NATIVE)
     target_compile_options(${target} PUBLIC $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()
   # CMake adds -Winvalid-pch: a header GCC refuses (other flags than it was compiled with) is a warning, and

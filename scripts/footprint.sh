@@ -7,7 +7,8 @@
 #                                               build/bench/w2_program, build-static/bench/w2_program and
 #                                               build/bench/torch_w2_program, those that exist
 #   scripts/footprint.sh --static-build [dir]   configure and build the static CPU-only W2 program in dir
-#                                               (build-static by default)
+#                                               (build-static by default), for x86-64-v3 (MARCH=native: for
+#                                               this machine only)
 #
 # The system's libraries: those every Debian 12 system has whatever else is installed, by the package that owns
 # the file: glibc (libc6), the GCC runtime (libgcc-s1, libstdc++6) and zlib (zlib1g, which dpkg itself needs).
@@ -30,8 +31,10 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-}" == --static-build ]]; then
   dir=${2:-build-static}
   # CPU-only (no CUDA runtime, no cuDNN), GEMM through Eigen (no BLAS library), none of the optional process-group
-  # engines; zlib and OpenMP's runtime (libgomp.a) linked in statically with everything else (-static).
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=OFF -DKILN_BLAS=Eigen -DKILN_MPI=OFF \
+  # engines; zlib and OpenMP's runtime (libgomp.a) linked in statically with everything else (-static). For
+  # x86-64-v3 (AVX2 and FMA) rather than this machine's instruction set: a file that ships runs elsewhere.
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_MARCH="${MARCH:-x86-64-v3}" \
+    -DKILN_CUDA=OFF -DKILN_BLAS=Eigen -DKILN_MPI=OFF \
     -DKILN_GLOO=OFF -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BENCH_TORCH=OFF -DKILN_INSTALL=OFF \
     -DZLIB_USE_STATIC_LIBS=ON -DOpenMP_gomp_LIBRARY="$(g++ -print-file-name=libgomp.a)" \
     -DCMAKE_EXE_LINKER_FLAGS=-static >/dev/null
