@@ -38,6 +38,17 @@ KILN_UNARY_DECL(sigmoid)
 KILN_UNARY_DECL(relu)
 KILN_UNARY_DECL(silu)
 KILN_UNARY_DECL(erf)
+KILN_UNARY_DECL(log2)
+KILN_UNARY_DECL(log10)
+KILN_UNARY_DECL(reciprocal)
+KILN_UNARY_DECL(tan)
+KILN_UNARY_DECL(asin)
+KILN_UNARY_DECL(acos)
+KILN_UNARY_DECL(atan)
+KILN_UNARY_DECL(floor)  // floor, ceil, round, trunc: gradient 0
+KILN_UNARY_DECL(ceil)
+KILN_UNARY_DECL(round)
+KILN_UNARY_DECL(trunc)
 #undef KILN_UNARY_DECL
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
@@ -66,6 +77,9 @@ KILN_BINARY_DECL(mul)
 KILN_BINARY_DECL(div)
 KILN_BINARY_DECL(maximum)
 KILN_BINARY_DECL(minimum)
+KILN_BINARY_DECL(atan2)
+KILN_BINARY_DECL(fmod)
+KILN_BINARY_DECL(remainder)
 #undef KILN_BINARY_DECL
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor& pow_(Tensor& a, const Tensor& b);
@@ -94,6 +108,11 @@ Tensor norm(const Tensor& x, double p = 2.0, IntArrayRef dims = {}, bool keepdim
 Tensor logsumexp(const Tensor& x, IntArrayRef dims, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- along one dim (functions/along_dim.cpp); argsort has no gradient ----
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt);
+std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);  // (values, indices)
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
 // ---- linear algebra (functions/linalg.cpp) ----
 Tensor matmul(const Tensor& a, const Tensor& b);
@@ -127,6 +146,9 @@ Tensor triu(const Tensor& x, int64_t k = 0);
 Tensor flip(const Tensor& x, IntArrayRef dims);
 Tensor repeat(const Tensor& x, IntArrayRef repeats);
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
+// The elements of x where the bool mask (broadcast with x) is true, as a 1-D tensor in row-major order;
+// dx: g at those places, 0 elsewhere.
+Tensor masked_select(const Tensor& x, const Tensor& mask);
 
 // ---- convolution and pooling (functions/conv.cpp); first-order gradients only ----
 // x (N, Cin, H, W), weight (Cout, Cin / groups, KH, KW), bias (Cout) or undefined -> (N, Cout, OH, OW)
@@ -154,10 +176,15 @@ using ops::all;
 using ops::any;
 using ops::argmax;
 using ops::argmin;
+using ops::argsort;
+using ops::allclose;
 using ops::eq;
+using ops::equal;
+using ops::flat_nonzero;
 using ops::ge;
 using ops::gt;
 using ops::isfinite;
+using ops::isclose;
 using ops::isinf;
 using ops::isnan;
 using ops::le;
@@ -167,6 +194,7 @@ using ops::logical_or;
 using ops::logical_xor;
 using ops::lt;
 using ops::ne;
+using ops::nonzero;
 using ops::one_hot;
 using ops::result_type;
 using ops::scalar_to_tensor;

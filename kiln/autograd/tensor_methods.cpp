@@ -14,6 +14,17 @@ Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
 Tensor Tensor::rsqrt() const { return kiln::rsqrt(*this); }
 Tensor Tensor::sin() const { return kiln::sin(*this); }
 Tensor Tensor::cos() const { return kiln::cos(*this); }
+Tensor Tensor::tan() const { return kiln::tan(*this); }
+Tensor Tensor::asin() const { return kiln::asin(*this); }
+Tensor Tensor::acos() const { return kiln::acos(*this); }
+Tensor Tensor::atan() const { return kiln::atan(*this); }
+Tensor Tensor::log2() const { return kiln::log2(*this); }
+Tensor Tensor::log10() const { return kiln::log10(*this); }
+Tensor Tensor::reciprocal() const { return kiln::reciprocal(*this); }
+Tensor Tensor::floor() const { return kiln::floor(*this); }
+Tensor Tensor::ceil() const { return kiln::ceil(*this); }
+Tensor Tensor::round() const { return kiln::round(*this); }
+Tensor Tensor::trunc() const { return kiln::trunc(*this); }
 Tensor Tensor::tanh() const { return kiln::tanh(*this); }
 Tensor Tensor::sigmoid() const { return kiln::sigmoid(*this); }
 Tensor Tensor::relu() const { return kiln::relu(*this); }
@@ -24,6 +35,9 @@ Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const { return kiln::ad
 Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const { return kiln::sub(*this, o, alpha); }
 Tensor Tensor::mul(const Tensor& o) const { return kiln::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return kiln::div(*this, o); }
+Tensor Tensor::atan2(const Tensor& o) const { return kiln::atan2(*this, o); }
+Tensor Tensor::fmod(const Tensor& o) const { return kiln::fmod(*this, o); }
+Tensor Tensor::remainder(const Tensor& o) const { return kiln::remainder(*this, o); }
 // The free in-place functions take Tensor&; the handle is shared, so a copy of it writes the same data.
 const Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) const { Tensor t = *this; kiln::add_(t, o, alpha); return *this; }
 const Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) const { Tensor t = *this; kiln::sub_(t, o, alpha); return *this; }
@@ -32,6 +46,8 @@ const Tensor& Tensor::div_(const Tensor& o) const { Tensor t = *this; kiln::div_
 const Tensor& Tensor::add_(const Scalar& o) const { Tensor t = *this; kiln::add_(t, o); return *this; }
 const Tensor& Tensor::mul_(const Scalar& o) const { Tensor t = *this; kiln::mul_(t, o); return *this; }
 Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& v) const { return kiln::masked_fill(*this, mask, v); }
+Tensor Tensor::masked_select(const Tensor& mask) const { return kiln::masked_select(*this, mask); }
+Tensor Tensor::nonzero() const { return kiln::nonzero(*this); }
 const Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& v) const { Tensor t = *this; kiln::masked_fill_(t, mask, v); return *this; }
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }
@@ -44,6 +60,16 @@ Tensor Tensor::argmax(std::optional<int64_t> d, bool keepdim) const { return kil
 Tensor Tensor::argmin(std::optional<int64_t> d, bool keepdim) const { return kiln::argmin(*this, d, keepdim); }
 Tensor Tensor::matmul(const Tensor& o) const { return kiln::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return kiln::mm(*this, o); }
+Tensor Tensor::cumsum(int64_t d, std::optional<DType> dtype) const { return kiln::cumsum(*this, d, dtype); }
+std::pair<Tensor, Tensor> Tensor::sort(int64_t d, bool descending) const { return kiln::sort(*this, d, descending); }
+Tensor Tensor::argsort(int64_t d, bool descending) const { return kiln::argsort(*this, d, descending); }
+std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest) const {
+  return kiln::topk(*this, k, d, largest);
+}
+bool Tensor::allclose(const Tensor& o, double rtol, double atol, bool equal_nan) const {
+  return kiln::allclose(*this, o, rtol, atol, equal_nan);
+}
+bool Tensor::equal(const Tensor& o) const { return kiln::equal(*this, o); }
 
 Tensor operator-(const Tensor& a) { return neg(a); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -90,6 +90,19 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, bool log_target = false,
               bool batchmean = false);
 
+// The activations, softmax and padding are autograd's ops themselves (namespace kiln); named here too, so that
+// F::relu(x) and F::softmax(x, 1) read as in PyTorch.
+using kiln::gelu;
+using kiln::leaky_relu;
+using kiln::log_softmax;
+using kiln::pad;
+using kiln::relu;
+using kiln::sigmoid;
+using kiln::silu;
+using kiln::softmax;
+using kiln::softplus;
+using kiln::tanh;
+
 }  // namespace kiln::nn::functional
 
 namespace kiln::nn {

@@ -30,6 +30,7 @@ void install_builtin_kernels() {
   detail::register_binary_cpu_kernels();
   detail::register_reduce_cpu_kernels();
   detail::register_softmax_cpu_kernels();
+  detail::register_along_dim_cpu_kernels();
   detail::register_linalg_cpu_kernels();
   detail::register_indexing_cpu_kernels();
   detail::register_conv_cpu_kernels();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
 #include "kiln/tensor/ops/indexing.h"
 #include "kiln/tensor/ops/linalg.h"

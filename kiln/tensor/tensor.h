@@ -18,6 +18,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -225,6 +226,17 @@ class Tensor {
   Tensor rsqrt() const;
   Tensor sin() const;
   Tensor cos() const;
+  Tensor tan() const;
+  Tensor asin() const;
+  Tensor acos() const;
+  Tensor atan() const;
+  Tensor log2() const;
+  Tensor log10() const;
+  Tensor reciprocal() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  Tensor round() const;  // halves to even
+  Tensor trunc() const;
   Tensor tanh() const;
   Tensor sigmoid() const;
   Tensor relu() const;
@@ -235,6 +247,9 @@ class Tensor {
   Tensor sub(const Tensor& other, const Scalar& alpha = 1) const;
   Tensor mul(const Tensor& other) const;
   Tensor div(const Tensor& other) const;
+  Tensor atan2(const Tensor& other) const;
+  Tensor fmod(const Tensor& other) const;       // the sign of this (C's fmod)
+  Tensor remainder(const Tensor& other) const;  // the sign of other (Python's %)
   const Tensor& add_(const Tensor& other, const Scalar& alpha = 1) const;
   const Tensor& sub_(const Tensor& other, const Scalar& alpha = 1) const;
   const Tensor& mul_(const Tensor& other) const;
@@ -244,6 +259,8 @@ class Tensor {
   const Tensor& fill_(const Scalar& value) const;
   const Tensor& zero_() const;
   Tensor masked_fill(const Tensor& mask, const Scalar& value) const;
+  Tensor masked_select(const Tensor& mask) const;  // 1-D
+  Tensor nonzero() const;  // (count, dim) int64 coordinates
   const Tensor& masked_fill_(const Tensor& mask, const Scalar& value) const;
 
   Tensor sum() const;
@@ -256,6 +273,12 @@ class Tensor {
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
+  std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;  // (values, indices)
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true) const;  // (values, indices)
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  bool equal(const Tensor& other) const;  // the same shape and equal elements
 
   // ---- autograd (defined by the autograd layer; see kiln/autograd/autograd.h) ----
   bool requires_grad() const;

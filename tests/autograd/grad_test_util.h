@@ -91,13 +91,14 @@ inline constexpr GradcheckOptions kTight{.atol = 1e-7, .rtol = 1e-5};
 using Maker = std::function<TensorVec()>;
 
 // Where an op's inputs are drawn from.
-enum class Domain { Any, AwayFromZero, Positive, AboveMinusOne };
+enum class Domain { Any, AwayFromZero, Positive, AboveMinusOne, InsideUnit };
 
 inline Tensor sample(Domain d, IntArrayRef shape) {
   switch (d) {
     case Domain::AwayFromZero: return leaf_away(shape);
     case Domain::Positive: return leaf(shape, 0.3, 2.0);
     case Domain::AboveMinusOne: return leaf(shape, -0.7, 2.0);
+    case Domain::InsideUnit: return leaf(shape, -0.9, 0.9);
     default: return leaf(shape);
   }
 }

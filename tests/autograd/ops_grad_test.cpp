@@ -34,6 +34,11 @@ std::vector<GradCase> unary_cases() {
       UNARY(log, Positive), UNARY(log1p, AboveMinusOne), UNARY(expm1, Any), UNARY(sqrt, Positive),
       UNARY(rsqrt, Positive), UNARY(sin, Any), UNARY(cos, Any), UNARY(tanh, Any),
       UNARY(sigmoid, Any), UNARY(relu, AwayFromZero), UNARY(silu, Any), UNARY(erf, Any),
+      UNARY(log2, Positive), UNARY(log10, Positive), UNARY(reciprocal, AwayFromZero), UNARY(tan, InsideUnit),
+      UNARY(asin, InsideUnit), UNARY(acos, InsideUnit), UNARY(atan, Any),
+      // Piecewise constant: the gradient is 0 and so are the central differences away from the steps (the
+      // inputs are random; a step within eps of one has probability ~1e-6).
+      UNARY(floor, Any), UNARY(ceil, Any), UNARY(round, Any), UNARY(trunc, Any),
       {"gelu", [](const Tensor& x) { return gelu(x); }, nullptr, Domain::Any},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, nullptr, Domain::Any},
       {"softplus", [](const Tensor& x) { return softplus(x); }, nullptr, Domain::Any},
@@ -101,6 +106,9 @@ std::vector<GradCase> binary_cases() {
       BINARY(maximum, Any, Any),
       BINARY(minimum, Any, Any),
       BINARY(pow, Positive, Any),
+      BINARY(atan2, Any, AwayFromZero),
+      BINARY(fmod, Any, AwayFromZero),
+      BINARY(remainder, Any, AwayFromZero),
       {"operator_add", [](const Tensor& a, const Tensor& b) { return a + b; },
        [](Tensor& a, const Tensor& b) { a += b; }, Domain::Any, Domain::Any},
       {"operator_sub", [](const Tensor& a, const Tensor& b) { return a - b; },
@@ -245,6 +253,16 @@ std::vector<GradCase> reduce_cases() {
       multi("min_dim", xt, [](In in) { auto [v, i] = min(in[0].t(), 0); return TensorVec{v, i}; }),
       single("min_dim_keepdim", x, [](In in) { return min(in[0], 2, true).first; }),
       single("max_dim_0dim", leaves({Shape{}}), [](In in) { return max(in[0], 0).first; }),
+      // Sorting permutes: each value's gradient goes back to where it came from (weighted by ramp, so that a
+      // wrong destination shows).
+      single("sort_dim1", x, [](In in) { return sort(in[0], 1).first * ramp({2, 3, 4}); }),
+      single("sort_descending_transposed", xt,
+             [](In in) { return sort(in[0].t(), 0, true).first * ramp({3, 4}); }),
+      single("topk_dim2", x, [](In in) { return topk(in[0], 2, 2).first * ramp({2, 3, 2}); }),
+      single("topk_smallest_dim0", x, [](In in) { return topk(in[0], 1, 0, false).first * ramp({1, 3, 4}); }),
+      single("cumsum_dim1", x, [](In in) { return cumsum(in[0], 1) * ramp({2, 3, 4}); }),
+      single("cumsum_dim0_transposed", xt, [](In in) { return cumsum(in[0].t(), 0) * ramp({3, 4}); }),
+      single("cumsum_0dim", leaves({Shape{}}), [](In in) { return cumsum(in[0], 0); }),
       single("var_all", x, [](In in) { return var(in[0]); }),
       single("var_dim1", x, [](In in) { return var(in[0], {1}); }),
       single("var_dims02_keepdim_correction0", x, [](In in) { return var(in[0], {0, 2}, 0.0, true); }),
@@ -322,6 +340,7 @@ std::vector<GradCase> indexing_cases() {
   auto scatter_idx = i64({1, 3, 0, 2, 3, 2}, {3, 2});             // distinct per row: scatter is well defined
   auto scatter_add_idx = i64({1, 1, 0, 3, 2, 2}, {3, 2});         // repeats: scatter_add sums them
   auto index_add_idx = i64({0, 2, 0}, {3});
+  auto mask = [] { return tensor(std::vector<bool>{true, false, true, true, true, true, false, true}).view({2, 4}); };
   std::vector<GradCase> c = {
       single("cat_dim0", leaves({{1, 3}, {2, 3}, {3, 3}}), [](In in) { return cat({in[0], in[1], in[2]}, 0); }),
       single("cat_dim1", leaves({{2, 1}, {2, 3}}), [](In in) { return cat({in[0], in[1]}, 1); }),
@@ -358,6 +377,9 @@ std::vector<GradCase> indexing_cases() {
              [](In in) { return gather(in[0], 0, in[1]); }),
       single("index_select_0dim_index", [] { return TensorVec{leaf({4, 3}), int64s({2}, {})}; },
              [](In in) { return index_select(in[0], 0, in[1]); }),
+      single("masked_select", leaves({{2, 4}}), [mask](In in) { return masked_select(in[0], mask()); }),
+      // The mask's two rows pick x's elements again: their gradients add up.
+      single("masked_select_broadcast_x", leaves({{4}}), [mask](In in) { return masked_select(in[0], mask()); }),
       single("scatter_value", [scatter_idx] { return TensorVec{leaf({3, 4}), scatter_idx()}; },
              [](In in) { return scatter(in[0], 1, in[1], 1.5); }),
       single("scatter_add", [scatter_add_idx] { return TensorVec{leaf({3, 4}), scatter_add_idx(), leaf({3, 2})}; },

@@ -223,6 +223,24 @@ TEST_F(CudaTest, WritesOfZeroSizeAndZeroDim) {
                      "0-dim scatter", 0);
 }
 
+// nonzero and masked_select are composites (cumsum, where, scatter_, index_select): the same coordinates and
+// values as on the CPU, in every dtype and layout, with large inputs that span many blocks.
+TEST_F(CudaTest, NonzeroAndMaskedSelectMatchCpu) {
+  std::mt19937 rng(107);
+  for (const Shape& shape : std::vector<Shape>{{7}, {3, 4, 5}, {0, 3}, {300, 700}}) {
+    for (DType dtype : test::kAllDTypes) {
+      for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
+        Tensor x = test::random_tensor(shape, dtype, rng, layout, -1.4, 1.4);
+        if (is_floating(dtype)) x.masked_fill_(lt(abs(x), 0.5), 0);
+        const Tensor gx = to_gpu_same_layout(x);
+        const std::string what = shape_str(shape) + " " + dtype_name(dtype) + " " + test::layout_name(layout);
+        expect_matches_cpu(nonzero(gx), nonzero(x), "nonzero " + what, 0);
+        expect_matches_cpu(masked_select(gx, ne(gx, 0)), masked_select(x, ne(x, 0)), "masked_select " + what, 0);
+      }
+    }
+  }
+}
+
 // ---- index errors ----
 
 // Runs `bad` (an op with an out-of-range index), waits for the device, then `next` (a valid indexing op):

@@ -247,34 +247,44 @@ TEST_F(CudaReduce, SumIsTheSameBitsEveryRun) {
 
 // ---- max / min along a dim, with the index ----
 
-void check_extreme_dims(const std::vector<ShapeCase>& shapes, std::initializer_list<Layout> layouts, int specials) {
+// Calls body(x, dim, where) for every dtype (floating ones only when there are specials), shape, layout and dim
+// (-1 included) on fresh inputs with values in [lo, hi]; `where` names the case and the seed. Stops at the first
+// failure.
+template <typename Body>
+void for_each_dim_case(const std::vector<ShapeCase>& shapes, std::initializer_list<Layout> layouts, int specials,
+                       double lo, double hi, const Body& body) {
   const uint32_t seed = fresh_seed();
   std::mt19937 rng(seed);
   for (DType dtype : test::kAllDTypes) {
     if (specials > 0 && !is_floating(dtype)) continue;
     for (const ShapeCase& sc : shapes) {
       for (Layout layout : layouts) {
-        // Few distinct values, so ties are common and the first index must win.
-        Pair x = make_pair(sc.shape, dtype, layout, random_gen(dtype, rng, -1, 1, specials));
+        Pair x = make_pair(sc.shape, dtype, layout, random_gen(dtype, rng, lo, hi, specials));
         for (int64_t dim = -1; dim < std::max<int64_t>(x.cpu.dim(), 1); ++dim) {
-          if (x.cpu.dim() > 0 && x.cpu.size((dim + x.cpu.dim()) % x.cpu.dim()) == 0) continue;
-          for (bool is_max : {true, false}) {
-            for (bool keepdim : {false, true}) {
-              std::string context = std::string(is_max ? "max" : "min") + " of " + shape_str(sc.shape) + " " +
-                                    dtype_name(dtype) + " " + test::layout_name(layout) + " dim " +
-                                    std::to_string(dim) + (keepdim ? " keepdim" : "") + " (seed " +
-                                    std::to_string(seed) + ")";
-              auto [want_v, want_i] = is_max ? max(x.cpu, dim, keepdim) : min(x.cpu, dim, keepdim);
-              auto [got_v, got_i] = is_max ? max(x.gpu, dim, keepdim) : min(x.gpu, dim, keepdim);
-              test::expect_matches_cpu(got_v, want_v, context + " values");
-              test::expect_matches_cpu(got_i, want_i, context + " indices");
-              if (::testing::Test::HasFailure()) return;
-            }
-          }
+          const std::string where = shape_str(sc.shape) + " " + dtype_name(dtype) + " " + test::layout_name(layout) +
+                                    " dim " + std::to_string(dim) + " (seed " + std::to_string(seed) + ")";
+          body(x, dim, where);
+          if (::testing::Test::HasFailure()) return;
         }
       }
     }
   }
+}
+
+// Few distinct values, so ties are common and the first index must win.
+void check_extreme_dims(const std::vector<ShapeCase>& shapes, std::initializer_list<Layout> layouts, int specials) {
+  for_each_dim_case(shapes, layouts, specials, -1, 1, [](const Pair& x, int64_t dim, const std::string& where) {
+    if (x.cpu.dim() > 0 && x.cpu.size((dim + x.cpu.dim()) % x.cpu.dim()) == 0) return;
+    for (bool is_max : {true, false}) {
+      for (bool keepdim : {false, true}) {
+        const std::string context = std::string(is_max ? "max" : "min") + (keepdim ? " keepdim" : "") + " of " + where;
+        auto [want_v, want_i] = is_max ? max(x.cpu, dim, keepdim) : min(x.cpu, dim, keepdim);
+        auto [got_v, got_i] = is_max ? max(x.gpu, dim, keepdim) : min(x.gpu, dim, keepdim);
+        test::expect_matches_cpu(got_v, want_v, context + " values");
+        test::expect_matches_cpu(got_i, want_i, context + " indices");
+      }
+    }
+  });
 }
 
 TEST_F(CudaReduce, MaxMinDimValuesAndFirstIndexMatchTheCpu) {
@@ -288,6 +298,40 @@ TEST_F(CudaReduce, MaxMinDimValuesAndFirstIndexMatchTheCpu) {
 TEST_F(CudaReduce, MaxMinDimNanWinsAndTheFirstNanIsReported) {
   check_extreme_dims({{{33}, {}}, {{5, 33, 7}, {}}, {{1000, 33}, {}}}, {Layout::Contiguous, Layout::Transposed}, 8);
   check_extreme_dims({{{(1 << 20) + 3}, {}}, {{2048, 513}, {}}}, {Layout::Contiguous}, 1000);
+}
+
+// ---- cumsum and sort along a dim ----
+
+// Both accumulate in float64 (int64) in the same order, and both sort stably with NaN last and -0.0 == 0.0: the
+// GPU's results are the CPU's, to the bit.
+void check_along_dims(const std::vector<ShapeCase>& shapes, std::initializer_list<Layout> layouts, int specials) {
+  for_each_dim_case(shapes, layouts, specials, -2, 2, [](const Pair& x, int64_t dim, const std::string& where) {
+    if (x.cpu.dtype() != kBool) test::expect_matches_cpu(cumsum(x.gpu, dim), cumsum(x.cpu, dim), "cumsum of " + where);
+    for (bool descending : {false, true}) {
+      auto [want_v, want_i] = sort(x.cpu, dim, descending);
+      auto [got_v, got_i] = sort(x.gpu, dim, descending);
+      test::expect_matches_cpu(got_v, want_v, "sort values of " + where);
+      test::expect_matches_cpu(got_i, want_i, "sort indices of " + where);
+    }
+  });
+}
+
+TEST_F(CudaReduce, CumsumAndSortMatchTheCpuBitForBit) {
+  const std::vector<ShapeCase> shapes = {{{}, {}}, {{1}, {}}, {{33}, {}}, {{5, 33, 7}, {}}, {{3, 0, 4}, {}},
+                                         {{1000, 33}, {}}, {{2, 5000}, {}}};
+  check_along_dims(shapes, {Layout::Contiguous, Layout::Transposed, Layout::Strided, Layout::Offset}, 0);
+  check_along_dims({{{33}, {}}, {{300, 17}, {}}}, {Layout::Contiguous, Layout::Transposed}, 8);
+  auto [v, i] = topk(tensor({1.0, 3.0, 2.0, 3.0}).to(Device::cuda()), 2);
+  EXPECT_EQ(test::values(i.cpu()), (std::vector<double>{1, 3}));
+  // Signed zeros are equal and keep their order; a NaN with its sign bit set still sorts last (the GPU's radix
+  // sort sees canonical keys).
+  for (DType d : test::kFloatDTypes) {
+    Tensor z = tensor({0.0, -0.0, -NAN, 0.0, -0.0, NAN, -1.0}).to(d);
+    for (bool descending : {false, true}) {
+      test::expect_matches_cpu(sort(z.to(Device::cuda()), 0, descending).second, sort(z, 0, descending).second,
+                               std::string("signed zeros and NaN, ") + dtype_name(d));
+    }
+  }
 }
 
 // ---- softmax, log_softmax ----

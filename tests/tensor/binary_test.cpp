@@ -41,6 +41,13 @@ std::vector<BinaryCase> cases() {
       {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double a, double b) { return a / b; }, 0.5, 3},
       {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
        [](double a, double b) { return std::pow(a, b); }, 0.5, 2},
+      {"atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); },
+       [](double a, double b) { return std::atan2(a, b); }},
+      // Independent of the kernels' fmod-based forms: the definitions, in float64.
+      {"fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, b); },
+       [](double a, double b) { return a - std::trunc(a / b) * b; }},
+      {"remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); },
+       [](double a, double b) { return a - std::floor(a / b) * b; }},
       {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
        [](double a, double b) { return std::max(a, b); }},
       {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
@@ -96,7 +103,9 @@ TEST(Binary, IntegerAndBoolOps) {
   std::mt19937 rng(11);
   for (const auto& c : cases()) {
     std::string name = c.name;
-    if (name == "div" || name == "pow" || name == "add_alpha" || name == "sub_alpha") continue;
+    if (name == "div" || name == "pow" || name == "add_alpha" || name == "sub_alpha" || name == "atan2" ||
+        name == "fmod" || name == "remainder")
+      continue;  // float results, or a divisor that may draw 0: IntegerModuloFollowsCAndPython below
     for (DType d : {kInt32, kInt64, kUInt8})
       for (const auto& sp : kShapePairs) check_case(c, d, Layout::Contiguous, Layout::Transposed, sp, rng);
   }
@@ -112,6 +121,44 @@ TEST(Binary, IntegerDivisionIsTrueDivision) {
   Tensor q = a / b;
   EXPECT_EQ(q.dtype(), kFloat32);
   test::expect_tensor_near(q, {3.5, -3.5, 1.0 / 3}, {3});
+}
+
+TEST(Binary, IntegerModuloFollowsCAndPython) {
+  // fmod takes the dividend's sign (C's %), remainder the divisor's (Python's %).
+  Tensor a = tensor(std::vector<int64_t>{7, -7, 7, -7, 0, std::numeric_limits<int64_t>::min()});
+  Tensor b = tensor(std::vector<int64_t>{3, 3, -3, -3, 5, -1});
+  EXPECT_EQ(fmod(a, b).dtype(), kInt64);
+  EXPECT_EQ(test::values(fmod(a, b)), (std::vector<double>{1, -1, 1, -1, 0, 0}));
+  EXPECT_EQ(test::values(remainder(a, b)), (std::vector<double>{1, 2, -2, -1, 0, 0}));
+  EXPECT_EQ(test::values(remainder(tensor(std::vector<int32_t>{-1, 9}), 4)), (std::vector<double>{3, 1}));
+  EXPECT_EQ(test::values(fmod(tensor(std::vector<uint8_t>{200, 7}), 6)), (std::vector<double>{2, 1}));
+  test::expect_error([] { (void)remainder(tensor(std::vector<int32_t>{1, 2}), tensor(std::vector<int32_t>{1, 0})); },
+                     {"remainder", "integer division by zero"});
+  Tensor x = tensor(std::vector<int32_t>{5});
+  test::expect_error([&] { fmod_(x, 0); }, {"fmod_", "division by zero"});
+  // Floats: exact, signs as above, and x % 0 is NaN.
+  test::expect_tensor_near(remainder(tensor({-7.5, 7.5}), -2.0), {-1.5, -0.5}, {2});
+  test::expect_tensor_near(fmod(tensor({-7.5, 7.5}), -2.0), {-1.5, 1.5}, {2});
+  EXPECT_TRUE(std::isnan(test::values(fmod(tensor({1.0}), 0.0))[0]));
+  EXPECT_EQ(atan2(tensor(std::vector<int32_t>{1}), tensor(std::vector<int32_t>{1})).dtype(), kFloat32);
+}
+
+TEST(Binary, IscloseAllcloseEqual) {
+  Tensor a = tensor({1.0, INFINITY, -INFINITY, NAN, 100.0, 0.0});
+  Tensor b = tensor({1.0 + 1e-6, INFINITY, INFINITY, NAN, 100.002, 1e-9});
+  EXPECT_EQ(test::values(isclose(a, b)), (std::vector<double>{1, 1, 0, 0, 0, 1}));
+  EXPECT_EQ(test::values(isclose(a, b, 1e-4)), (std::vector<double>{1, 1, 0, 0, 1, 1}));
+  EXPECT_EQ(test::values(isclose(a, b, 0, 0, /*equal_nan=*/true)), (std::vector<double>{0, 1, 0, 1, 0, 0}));
+  EXPECT_FALSE(allclose(a, b));
+  EXPECT_TRUE(allclose(a.narrow(0, 0, 2), b.narrow(0, 0, 2)));
+  EXPECT_TRUE(allclose(tensor({1.0, 2.0}), tensor({1.0}).expand({2}) + tensor({0.0, 1.0})));
+  EXPECT_TRUE(equal(tensor(std::vector<int32_t>{1, 2}), tensor(std::vector<int32_t>{1, 2})));
+  EXPECT_FALSE(equal(tensor(std::vector<int32_t>{1, 2}), tensor(std::vector<int32_t>{1, 3})));
+  EXPECT_FALSE(equal(tensor({1.0, 2.0}), tensor({1.0, 2.0}).reshape({2, 1})));  // shapes differ
+  EXPECT_FALSE(equal(tensor({NAN}), tensor({NAN})));
+  EXPECT_EQ(test::values(isclose(tensor(std::vector<int64_t>{3, 4}), tensor(std::vector<int64_t>{3, 5}))),
+            (std::vector<double>{1, 0}));
+  test::expect_error([&] { (void)isclose(a, b, -1.0); }, {"isclose", "rtol"});
 }
 
 TEST(Binary, TypePromotion) {

@@ -1,4 +1,4 @@
-// Tests of index_select, gather, scatter, scatter_add and index_add (indexing.h). Each op is compared with a
+// Tests of index_select, gather, scatter, scatter_add, index_add, nonzero and masked_select (indexing.h). Each
 // naive loop over coordinates written here, on values read straight from memory (test::values), for random
 // inputs in every layout and dtype, with zero-size and one-element cases, and the errors a user sees. Sums
 // (scatter_add, index_add) use small integer values, so every dtype holds them exactly and the comparison
@@ -282,6 +282,60 @@ TEST(IndexAdd, Errors) {
                      {"index_add", "alpha", "int64"});
   test::expect_error([&] { index_add(self, 0, index, ones({2, 5}, kFloat64)); }, {"index_add", "float64"});
   test::expect_error([&] { index_add(self, 0, zeros({2, 1}, kInt64), ones({2, 5})); }, {"index_add", "(2, 1)"});
+}
+
+// ---- nonzero, masked_select ----
+
+// Random values with many zeros (floats: those below 0.5 in magnitude, set to 0 in place so that the layout stays).
+TEST(Nonzero, MatchesALoopOverCoordinatesInEveryDtypeAndLayout) {
+  std::mt19937 rng(11);
+  for (DType dtype : test::kAllDTypes) {
+    for (Layout layout : test::kLayouts) {
+      for (const Shape& shape : std::vector<Shape>{{7}, {3, 4}, {2, 3, 5}, {0, 3}, {1, 1}}) {
+        Tensor x = test::random_tensor(shape, dtype, rng, layout, -1.4, 1.4);
+        if (is_floating(dtype)) x.masked_fill_(lt(abs(x), 0.5), 0);
+        const auto xv = values(x);
+        std::vector<double> coords, picked;
+        std::vector<double> flat;
+        for (size_t f = 0; f < xv.size(); ++f) {
+          if (xv[f] == 0) continue;
+          for (int64_t c : unravel(static_cast<int64_t>(f), shape)) coords.push_back(static_cast<double>(c));
+          flat.push_back(static_cast<double>(f));
+          picked.push_back(xv[f]);
+        }
+        const std::string what = std::string(dtype_name(dtype)) + " " + test::layout_name(layout) + " " +
+                                 shape_str(shape);
+        Tensor nz = nonzero(x);
+        EXPECT_EQ(nz.dtype(), kInt64) << what;
+        EXPECT_EQ(nz.sizes(), (Shape{static_cast<int64_t>(flat.size()), static_cast<int64_t>(shape.size())}))
+            << what;
+        EXPECT_EQ(values(nz), coords) << what;
+        EXPECT_EQ(values(flat_nonzero(x)), flat) << what;
+        Tensor sel = masked_select(x, ne(x, 0));
+        EXPECT_EQ(sel.dtype(), dtype) << what;
+        EXPECT_EQ(values(sel), picked) << what;
+      }
+    }
+  }
+}
+
+TEST(MaskedSelect, BroadcastsTheMaskScalarsAndErrors) {
+  Tensor x = arange(0, 6, 1, TensorOptions(kFloat64)).view({2, 3});
+  Tensor row_mask = tensor(std::vector<bool>{true, false, true});  // (3): broadcast over the rows
+  EXPECT_EQ(values(masked_select(x, row_mask)), (std::vector<double>{0, 2, 3, 5}));
+  Tensor col_mask = tensor(std::vector<bool>{false, true}).view({2, 1});
+  EXPECT_EQ(values(x.masked_select(col_mask)), (std::vector<double>{3, 4, 5}));
+  // A mask larger than x broadcasts x: each element once per true place.
+  Tensor v = tensor({10.0, 20.0});
+  EXPECT_EQ(values(masked_select(v, tensor(std::vector<bool>{true, true, false, true}).view({2, 2}))),
+            (std::vector<double>{10, 20, 20}));
+  EXPECT_EQ(masked_select(x, zeros({2, 3}, kBool)).sizes(), (Shape{0}));
+  EXPECT_EQ(values(nonzero(scalar_tensor(5.0))).size(), 0u);  // a 0-dim tensor: (1, 0)
+  EXPECT_EQ(nonzero(scalar_tensor(5.0)).sizes(), (Shape{1, 0}));
+  EXPECT_EQ(nonzero(scalar_tensor(0.0)).sizes(), (Shape{0, 0}));
+  EXPECT_EQ(values(x.nonzero()), (std::vector<double>{0, 1, 0, 2, 1, 0, 1, 1, 1, 2}));
+  test::expect_error([&] { (void)masked_select(x, ones({2, 3})); }, {"masked_select", "bool mask", "float32"});
+  test::expect_error([&] { (void)masked_select(x, ones({4}, kBool)); }, {"masked_select", "(2, 3)", "(4)"});
 }
 
 }  // namespace

@@ -34,6 +34,25 @@ std::vector<UnaryCase> float_cases() {
       {"erf", [](const Tensor& x) { return erf(x); }, [](double x) { return std::erf(x); }},
       {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 9},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.05, 9},
+      {"log2", [](const Tensor& x) { return log2(x); }, [](double x) { return std::log(x) / std::log(2.0); }, 0.05, 5},
+      {"log10", [](const Tensor& x) { return log10(x); }, [](double x) { return std::log(x) / std::log(10.0); }, 0.05,
+       5},
+      {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, [](double x) { return 1 / x; }, 0.2, 3},
+      {"tan", [](const Tensor& x) { return tan(x); }, [](double x) { return std::sin(x) / std::cos(x); }, -1.3, 1.3},
+      {"asin", [](const Tensor& x) { return asin(x); }, [](double x) { return std::atan2(x, std::sqrt(1 - x * x)); },
+       -0.95, 0.95},
+      {"acos", [](const Tensor& x) { return acos(x); }, [](double x) { return std::atan2(std::sqrt(1 - x * x), x); },
+       -0.95, 0.95},
+      {"atan", [](const Tensor& x) { return atan(x); }, [](double x) { return std::atan2(x, 1.0); }},
+      {"floor", [](const Tensor& x) { return floor(x); }, [](double x) { return std::floor(x); }},
+      {"ceil", [](const Tensor& x) { return ceil(x); }, [](double x) { return -std::floor(-x); }},
+      {"trunc", [](const Tensor& x) { return trunc(x); }, [](double x) { return x < 0 ? std::ceil(x) : std::floor(x); }},
+      // Halves to even, written out: r = floor(x + 0.5), one less where x + 0.5 was an odd integer.
+      {"round", [](const Tensor& x) { return round(x); },
+       [](double x) {
+         double r = std::floor(x + 0.5);
+         return (r - x == 0.5 && std::fmod(r, 2.0) != 0) ? r - 1 : r;
+       }},
       {"sin", [](const Tensor& x) { return sin(x); }, [](double x) { return std::sin(x); }},
       {"cos", [](const Tensor& x) { return cos(x); }, [](double x) { return std::cos(x); }},
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }},
@@ -111,6 +130,29 @@ TEST(Unary, IntegerInputs) {
   EXPECT_EQ(e.dtype(), kFloat32);
   test::expect_tensor_near(e, {std::exp(-3.0), 1.0, std::exp(4.0)}, {3});
   test::expect_error([] { (void)neg(tensor(std::vector<bool>{true})); }, {"neg", "bool", "logical_not"});
+  // Rounding keeps integers as they are, and their dtype; reciprocal is float math.
+  using Rounding = Tensor (*)(const Tensor&);
+  for (Rounding f : {Rounding(floor), Rounding(ceil), Rounding(round), Rounding(trunc)}) {
+    EXPECT_EQ(f(i).dtype(), kInt32);
+    EXPECT_EQ(test::values(f(i)), (std::vector<double>{-3, 0, 4}));
+  }
+  EXPECT_EQ(reciprocal(i).dtype(), kFloat32);
+  test::expect_error([] { (void)floor(tensor(std::vector<bool>{true})); }, {"floor", "bool"});
+}
+
+TEST(Unary, RoundingAtHalvesAndSignedZeros) {
+  // round halves to even, as PyTorch and NumPy; the others by their definitions, -0.0 where the result is a
+  // negative zero (trunc(-0.5), ceil(-0.5), round(-0.5)).
+  Tensor x = tensor({-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -2.7, 2.7});
+  EXPECT_EQ(test::values(round(x)), (std::vector<double>{-2, -2, -0.0, 0, 2, 2, -3, 3}));
+  EXPECT_EQ(test::values(floor(x)), (std::vector<double>{-3, -2, -1, 0, 1, 2, -3, 2}));
+  EXPECT_EQ(test::values(ceil(x)), (std::vector<double>{-2, -1, -0.0, 1, 2, 3, -2, 3}));
+  EXPECT_EQ(test::values(trunc(x)), (std::vector<double>{-2, -1, -0.0, 0, 1, 2, -2, 2}));
+  EXPECT_TRUE(std::signbit(test::values(trunc(x))[2]));
+  Tensor big = tensor({1e300, -INFINITY, NAN}, TensorOptions(kFloat64));
+  EXPECT_EQ(test::values(floor(big))[0], 1e300);
+  EXPECT_EQ(test::values(round(big))[1], -INFINITY);
+  EXPECT_TRUE(std::isnan(test::values(ceil(big))[2]));
 }
 
 TEST(Unary, NanAndInfinityHandling) {

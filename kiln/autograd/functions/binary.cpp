@@ -128,6 +128,48 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return extremum<false>("minim
 Tensor maximum(const Tensor& a, const Scalar& b) { return maximum(a, ops::scalar_to_tensor(b, a.device())); }
 Tensor minimum(const Tensor& a, const Scalar& b) { return minimum(a, ops::scalar_to_tensor(b, a.device())); }
 
+// atan2(a, b), the angle of (b, a): da = g b / (a^2 + b^2), db = -g a / (a^2 + b^2)
+Tensor atan2(const Tensor& a, const Tensor& b) {
+  Tensor out = ops::atan2(a, b);
+  if (should_record(a, b)) {
+    record("atan2", out, {a, b}, [sa = SavedTensor(a, false), sb = SavedTensor(b, false)](const Tensor& g,
+                                                                                          const OpNode& n) {
+      Tensor a = sa.get(n), b = sb.get(n);
+      Tensor scale = g / (a * a + b * b);
+      return TensorList{n.needs_input_grad(0) ? scale * b : Tensor(), n.needs_input_grad(1) ? -(scale * a) : Tensor()};
+    });
+  }
+  return out;
+}
+Tensor atan2(const Tensor& a, const Scalar& b) { return atan2(a, ops::scalar_to_tensor(b, a.device())); }
+
+// fmod(a, b) = a - trunc(a / b) b: da = g, db = -g trunc(a / b); remainder the same with floor (the quotient is
+// piecewise constant, so its own derivative is 0)
+namespace {
+template <bool is_fmod>
+Tensor modulo(const char* name, const Tensor& a, const Tensor& b) {
+  Tensor out = is_fmod ? ops::fmod(a, b) : ops::remainder(a, b);
+  if (should_record(a, b)) {
+    const bool need_b = requires_grad(b);
+    record(name, out, {a, b},
+           [sa = need_b ? SavedTensor(a, false) : SavedTensor(), sb = need_b ? SavedTensor(b, false) : SavedTensor()](
+               const Tensor& g, const OpNode& n) {
+             Tensor db;
+             if (n.needs_input_grad(1)) {
+               Tensor q = ops::div(sa.get(n), sb.get(n));
+               db = -(g * (is_fmod ? ops::trunc(q) : ops::floor(q)));
+             }
+             return TensorList{n.needs_input_grad(0) ? g : Tensor(), db};
+           });
+  }
+  return out;
+}
+}  // namespace
+Tensor fmod(const Tensor& a, const Tensor& b) { return modulo<true>("fmod", a, b); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return modulo<false>("remainder", a, b); }
+Tensor fmod(const Tensor& a, const Scalar& b) { return fmod(a, ops::scalar_to_tensor(b, a.device())); }
+Tensor remainder(const Tensor& a, const Scalar& b) { return remainder(a, ops::scalar_to_tensor(b, a.device())); }
+
 #define KILN_BINARY_INPLACE(name)                                                                          \
   Tensor& name##_(Tensor& a, const Tensor& b) {                                                            \
     if (!should_record(a, b)) return ops::name##_(a, b);                                                   \
@@ -141,6 +183,9 @@ KILN_BINARY_INPLACE(mul)
 KILN_BINARY_INPLACE(div)
 KILN_BINARY_INPLACE(maximum)
 KILN_BINARY_INPLACE(minimum)
+KILN_BINARY_INPLACE(atan2)
+KILN_BINARY_INPLACE(fmod)
+KILN_BINARY_INPLACE(remainder)
 #undef KILN_BINARY_INPLACE
 
 // pow(a, b) = a^b: da = g b a^(b-1), db = g a^b log(a) (0 where a == 0 and b >= 0, the limit PyTorch takes)

@@ -101,6 +101,17 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+// masked_select: an index_select of the flattened (broadcast) x at the mask's true positions, which gives it
+// index_select's gradient.
+Tensor masked_select(const Tensor& x, const Tensor& mask) {
+  KILN_CHECK(x.defined() && mask.defined(), "masked_select: an input tensor is undefined");
+  KILN_CHECK(mask.dtype() == kBool, "masked_select: expected a bool mask, got ", mask.dtype());
+  KILN_CHECK(mask.device() == x.device(), "masked_select: expected the mask on ", x.device(),
+             " like the tensor, got ", mask.device());
+  const Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_select");
+  return index_select(x.expand(shape).reshape({-1}), 0, ops::flat_nonzero(ops::expand(mask, shape)));
+}
+
 // gather: dx = zeros scatter-added with g at the gathered positions
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = ops::gather(x, dim, index);

@@ -117,6 +117,68 @@ Tensor cos(const Tensor& x) {
 }
 KILN_UNARY_INPLACE(cos)
 
+// tan: dx = g (1 + y^2)
+Tensor tan(const Tensor& x) {
+  return unary_op("tan", x, ops::tan, [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1 + y * y); },
+                  false, true);
+}
+KILN_UNARY_INPLACE(tan)
+
+// asin: dx = g / sqrt(1 - x^2)
+Tensor asin(const Tensor& x) {
+  return unary_op("asin", x, ops::asin,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt(1 - x * x); }, true, false);
+}
+KILN_UNARY_INPLACE(asin)
+
+// acos: dx = -g / sqrt(1 - x^2)
+Tensor acos(const Tensor& x) {
+  return unary_op("acos", x, ops::acos,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return -(g * rsqrt(1 - x * x)); }, true, false);
+}
+KILN_UNARY_INPLACE(acos)
+
+// atan: dx = g / (1 + x^2)
+Tensor atan(const Tensor& x) {
+  return unary_op("atan", x, ops::atan, [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (1 + x * x); },
+                  true, false);
+}
+KILN_UNARY_INPLACE(atan)
+
+// log2: dx = g / (x ln 2); log10: dx = g / (x ln 10)
+Tensor log2(const Tensor& x) {
+  return unary_op("log2", x, ops::log2,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * 0.69314718055994530942); }, true,
+                  false);
+}
+KILN_UNARY_INPLACE(log2)
+Tensor log10(const Tensor& x) {
+  return unary_op("log10", x, ops::log10,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * 2.30258509299404568402); }, true,
+                  false);
+}
+KILN_UNARY_INPLACE(log10)
+
+// reciprocal: y = 1 / x, dx = -g y^2
+Tensor reciprocal(const Tensor& x) {
+  return unary_op("reciprocal", x, ops::reciprocal,
+                  [](const Tensor& g, const Tensor&, const Tensor& y) { return -(g * y * y); }, false, true);
+}
+KILN_UNARY_INPLACE(reciprocal)
+
+// floor, ceil, round, trunc: piecewise constant, dx = 0
+#define KILN_ROUNDING(name)                                                                                   \
+  Tensor name(const Tensor& x) {                                                                              \
+    return unary_op(#name, x, ops::name, [](const Tensor&, const Tensor&, const Tensor&) { return Tensor(); }, \
+                    false, false);                                                                            \
+  }                                                                                                           \
+  KILN_UNARY_INPLACE(name)
+KILN_ROUNDING(floor)
+KILN_ROUNDING(ceil)
+KILN_ROUNDING(round)
+KILN_ROUNDING(trunc)
+#undef KILN_ROUNDING
+
 // tanh: dx = g (1 - y^2)
 Tensor tanh(const Tensor& x) {
   return unary_op("tanh", x, ops::tanh, [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1 - y * y); },

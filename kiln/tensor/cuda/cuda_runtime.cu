@@ -333,6 +333,7 @@ void register_cuda_copy_kernels();         // copy_cuda.cu
 void register_cuda_elementwise_kernels();  // elementwise_cuda.cu
 void register_cuda_reduce_kernels();       // reduce_cuda.cu
 void register_cuda_softmax_kernels();      // softmax_cuda.cu
+void register_cuda_along_dim_kernels();    // along_dim_cuda.cu
 void register_cuda_linalg_kernels();       // linalg_cuda.cu
 void register_cuda_indexing_kernels();     // indexing_cuda.cu
 void register_cuda_random_kernels();       // random_cuda.cu
@@ -346,6 +347,7 @@ void register_cuda_kernels() {
   register_cuda_elementwise_kernels();
   register_cuda_reduce_kernels();
   register_cuda_softmax_kernels();
+  register_cuda_along_dim_kernels();
   register_cuda_linalg_kernels();
   register_cuda_indexing_kernels();
   register_cuda_random_kernels();

@@ -5,6 +5,8 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/reduce.h"
+#include "kiln/tensor/ops/unary.h"
 
 namespace kiln::ops {
 
@@ -176,7 +178,33 @@ KILN_BINARY_DEF(mul, Arith)
 KILN_BINARY_DEF(div, TrueDiv)
 KILN_BINARY_DEF(maximum, Arith)
 KILN_BINARY_DEF(minimum, Arith)
+KILN_BINARY_DEF(atan2, TrueDiv)
 #undef KILN_BINARY_DEF
+
+namespace {
+// An integer divisor of 0 has no result (the division traps on x86): an error, as in PyTorch. Costs a
+// synchronization on a GPU, for integer operands only.
+void check_integer_divisor(const char* op, const Tensor& a, const Tensor& b) {
+  if (is_floating(result_type(a, b))) return;
+  KILN_CHECK(!ops::any(ops::eq(b, 0)).item<bool>(), op, ": integer division by zero (the divisor of shape ",
+             shape_str(b.sizes()), " holds a 0)");
+}
+}  // namespace
+
+#define KILN_MODULO_DEF(name)                                                                                 \
+  Tensor name(const Tensor& a, const Tensor& b) {                                                             \
+    check_integer_divisor(#name, a, b);                                                                       \
+    return binary<Op::name>(a, b, Kind::Arith);                                                               \
+  }                                                                                                           \
+  Tensor name(const Tensor& a, const Scalar& b) { return name(a, wrap(b)); }                                  \
+  Tensor& name##_(Tensor& a, const Tensor& b) {                                                               \
+    check_integer_divisor(#name "_", a, b);                                                                   \
+    return binary_<Op::name>(a, b, Kind::Arith);                                                              \
+  }                                                                                                           \
+  Tensor& name##_(Tensor& a, const Scalar& b) { return name##_(a, wrap(b)); }
+KILN_MODULO_DEF(fmod)
+KILN_MODULO_DEF(remainder)
+#undef KILN_MODULO_DEF
 
 Tensor relu_backward(const Tensor& grad, const Tensor& result) {
   KILN_CHECK(is_floating(grad.dtype()) && is_floating(result.dtype()), "relu_backward: expected floating tensors, got ",
@@ -252,5 +280,27 @@ Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   return out;
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Scalar& weight) { return lerp(start, end, wrap(weight)); }
+
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  KILN_CHECK(rtol >= 0 && atol >= 0, "isclose: rtol and atol must be >= 0, got ", rtol, " and ", atol);
+  const DType d = result_type(a, b);
+  if (!is_floating(d)) return eq(a, b);
+  const Tensor fa = ops::to(a, d), fb = ops::to(b, d);
+  // Equal elements (infinities among them) are close, and others whose difference is finite and within the
+  // tolerance (an infinite difference is not, though an infinite b makes the tolerance infinite too).
+  const Tensor error = abs(sub(fa, fb));
+  Tensor close = logical_or(eq(fa, fb), logical_and(isfinite(error), le(error, add(mul(abs(fb), rtol), atol))));
+  if (equal_nan) close = logical_or(close, logical_and(isnan(fa), isnan(fb)));
+  return close;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  return all(isclose(a, b, rtol, atol, equal_nan)).item<bool>();
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), "equal: an input tensor is undefined");
+  return a.sizes() == b.sizes() && all(eq(a, b)).item<bool>();
+}
 
 }  // namespace kiln::ops

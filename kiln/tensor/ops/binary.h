@@ -34,6 +34,9 @@ KILN_BINARY_DECL(mul)
 KILN_BINARY_DECL(div)  // true division: integer inputs give a float result
 KILN_BINARY_DECL(maximum)
 KILN_BINARY_DECL(minimum)
+KILN_BINARY_DECL(atan2)      // the angle of the point (b, a), in (-pi, pi]; integer inputs give a float result
+KILN_BINARY_DECL(fmod)       // a - trunc(a / b) * b: the sign of a (C's %)
+KILN_BINARY_DECL(remainder)  // a - floor(a / b) * b: the sign of b (Python's %); integer division by 0 is an error
 #undef KILN_BINARY_DECL
 // relu's backward in one pass: 0 where result <= 0, else grad (result: relu's output, grad: its gradient). A NaN
 // result passes the gradient, as PyTorch's threshold_backward does.
@@ -56,6 +59,11 @@ KILN_COMPARE_DECL(le)
 KILN_COMPARE_DECL(gt)
 KILN_COMPARE_DECL(ge)
 #undef KILN_COMPARE_DECL
+// |a - b| <= atol + rtol |b| element-wise (bool), as PyTorch's isclose: equal infinities are close, NaN is close
+// to NaN only with equal_nan. allclose: all of them. equal: the same shape and equal elements (NaN is unequal).
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+bool equal(const Tensor& a, const Tensor& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_xor(const Tensor& a, const Tensor& b);

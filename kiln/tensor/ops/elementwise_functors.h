@@ -58,7 +58,40 @@ KILN_INLINE T erf_of(T x) {
 struct Erf { template <class T> KILN_INLINE T operator()(T x) const { return erf_of(x); } };
 struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return std::sqrt(x); } };
 struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / std::sqrt(x); } };
+struct Log2 { template <class T> KILN_INLINE T operator()(T x) const { return std::log2(x); } };
+struct Log10 { template <class T> KILN_INLINE T operator()(T x) const { return std::log10(x); } };
+struct Reciprocal { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / x; } };
 struct Sin { template <class T> KILN_INLINE T operator()(T x) const { return std::sin(x); } };
+struct Tan { template <class T> KILN_INLINE T operator()(T x) const { return std::tan(x); } };
+struct Asin { template <class T> KILN_INLINE T operator()(T x) const { return std::asin(x); } };
+struct Acos { template <class T> KILN_INLINE T operator()(T x) const { return std::acos(x); } };
+struct Atan { template <class T> KILN_INLINE T operator()(T x) const { return std::atan(x); } };
+// Rounding to an integer value in the input's dtype; integers are already there. round: halves to the even
+// neighbour (nearbyint in the default rounding mode), as PyTorch and NumPy round.
+struct Floor {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) return x;
+    else return std::floor(x);
+  }
+};
+struct Ceil {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) return x;
+    else return std::ceil(x);
+  }
+};
+struct Round {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) return x;
+    else return std::nearbyint(x);
+  }
+};
+struct Trunc {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>) return x;
+    else return std::trunc(x);
+  }
+};
 struct Cos { template <class T> KILN_INLINE T operator()(T x) const { return std::cos(x); } };
 // tanh: for float on the CPU, the vectorizable form of fast_math.h; elsewhere the math library.
 template <class T>
@@ -166,6 +199,32 @@ struct Mul {
   }
 };
 struct Div { template <class T> KILN_INLINE T operator()(T a, T b) const { return a / b; } };
+struct Atan2 { template <class T> KILN_INLINE T operator()(T a, T b) const { return std::atan2(a, b); } };
+// fmod: a - trunc(a / b) b, the sign of a (C's %); remainder: a - floor(a / b) b, the sign of b (Python's %).
+// Both exact for floats (through fmod, not the formula). Integer division by zero is refused by the frontend;
+// INT_MIN % -1, which traps on x86, is 0 here.
+struct Fmod {
+  template <class T> KILN_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::fmod(a, b);
+    } else {
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);
+      }
+      return static_cast<T>(a % b);
+    }
+  }
+};
+struct Remainder {
+  template <class T> KILN_INLINE T operator()(T a, T b) const {
+    const T r = Fmod{}(a, b);
+    if constexpr (std::is_unsigned_v<T>) {
+      return r;
+    } else {
+      return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? static_cast<T>(r + b) : r;
+    }
+  }
+};
 struct Pow { template <class T> KILN_INLINE T operator()(T a, T b) const { return std::pow(a, b); } };
 // Integer powers by squaring; a negative exponent gives what the exact result truncates to (1, -1 or 0),
 // as PyTorch does.
@@ -268,8 +327,19 @@ struct Lerp {  // start + weight * (end - start), in the form PyTorch uses for w
   X(erf, kFloatingSet, Erf)           \
   X(sqrt, kFloatingSet, Sqrt)         \
   X(rsqrt, kFloatingSet, Rsqrt)       \
+  X(log2, kFloatingSet, Log2)         \
+  X(log10, kFloatingSet, Log10)       \
+  X(reciprocal, kFloatingSet, Reciprocal) \
   X(sin, kFloatingSet, Sin)           \
   X(cos, kFloatingSet, Cos)           \
+  X(tan, kFloatingSet, Tan)           \
+  X(asin, kFloatingSet, Asin)         \
+  X(acos, kFloatingSet, Acos)         \
+  X(atan, kFloatingSet, Atan)         \
+  X(floor, kNumericSet, Floor)        \
+  X(ceil, kNumericSet, Ceil)          \
+  X(round, kNumericSet, Round)        \
+  X(trunc, kNumericSet, Trunc)        \
   X(tanh, kFloatingSet, Tanh)         \
   X(sigmoid, kFloatingSet, Sigmoid)   \
   X(gelu, kFloatingSet, Gelu)         \
@@ -284,6 +354,9 @@ struct Lerp {  // start + weight * (end - start), in the form PyTorch uses for w
 #define KILN_FORALL_BINARY_FUNCTORS(X) \
   X(mul, kAllSet, Mul)                 \
   X(div, kFloatingSet, Div)            \
+  X(atan2, kFloatingSet, Atan2)        \
+  X(fmod, kNumericSet, Fmod)           \
+  X(remainder, kNumericSet, Remainder) \
   X(maximum, kAllSet, Maximum)         \
   X(minimum, kAllSet, Minimum)         \
   X(relu_backward, kFloatingSet, ReluBackward)  \

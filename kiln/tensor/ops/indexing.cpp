@@ -2,8 +2,9 @@
 //
 // index_select, gather, scatter, scatter_add and index_add check shapes, dims and dtypes here, once for
 // every device, and hand int64 indices to their kernels (indexing_cpu.cpp), which check the index values
-// as they read them. Everything else (cat, stack, split, chunk, one_hot, tril, triu, flip, repeat, pad) is a
-// composite of views, copy_, where and scatter_: no kernel of its own, so it runs wherever its parts do.
+// as they read them. Everything else (cat, stack, split, chunk, nonzero, one_hot, tril, triu, flip, repeat, pad)
+// is a composite of views, copy_, where, cumsum and scatter_: no kernel of its own, so it runs wherever its parts
+// do.
 #include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/indexing.h"
 
@@ -11,6 +12,7 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
 
 namespace kiln::ops {
@@ -360,6 +362,37 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
   Tensor out = empty(result, TensorOptions(x.dtype()).device(x.device()));
   ops::copy_(ops::view(out, interleaved), ops::expand(src, interleaved));
   return out;
+}
+
+// Each nonzero element's place in the output is the count of nonzeros before it (a cumsum); the other elements
+// all go to one spare slot past the end, which is cut off.
+Tensor flat_nonzero(const Tensor& x) {
+  KILN_CHECK(x.defined(), "nonzero: input tensor is undefined");
+  const TensorOptions longs = TensorOptions(kInt64).device(x.device());
+  const int64_t n = x.numel();
+  if (n == 0) return empty({0}, longs);
+  const Tensor flags = ne(reshape(x, {-1}), Scalar(0));
+  const Tensor ends = cumsum(flags, 0);  // int64: the nonzeros up to and including each element
+  const int64_t count = ops::select(ends, 0, n - 1).item<int64_t>();
+  const Tensor dest = where(flags, sub(ends, Scalar(1)), Scalar(count));
+  Tensor out = empty({count + 1}, longs);
+  scatter_(out, 0, dest, arange(0, n, 1, longs));
+  return contiguous(narrow(out, 0, 0, count));
+}
+
+Tensor nonzero(const Tensor& x) {
+  const Tensor flat = flat_nonzero(x);
+  const TensorOptions longs = TensorOptions(kInt64).device(x.device());
+  if (x.dim() == 0) return empty({flat.numel(), 0}, longs);
+  // Column d holds the d-th coordinate of each nonzero, picked from a grid of every element's d-th coordinate.
+  std::vector<Tensor> columns;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    Shape along(static_cast<size_t>(x.dim()), 1);
+    along[static_cast<size_t>(d)] = x.size(d);
+    const Tensor grid = contiguous(expand(view(arange(0, x.size(d), 1, longs), along), x.sizes()));
+    columns.push_back(index_select(view(grid, {-1}), 0, flat));
+  }
+  return stack(columns, 1);
 }
 
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {

@@ -33,6 +33,12 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1);
 
+// The coordinates of x's nonzero (true) elements, in row-major order: (count, x.dim()) int64, as torch.nonzero.
+// flat_nonzero: their flat positions in x instead, (count) int64, as numpy's flatnonzero. Either reads the count
+// from the device once.
+Tensor nonzero(const Tensor& x);
+Tensor flat_nonzero(const Tensor& x);
+
 // indices: (...) int64 in [0, num_classes) -> (..., num_classes) int64. num_classes -1: max + 1.
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
 // The lower / upper triangle of the last two dims (diagonal k and below / above), zeros elsewhere.

@@ -44,8 +44,11 @@ using ReduceKernel = void(const Tensor& out, const Tensor& x, IntArrayRef dims);
 using ReduceParamKernel = void(const Tensor& out, const Tensor& x, IntArrayRef dims, double p);
 // values, indices: x's shape with size 1 along dim; the max (min) along dim and where it is (first one).
 using ReduceIndexKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim);
-// out = f(x) along dim (softmax, log_softmax); out and x have one shape.
+// out = f(x) along dim (softmax, log_softmax, cumsum); out and x have one shape.
 using DimKernel = void(const Tensor& out, const Tensor& x, int64_t dim);
+// values, indices (int64): x's shape; each line of x along dim sorted, ascending or descending, stably (equal
+// values keep their order; -0.0 equals 0.0), NaN above every number; indices[...] is where values[...] was.
+using SortKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, bool descending);
 // out: (B, M, N), a: (B, M, K), b: (B, K, N); out = beta * out + alpha * (a @ b). With beta == 0 the old
 // contents of out are ignored (NaN included), as BLAS does.
 using BmmKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha);
@@ -164,8 +167,19 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(erf, UnaryKernel)                      \
   X(sqrt, UnaryKernel)                     \
   X(rsqrt, UnaryKernel)                    \
+  X(log2, UnaryKernel)                     \
+  X(log10, UnaryKernel)                    \
+  X(reciprocal, UnaryKernel)               \
   X(sin, UnaryKernel)                      \
   X(cos, UnaryKernel)                      \
+  X(tan, UnaryKernel)                      \
+  X(asin, UnaryKernel)                     \
+  X(acos, UnaryKernel)                     \
+  X(atan, UnaryKernel)                     \
+  X(floor, UnaryKernel)                    \
+  X(ceil, UnaryKernel)                     \
+  X(round, UnaryKernel)                    \
+  X(trunc, UnaryKernel)                    \
   X(tanh, UnaryKernel)                     \
   X(sigmoid, UnaryKernel)                  \
   X(relu, UnaryKernel)                     \
@@ -184,6 +198,9 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(sub, BinaryAlphaKernel)                \
   X(mul, BinaryKernel)                     \
   X(div, BinaryKernel)                     \
+  X(atan2, BinaryKernel)                   \
+  X(fmod, BinaryKernel)                    \
+  X(remainder, BinaryKernel)               \
   X(pow, BinaryKernel)                     \
   X(maximum, BinaryKernel)                 \
   X(minimum, BinaryKernel)                 \
@@ -215,6 +232,9 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(min_dim, ReduceIndexKernel)            \
   X(softmax, DimKernel)                    \
   X(log_softmax, DimKernel)                \
+  X(cumsum, DimKernel)                     \
+  /* sorting */                            \
+  X(sort, SortKernel)                      \
   /* linear algebra */                     \
   X(bmm, BmmKernel)                        \
   /* indexing */                           \

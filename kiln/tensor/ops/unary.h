@@ -1,5 +1,5 @@
 // Element-wise functions of one tensor. Float math (exp, log, sin, ...) on an integer or bool tensor computes
-// in the default float dtype, as in PyTorch; neg/abs/sign/relu/clamp keep the input's dtype.
+// in the default float dtype, as in PyTorch; neg/abs/sign/relu/clamp and the rounding ops keep the input's dtype.
 // Each `op_` variant writes in place and returns its argument.
 #pragma once
 
@@ -23,8 +23,20 @@ KILN_UNARY_DECL(expm1)
 KILN_UNARY_DECL(erf)
 KILN_UNARY_DECL(sqrt)
 KILN_UNARY_DECL(rsqrt)
+KILN_UNARY_DECL(log2)
+KILN_UNARY_DECL(log10)
+KILN_UNARY_DECL(reciprocal)  // 1 / x
 KILN_UNARY_DECL(sin)
 KILN_UNARY_DECL(cos)
+KILN_UNARY_DECL(tan)
+KILN_UNARY_DECL(asin)
+KILN_UNARY_DECL(acos)
+KILN_UNARY_DECL(atan)
+// Rounding, keeping the dtype (integers unchanged): floor, ceil, round (halves to even), trunc (toward 0).
+KILN_UNARY_DECL(floor)
+KILN_UNARY_DECL(ceil)
+KILN_UNARY_DECL(round)
+KILN_UNARY_DECL(trunc)
 KILN_UNARY_DECL(tanh)
 KILN_UNARY_DECL(sigmoid)
 KILN_UNARY_DECL(relu)
