@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/optim/clip_grad.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/rng.h"
+#include "kiln/trainer/busy_cores.h"
 #include "kiln/trainer/callbacks.h"
 #include "kiln/trainer/csv_logger.h"
 
@@ -302,6 +304,12 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
   }
   try {
     if (options_.seed) manual_seed(*options_.seed);
+    if (device_.is_cpu()) {
+      static std::once_flag said;
+      std::call_once(said, [] {
+        if (const std::string w = busy_cores_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+      });
+    }
     strategy_->setup(module);
     // Every rank agrees on rank 0's run folder (ModelCheckpoint puts its files there, and only rank 0 logs).
     log_dir_.clear();

@@ -4,11 +4,13 @@
 
 #include <cmath>
 
+#include "kiln/trainer/busy_cores.h"
 #include "trainer/trainer_test_util.h"
 
 namespace kiln::test {
 namespace {
 
+using trainer::busy_cores_warning;
 using trainer::Callback;
 using trainer::Trainer;
 using trainer::TrainModule;
@@ -68,6 +70,17 @@ std::vector<std::string> validation_hooks(int batches) {
   for (int i = 0; i < batches; ++i) v.insert(v.end(), {"on_validation_batch_start", "on_validation_batch_end"});
   v.insert(v.end(), {"on_validation_epoch_end", "on_validation_end"});
   return v;
+}
+
+TEST(BusyCores, WarnsOnlyWhenOtherLoadFillsTheCoresKilnNeedsAndNothingWasChosen) {
+  EXPECT_EQ(busy_cores_warning(0.3, 2, 2, false), "");  // a quiet machine
+  const std::string w = busy_cores_warning(1.2, 2, 2, false);
+  EXPECT_NE(w.find("load average is 1.2 on 2 CPUs"), std::string::npos) << w;
+  EXPECT_NE(w.find("OMP_WAIT_POLICY=passive"), std::string::npos) << w;
+  EXPECT_EQ(busy_cores_warning(1.2, 2, 2, true), "");   // OMP_* already set by the user
+  EXPECT_EQ(busy_cores_warning(5.0, 2, 1, false), "");  // one thread: nothing spins
+  EXPECT_EQ(busy_cores_warning(3.5, 8, 4, false), "");  // 4 spare CPUs take the load
+  EXPECT_NE(busy_cores_warning(5.0, 8, 4, false), "");
 }
 
 TEST(TrainerHooks, FitCallsEveryHookInTheDocumentedOrder) {
