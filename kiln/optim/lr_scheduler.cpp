@@ -117,6 +117,131 @@ double LinearLR::lr_at(int64_t epoch, size_t group) const {
   return base_lrs_[group] * (start_factor_ + (end_factor_ - start_factor_) * done);
 }
 
+// ---- ConstantLR, PolynomialLR, LambdaLR, CosineAnnealingWarmRestarts ----
+
+ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters)
+    : LRScheduler(optimizer), factor_(factor), total_iters_(total_iters) {
+  KILN_CHECK(factor >= 0 && factor <= 1, "ConstantLR: factor must be in [0, 1], got ", factor);
+  KILN_CHECK(total_iters >= 0, "ConstantLR: total_iters must be >= 0, got ", total_iters);
+  initial_step();
+}
+
+double ConstantLR::lr_at(int64_t epoch, size_t group) const {
+  return epoch < total_iters_ ? base_lrs_[group] * factor_ : base_lrs_[group];
+}
+
+PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power)
+    : LRScheduler(optimizer), total_iters_(total_iters), power_(power) {
+  KILN_CHECK(total_iters >= 1, "PolynomialLR: total_iters must be >= 1, got ", total_iters);
+  KILN_CHECK(power >= 0, "PolynomialLR: power must be >= 0, got ", power);
+  initial_step();
+}
+
+double PolynomialLR::lr_at(int64_t epoch, size_t group) const {
+  const double left = 1.0 - static_cast<double>(std::min(epoch, total_iters_)) / static_cast<double>(total_iters_);
+  return base_lrs_[group] * std::pow(left, power_);
+}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lambda)
+    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.param_groups().size(), std::move(lambda))) {}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lambdas)
+    : LRScheduler(optimizer), lambdas_(std::move(lambdas)) {
+  KILN_CHECK(lambdas_.size() == base_lrs_.size(), "LambdaLR: got ", lambdas_.size(), " functions for ",
+             base_lrs_.size(), " parameter groups; expected one, or one per group");
+  for (size_t g = 0; g < lambdas_.size(); ++g) {
+    KILN_CHECK(lambdas_[g] != nullptr, "LambdaLR: function ", g, " is empty");
+  }
+  initial_step();
+}
+
+double LambdaLR::lr_at(int64_t epoch, size_t group) const { return base_lrs_[group] * lambdas_[group](epoch); }
+
+CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult,
+                                                         double eta_min)
+    : LRScheduler(optimizer), T_0_(T_0), T_mult_(T_mult), eta_min_(eta_min) {
+  KILN_CHECK(T_0 >= 1, "CosineAnnealingWarmRestarts: T_0 must be >= 1, got ", T_0);
+  KILN_CHECK(T_mult >= 1, "CosineAnnealingWarmRestarts: T_mult must be >= 1, got ", T_mult);
+  initial_step();
+}
+
+double CosineAnnealingWarmRestarts::lr_at(int64_t epoch, size_t group) const {
+  int64_t t_cur = epoch % T_0_, t_i = T_0_;
+  if (T_mult_ > 1 && epoch >= T_0_) {
+    // The period n that holds epoch: the first n periods span T_0 (T_mult^n - 1) / (T_mult - 1) epochs. The log
+    // gives n; the integer loops correct it where rounding put epoch on the wrong side of a restart.
+    const double m = static_cast<double>(T_mult_);
+    auto n = static_cast<int64_t>(std::log(static_cast<double>(epoch) / T_0_ * (m - 1) + 1) / std::log(m));
+    auto start = [&](int64_t k) {  // the first epoch of period k
+      int64_t p = 1;
+      for (int64_t i = 0; i < k; ++i) p *= T_mult_;
+      return T_0_ * (p - 1) / (T_mult_ - 1);
+    };
+    while (n > 0 && start(n) > epoch) --n;
+    while (start(n + 1) <= epoch) ++n;
+    t_cur = epoch - start(n);
+    t_i = start(n + 1) - start(n);
+  }
+  const double t = static_cast<double>(t_cur) / static_cast<double>(t_i);
+  return eta_min_ + (base_lrs_[group] - eta_min_) * (1.0 + std::cos(std::numbers::pi * t)) / 2.0;
+}
+
+namespace {
+// The option a scheduler that cycles momentum drives: Adam's "beta1", else "momentum"; an error when neither.
+std::string momentum_key(const Optimizer& optimizer, const char* op) {
+  const auto& opts = optimizer.param_groups().front().options;
+  std::string key = opts.count("beta1") ? "beta1" : opts.count("momentum") ? "momentum" : "";
+  KILN_CHECK(!key.empty(), op, ": cycle_momentum needs an optimizer with momentum or betas (", optimizer.name(),
+             " has neither); set cycle_momentum = false");
+  return key;
+}
+}  // namespace
+
+// ---- CyclicLR ----
+
+CyclicLR::CyclicLR(Optimizer& optimizer, CyclicOptions options) : LRScheduler(optimizer), options_(std::move(options)) {
+  auto& o = options_;
+  KILN_CHECK(o.base_lr >= 0 && o.max_lr > 0, "CyclicLR: base_lr must be >= 0 and max_lr > 0, got ", o.base_lr,
+             " and ", o.max_lr);
+  KILN_CHECK(o.step_size_up >= 1 && o.step_size_down >= 0, "CyclicLR: step_size_up must be >= 1 and step_size_down ",
+             ">= 0 (0: as up), got ", o.step_size_up, " and ", o.step_size_down);
+  KILN_CHECK(o.mode == "triangular" || o.mode == "triangular2" || o.mode == "exp_range",
+             "CyclicLR: mode must be \"triangular\", \"triangular2\" or \"exp_range\", got \"", o.mode, "\"");
+  if (o.step_size_down == 0) o.step_size_down = o.step_size_up;
+  if (o.cycle_momentum) momentum_key_ = momentum_key(optimizer, "CyclicLR");
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    base_lrs_[g] = o.base_lr;
+    optimizer.param_groups()[g].options["initial_lr"] = o.base_lr;
+  }
+  initial_step();
+}
+
+double CyclicLR::height_at(int64_t epoch) const {
+  const auto& o = options_;
+  const double total = static_cast<double>(o.step_size_up + o.step_size_down);
+  const double ratio = static_cast<double>(o.step_size_up) / total, t = static_cast<double>(epoch);
+  const double cycle = std::floor(1.0 + t / total);
+  const double x = 1.0 + t / total - cycle;
+  const double scale = x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+  if (o.mode == "triangular2") return scale / std::pow(2.0, cycle - 1.0);
+  if (o.mode == "exp_range") return scale * std::pow(o.gamma, t);
+  return scale;
+}
+
+double CyclicLR::lr_at(int64_t epoch, size_t group) const {
+  return base_lrs_[group] + (options_.max_lr - base_lrs_[group]) * height_at(epoch);
+}
+
+double CyclicLR::momentum_at(int64_t epoch) const {
+  return options_.max_momentum - (options_.max_momentum - options_.base_momentum) * height_at(epoch);
+}
+
+void CyclicLR::apply_extras(int64_t epoch) {
+  if (!options_.cycle_momentum) return;
+  const double m = momentum_at(epoch);
+  for (auto& g : optimizer_.param_groups()) g.options[momentum_key_] = m;
+}
+
 // ---- OneCycleLR ----
 
 OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleOptions options)
@@ -135,12 +260,7 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleOptions options)
   } else {
     phases_ = {{o.pct_start * T - 1, 0, 1, 0, 1}, {T - 1, 1, 2, 1, 0}};
   }
-  if (o.cycle_momentum) {
-    const auto& opts = optimizer.param_groups().front().options;
-    momentum_key_ = opts.count("beta1") ? "beta1" : opts.count("momentum") ? "momentum" : "";
-    KILN_CHECK(!momentum_key_.empty(), "OneCycleLR: cycle_momentum needs an optimizer with momentum or betas (",
-               optimizer.name(), " has neither); set cycle_momentum = false");
-  }
+  if (o.cycle_momentum) momentum_key_ = momentum_key(optimizer, "OneCycleLR");
   // Like PyTorch, OneCycleLR sets each group's initial lr itself instead of reading it.
   for (size_t g = 0; g < base_lrs_.size(); ++g) {
     base_lrs_[g] = o.max_lr / o.div_factor;

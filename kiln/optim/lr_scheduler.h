@@ -6,11 +6,12 @@
 // form lets SequentialLR restart a scheduler at any epoch without replaying it.
 //
 // Construction takes the first step (epoch 0), as in PyTorch: right after `StepLR s(opt, 10)` the groups hold
-// the epoch-0 lr. Call step() once per epoch (or per batch, for OneCycleLR) after optimizer.step().
+// the epoch-0 lr. Call step() once per epoch (or per batch, for OneCycleLR and CyclicLR) after optimizer.step().
 // A scheduler keeps a reference to its optimizer, which must outlive it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -116,6 +117,96 @@ class LinearLR : public LRScheduler {
  private:
   double start_factor_, end_factor_;
   int64_t total_iters_;
+};
+
+// lr = base * factor until epoch total_iters, then base (a warm-up at a constant fraction of the lr)
+class ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3.0, int64_t total_iters = 5);
+  double lr_at(int64_t epoch, size_t group) const override;
+  const char* name() const override { return "ConstantLR"; }
+
+ private:
+  double factor_;
+  int64_t total_iters_;
+};
+
+// lr = base * (1 - min(epoch, total_iters) / total_iters)^power   (0 from total_iters on)
+class PolynomialLR : public LRScheduler {
+ public:
+  PolynomialLR(Optimizer& optimizer, int64_t total_iters = 5, double power = 1.0);
+  double lr_at(int64_t epoch, size_t group) const override;
+  const char* name() const override { return "PolynomialLR"; }
+
+ private:
+  int64_t total_iters_;
+  double power_;
+};
+
+// lr = base * lambda(epoch), with one function for every group or one per group, as torch's LambdaLR. The
+// functions are code, not state: state_dict() holds the epoch, and a resumed run passes the same functions.
+class LambdaLR : public LRScheduler {
+ public:
+  using Lambda = std::function<double(int64_t epoch)>;
+  LambdaLR(Optimizer& optimizer, Lambda lambda);
+  LambdaLR(Optimizer& optimizer, std::vector<Lambda> lambdas);
+  double lr_at(int64_t epoch, size_t group) const override;
+  const char* name() const override { return "LambdaLR"; }
+
+ private:
+  std::vector<Lambda> lambdas_;
+};
+
+// SGDR (Loshchilov & Hutter), as torch's CosineAnnealingWarmRestarts: cosine annealing from base to eta_min
+// over T_i epochs, then a restart at base; T_0 the first period, each next one T_mult times longer.
+//   lr = eta_min + (base - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2
+// where T_cur is the epoch's place in its period (T_mult = 1: epoch mod T_0; else with
+// n = floor(log(epoch / T_0 * (T_mult - 1) + 1) / log(T_mult)): T_i = T_0 T_mult^n and
+// T_cur = epoch - T_0 (T_mult^n - 1) / (T_mult - 1)). Step it per epoch, or per batch for restarts mid-epoch.
+class CosineAnnealingWarmRestarts : public LRScheduler {
+ public:
+  CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult = 1, double eta_min = 0.0);
+  double lr_at(int64_t epoch, size_t group) const override;
+  const char* name() const override { return "CosineAnnealingWarmRestarts"; }
+
+ private:
+  int64_t T_0_, T_mult_;
+  double eta_min_;
+};
+
+struct CyclicOptions {
+  double base_lr = 0.0;          // the bottom of the cycle, for every group
+  double max_lr = 0.0;           // the top of the cycle, for every group (required)
+  int64_t step_size_up = 2000;   // steps from base_lr up to max_lr
+  int64_t step_size_down = 0;    // steps back down; 0: step_size_up
+  std::string mode = "triangular";  // "triangular", "triangular2" (the height halves each cycle), "exp_range"
+  double gamma = 1.0;               // exp_range: the height is scaled by gamma^step
+  bool cycle_momentum = true;       // momentum (or Adam's beta1) moves opposite to lr
+  double base_momentum = 0.8;
+  double max_momentum = 0.9;
+};
+
+// Cyclical learning rates (Smith 2017), as torch's CyclicLR, stepped once per batch. With C = up + down steps,
+// cycle = floor(1 + t / C), x = 1 + t / C - cycle and r = up / C: scale = x / r while x <= r, else
+// (x - 1) / (r - 1); lr = base_lr + (max_lr - base_lr) * scale * f, where f is 1 (triangular),
+// 1 / 2^(cycle - 1) (triangular2) or gamma^t (exp_range). Momentum, when cycled:
+// max_momentum - (max_momentum - base_momentum) * scale * f. Like OneCycleLR, it sets each group's lr itself.
+class CyclicLR : public LRScheduler {
+ public:
+  CyclicLR(Optimizer& optimizer, CyclicOptions options);
+  double lr_at(int64_t epoch, size_t group) const override;
+  double momentum_at(int64_t epoch) const;
+  const char* name() const override { return "CyclicLR"; }
+
+ protected:
+  void apply_extras(int64_t epoch) override;
+
+ private:
+  // scale * f at step t: where lr sits between base_lr (0) and max_lr (1).
+  double height_at(int64_t epoch) const;
+
+  CyclicOptions options_;
+  std::string momentum_key_;  // "momentum" or "beta1"
 };
 
 struct OneCycleOptions {

@@ -3,10 +3,13 @@
 
 #include "kiln/optim/adagrad.h"
 #include "kiln/optim/adam.h"
+#include "kiln/optim/adamax.h"
 #include "kiln/optim/clip_grad.h"
 #include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/lr_scheduler.h"
+#include "kiln/optim/nadam.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/optim/radam.h"
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/sgd.h"
 #include "kiln/optim/save.h"

@@ -1,4 +1,5 @@
-// Optimizer: the base of SGD, Adam, AdamW, RMSprop and Adagrad, shaped like torch.optim.Optimizer.
+// Optimizer: the base of SGD, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop and Adagrad, shaped like
+// torch.optim.Optimizer.
 //
 // Parameters live in groups, each with its own options (lr, weight_decay, ...). Options are kept in a flat
 // name -> double map (booleans as 0/1, Adam's betas as "beta1"/"beta2") rather than in a typed struct, so the

@@ -85,7 +85,23 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const RunConfig::Optimizer& c, 
     return std::make_shared<optim::Adagrad>(std::move(params),
                                             optim::AdagradOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   }
-  KILN_CHECK(false, "optimizer.name '", c.name, "': expected sgd, adam, adamw, rmsprop or adagrad");
+  if (c.name == "adamax") {
+    return std::make_shared<optim::Adamax>(
+        std::move(params),
+        optim::AdamaxOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay});
+  }
+  if (c.name == "nadam") {
+    return std::make_shared<optim::NAdam>(
+        std::move(params),
+        optim::NAdamOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay});
+  }
+  if (c.name == "radam") {
+    return std::make_shared<optim::RAdam>(
+        std::move(params),
+        optim::RAdamOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay});
+  }
+  KILN_CHECK(false, "optimizer.name '", c.name,
+             "': expected sgd, adam, adamw, rmsprop, adagrad, adamax, nadam or radam");
   return nullptr;
 }
 
@@ -119,6 +135,21 @@ std::optional<trainer::SchedulerConfig> make_scheduler(const RunConfig::Schedule
     auto cos = std::make_shared<optim::CosineAnnealingLR>(opt, t_max - c.warmup, c.eta_min);
     s.scheduler = std::make_shared<optim::SequentialLR>(
         opt, std::vector<std::shared_ptr<optim::LRScheduler>>{warm, cos}, std::vector<int64_t>{c.warmup});
+  } else if (c.name == "cosine_restarts") {
+    s.scheduler = std::make_shared<optim::CosineAnnealingWarmRestarts>(opt, c.t_0, c.t_mult, c.eta_min);
+  } else if (c.name == "polynomial") {
+    s.scheduler = std::make_shared<optim::PolynomialLR>(opt, t_max, c.power);
+  } else if (c.name == "cyclic") {
+    s.interval = "step";  // cycles are counted in optimizer steps
+    const auto& first = opt.param_groups().at(0).options;
+    const double lr = first.at("lr");
+    const int64_t up = c.step_size_up.value_or(std::max<int64_t>(1, 2 * steps_per_epoch));
+    // Momentum cycles against lr where the optimizer has some (Adam's beta1, or momentum switched on).
+    const bool has_momentum = first.count("beta1") || (first.count("momentum") && first.at("momentum") > 0);
+    s.scheduler = std::make_shared<optim::CyclicLR>(
+        opt, optim::CyclicOptions{.base_lr = c.base_lr.value_or(lr), .max_lr = c.max_lr.value_or(10 * lr),
+                                  .step_size_up = up, .mode = c.cycle_mode, .gamma = c.gamma,
+                                  .cycle_momentum = has_momentum});
   } else if (c.name == "plateau") {
     s.plateau = std::make_shared<optim::ReduceLROnPlateau>(
         opt, optim::ReduceLROnPlateauOptions{.mode = c.mode, .factor = c.factor, .patience = c.patience});

@@ -112,11 +112,12 @@ void declare_data(Schema<R>& s) {
 void declare_optimizer(Schema<R>& s) {
   auto o = s.section("optimizer", &R::optimizer, "the optimizer");
   using O = R::Optimizer;
-  o.add_enum("name", &O::name, {"sgd", "adam", "adamw", "rmsprop", "adagrad"}, "the algorithm");
+  o.add_enum("name", &O::name, {"sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam", "radam"},
+             "the algorithm");
   o.add("lr", &O::lr, "learning rate");
   o.add("momentum", &O::momentum, "momentum (sgd, rmsprop)").at_least(0);
   o.add("weight_decay", &O::weight_decay, "L2 penalty (adamw: decoupled weight decay)").at_least(0);
-  o.add("betas", &O::betas, "Adam's two moment decay rates, each in [0, 1)");
+  o.add("betas", &O::betas, "the two moment decay rates of adam, adamw, adamax, nadam and radam, each in [0, 1)");
   o.add("eps", &O::eps, "added to denominators for numerical stability");
   o.add("nesterov", &O::nesterov, "Nesterov momentum (sgd)");
   o.add("amsgrad", &O::amsgrad, "the AMSGrad variant (adam, adamw)");
@@ -126,17 +127,26 @@ void declare_scheduler(Schema<R>& s) {
   auto c = s.section("scheduler", &R::scheduler, "the learning-rate schedule");
   using S = R::Scheduler;
   c.add_enum("name", &S::name,
-             {"none", "step", "multistep", "exponential", "cosine", "linear", "onecycle", "plateau", "warmup_cosine"},
+             {"none", "step", "multistep", "exponential", "cosine", "linear", "onecycle", "plateau", "warmup_cosine",
+              "cosine_restarts", "polynomial", "cyclic"},
              "the schedule");
   c.add_enum("interval", &S::interval, {"epoch", "step"}, "step the schedule after every epoch or every optimizer step");
   c.add("step_size", &S::step_size, "step: multiply by gamma every this many intervals").at_least(1);
-  c.add("gamma", &S::gamma, "step, multistep, exponential: the factor");
+  c.add("gamma", &S::gamma, "step, multistep, exponential: the factor; cyclic exp_range: the height's decay per step");
   c.add("milestones", &S::milestones, "multistep: the intervals at which to multiply by gamma").at_least(0);
   c.add("t_max", &S::t_max, "cosine, warmup_cosine: the schedule's length in intervals (null: the run's length)").at_least(1);
   c.add("eta_min", &S::eta_min, "cosine, warmup_cosine: the lowest learning rate").at_least(0);
   c.add("warmup", &S::warmup, "warmup_cosine: intervals of linear warmup").at_least(0);
   c.add("start_factor", &S::start_factor, "linear, warmup_cosine: the first interval's fraction of lr");
-  c.add("max_lr", &S::max_lr, "onecycle: the peak learning rate (null: optimizer.lr)");
+  c.add("max_lr", &S::max_lr, "onecycle, cyclic: the peak learning rate (null: 10 x optimizer.lr)");
+  c.add("t_0", &S::t_0, "cosine_restarts: the first period, in intervals").at_least(1);
+  c.add("t_mult", &S::t_mult, "cosine_restarts: each period is this many times the one before").at_least(1);
+  c.add("power", &S::power, "polynomial: lr falls as (1 - t / t_max)^power").at_least(0);
+  c.add("base_lr", &S::base_lr, "cyclic: the bottom of the cycle (null: optimizer.lr)");
+  c.add("step_size_up", &S::step_size_up, "cyclic: optimizer steps from base_lr up to max_lr, and as many down "
+        "(null: two epochs)").at_least(1);
+  c.add_enum("cycle_mode", &S::cycle_mode, {"triangular", "triangular2", "exp_range"},
+             "cyclic: a constant height, halved each cycle, or scaled by gamma^step");
   c.add("monitor", &S::monitor, "plateau: the metric to watch");
   c.add_enum("mode", &S::mode, {"min", "max"}, "plateau: whether the metric should fall or rise");
   c.add("factor", &S::factor, "plateau: multiply lr by this when the metric stalls");

@@ -110,7 +110,9 @@ struct RunConfig {
   };
 
   struct Scheduler {
-    std::string name = "none";  // none | step | multistep | exponential | cosine | linear | onecycle | plateau | warmup_cosine
+    // none | step | multistep | exponential | cosine | linear | onecycle | plateau | warmup_cosine |
+    // cosine_restarts | polynomial | cyclic
+    std::string name = "none";
     std::string interval = "epoch";  // epoch | step
     int64_t step_size = 1;
     double gamma = 0.1;
@@ -120,6 +122,12 @@ struct RunConfig {
     int64_t warmup = 0;
     double start_factor = 1.0 / 3.0;
     std::optional<double> max_lr;
+    int64_t t_0 = 10;   // cosine_restarts
+    int64_t t_mult = 1;
+    double power = 1.0;  // polynomial
+    std::optional<double> base_lr;          // cyclic (null: optimizer.lr)
+    std::optional<int64_t> step_size_up;    // cyclic (null: two epochs of steps)
+    std::string cycle_mode = "triangular";  // cyclic: triangular | triangular2 | exp_range
     std::string monitor = "val/loss";
     std::string mode = "min";  // min | max
     double factor = 0.1;

@@ -72,6 +72,94 @@ TEST(LRScheduler, LinearLR) {
   expect_schedule(s, f.opt, lr, 15, "LinearLR");
 }
 
+TEST(LRScheduler, ConstantPolynomialAndLambda) {
+  Fixture f;
+  optim::ConstantLR c(f.opt, 0.25, 3);
+  expect_schedule(c, f.opt, [](int e, double b) { return e < 3 ? 0.25 * b : b; }, 8, "ConstantLR");
+  Fixture g;
+  optim::PolynomialLR poly(g.opt, 4, 2.0);
+  const double want[] = {1.0, 0.5625, 0.25, 0.0625, 0.0, 0.0, 0.0};  // (1 - e/4)^2, by hand
+  expect_schedule(poly, g.opt, [&](int e, double b) { return b * want[e]; }, 6, "PolynomialLR");
+  Fixture h;
+  optim::LambdaLR lam(h.opt, std::vector<optim::LambdaLR::Lambda>{[](int64_t e) { return 1.0 / (e + 1); },
+                                                                   [](int64_t e) { return e % 2 ? 2.0 : 1.0; }});
+  for (int e = 1; e <= 5; ++e) lam.step();
+  EXPECT_NEAR(h.opt.param_groups()[0].lr(), 1.0 / 6, 1e-15);
+  EXPECT_NEAR(h.opt.param_groups()[1].lr(), 0.2, 1e-15);  // epoch 5 is odd: 0.1 * 2
+  Fixture k;
+  optim::LambdaLR one(k.opt, [](int64_t e) { return std::pow(0.5, static_cast<double>(e)); });
+  one.step();
+  EXPECT_EQ(k.opt.param_groups()[0].lr(), 0.5);
+  EXPECT_EQ(k.opt.param_groups()[1].lr(), 0.05);
+  expect_error([&] { optim::LambdaLR(k.opt, std::vector<optim::LambdaLR::Lambda>{[](int64_t) { return 1.0; }}); },
+               {"LambdaLR", "1 functions for 2 parameter groups"});
+}
+
+// Against PyTorch's recursive form of the schedule: T_cur counts up by one each epoch and, on reaching T_i,
+// wraps to 0 while T_i grows T_mult times; the scheduler computes the same from the epoch alone.
+TEST(LRScheduler, CosineAnnealingWarmRestartsMatchesTheRecursiveForm) {
+  for (int64_t T_mult : {1, 2, 3}) {
+    Fixture f;
+    optim::CosineAnnealingWarmRestarts s(f.opt, 5, T_mult, 0.01);
+    int64_t t_cur = 0, t_i = 5;
+    for (int e = 0; e <= 400; ++e) {
+      if (e > 0) {
+        s.step();
+        if (++t_cur >= t_i) t_cur -= t_i, t_i *= T_mult;
+      }
+      for (size_t g = 0; g < 2; ++g) {
+        const double base = g == 0 ? 1.0 : 0.1;
+        const double want = 0.01 + (base - 0.01) * (1 + std::cos(kPi * static_cast<double>(t_cur) / t_i)) / 2;
+        ASSERT_NEAR(f.opt.param_groups()[g].lr(), want, 1e-14) << "T_mult " << T_mult << " epoch " << e;
+      }
+    }
+  }
+  Fixture g;
+  optim::CosineAnnealingWarmRestarts s(g.opt, 2, 2);
+  std::vector<double> lrs;
+  for (int e = 0; e < 8; ++e, s.step()) lrs.push_back(g.opt.param_groups()[0].lr());
+  // periods of 2 and 4 epochs: a restart to 1.0 at epochs 2 and 6
+  const std::vector<double> want = {1.0, 0.5, 1.0, (1 + std::cos(kPi / 4)) / 2, 0.5, (1 + std::cos(3 * kPi / 4)) / 2,
+                                    1.0, (1 + std::cos(kPi / 8)) / 2};
+  for (size_t e = 0; e < want.size(); ++e) EXPECT_NEAR(lrs[e], want[e], 1e-15) << "epoch " << e;
+  expect_error([&] { optim::CosineAnnealingWarmRestarts(g.opt, 0); }, {"CosineAnnealingWarmRestarts", "T_0"});
+}
+
+// Steps worked out by hand from the triangle: base 0.1, max 1.0, 2 steps up and 3 down (a cycle of 5).
+TEST(LRScheduler, CyclicLRModesAndMomentum) {
+  Tensor p = make_param(initial_values());
+  optim::SGD opt({p}, {.lr = 0.5, .momentum = 0.5});
+  optim::CyclicLR tri(opt, {.base_lr = 0.1, .max_lr = 1.0, .step_size_up = 2, .step_size_down = 3});
+  const double lrs[] = {0.1, 0.55, 1.0, 0.7, 0.4, 0.1, 0.55, 1.0};
+  const double moms[] = {0.9, 0.85, 0.8, 0.9 - 0.1 * 2 / 3, 0.9 - 0.1 / 3, 0.9, 0.85, 0.8};
+  for (int t = 0; t < 8; ++t) {
+    if (t > 0) tri.step();
+    EXPECT_NEAR(opt.param_groups()[0].lr(), lrs[t], 1e-15) << "triangular step " << t;
+    EXPECT_NEAR(opt.param_groups()[0].get("momentum"), moms[t], 1e-15) << "step " << t;
+  }
+  Tensor q = make_param(initial_values());
+  optim::Adam adam({q}, {.lr = 0.5});
+  optim::CyclicLR tri2(adam, {.base_lr = 0.1, .max_lr = 1.0, .step_size_up = 2, .step_size_down = 3,
+                              .mode = "triangular2"});
+  for (int t = 1; t <= 7; ++t) tri2.step();
+  EXPECT_NEAR(adam.param_groups()[0].lr(), 0.55, 1e-15);  // the second cycle's peak, at half height
+  EXPECT_NEAR(adam.param_groups()[0].get("beta1"), 0.85, 1e-15);
+  Tensor r = make_param(initial_values());
+  optim::SGD sgd({r}, {.lr = 0.5});
+  optim::CyclicLR exp_range(sgd, {.base_lr = 0.1, .max_lr = 1.0, .step_size_up = 2, .mode = "exp_range",
+                                  .gamma = 0.9, .cycle_momentum = false});
+  exp_range.step(), exp_range.step();
+  EXPECT_NEAR(sgd.param_groups()[0].lr(), 0.1 + 0.9 * 0.81, 1e-15);  // peak at step 2, scaled by 0.9^2
+  exp_range.step();
+  EXPECT_NEAR(sgd.param_groups()[0].lr(), 0.1 + 0.9 * 0.5 * std::pow(0.9, 3), 1e-15);  // down 1 of 2 steps
+  EXPECT_EQ(sgd.param_groups()[0].get("momentum"), 0.0);
+  optim::Adagrad adagrad({r});
+  expect_error([&] { optim::CyclicLR(adagrad, {.base_lr = 0.1, .max_lr = 1.0}); },
+               {"CyclicLR", "cycle_momentum", "Adagrad"});
+  expect_error([&] { optim::CyclicLR(sgd, {.max_lr = 1.0, .mode = "triangle", .cycle_momentum = false}); },
+               {"CyclicLR", "mode", "triangle"});
+}
+
 TEST(LRScheduler, OneCycleTwoPhaseAtHandPickedSteps) {
   Tensor p = make_param(initial_values());
   optim::SGD opt({p}, {.lr = 0.123, .momentum = 0.9});

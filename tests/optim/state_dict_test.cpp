@@ -69,6 +69,16 @@ TEST(StateDict, ResumeIsBitwiseIdenticalForEveryOptimizer) {
   expect_bitwise_resume([](const std::vector<Tensor>& p) {
     return std::make_unique<optim::Adagrad>(p, optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.01});
   }, "Adagrad");
+  expect_bitwise_resume([](const std::vector<Tensor>& p) {
+    return std::make_unique<optim::Adamax>(p, optim::AdamaxOptions{.lr = 0.1, .weight_decay = 0.01});
+  }, "Adamax");
+  expect_bitwise_resume([](const std::vector<Tensor>& p) {  // mu_product is state too
+    return std::make_unique<optim::NAdam>(p, optim::NAdamOptions{.lr = 0.1, .momentum_decay = 0.3});
+  }, "NAdam");
+  expect_bitwise_resume([](const std::vector<Tensor>& p) {  // rectified from step 6: both sides of the resume
+    return std::make_unique<optim::RAdam>(p, optim::RAdamOptions{.lr = 0.1, .weight_decay = 0.1,
+                                                                 .decoupled_weight_decay = true});
+  }, "RAdam");
 }
 
 TEST(StateDict, KeysAndValues) {

@@ -4,7 +4,9 @@
 // for configs/ under the working directory.
 #include <gtest/gtest.h>
 
+#include "kiln/optim/optim.h"
 #include "kiln/tensor/error.h"
+#include "kiln/tools/classifier.h"
 #include "kiln/tools/run_config.h"
 
 #ifndef KILN_CONFIGS_DIR
@@ -247,4 +249,45 @@ TEST(RunConfig, DataPath) {
   d = {};
   d.name = "synthetic";
   EXPECT_EQ(kiln::tools::data_path(d), "");
+}
+
+// Every schedule the config can name becomes its scheduler, over a run of 3 epochs of 10 steps, with the
+// lengths the config leaves open filled from the run.
+TEST(RunConfig, EveryScheduleNameMakesItsScheduler) {
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"step", "StepLR"}, {"multistep", "MultiStepLR"}, {"exponential", "ExponentialLR"},
+      {"cosine", "CosineAnnealingLR"}, {"linear", "LinearLR"}, {"onecycle", "OneCycleLR"},
+      {"warmup_cosine", "SequentialLR"}, {"cosine_restarts", "CosineAnnealingWarmRestarts"},
+      {"polynomial", "PolynomialLR"}, {"cyclic", "CyclicLR"}, {"plateau", ""}};
+  for (const auto& [name, type] : names) {
+    const std::string extra = name == "multistep"       ? "  milestones: [1, 2]\n"
+                              : name == "warmup_cosine" ? "  warmup: 1\n"
+                                                        : "";
+    RunConfig c = kiln::tools::load_run_config_text("optimizer:\n  name: sgd\n  lr: 0.1\n  momentum: 0.9\n"
+                                                    "scheduler:\n  name: " + name + "\n" + extra, "run.yaml");
+    kiln::Tensor p = kiln::zeros({2});
+    p.requires_grad_();
+    auto opt = kiln::tools::make_optimizer(c.optimizer, {p});
+    auto s = kiln::tools::make_scheduler(c.scheduler, *opt, 3, 10);
+    ASSERT_TRUE(s.has_value()) << name;
+    if (type.empty()) {
+      EXPECT_NE(s->plateau, nullptr) << name;
+      continue;
+    }
+    ASSERT_NE(s->scheduler, nullptr) << name;
+    EXPECT_EQ(std::string(s->scheduler->name()), type);
+    if (name == "polynomial") {  // t_max: the run's 3 epochs
+      for (int e = 0; e < 3; ++e) s->scheduler->step();
+      EXPECT_EQ(opt->param_groups()[0].lr(), 0.0);
+    }
+    if (name == "cyclic") {  // from optimizer.lr up to 10 x over two epochs of steps, momentum against it
+      EXPECT_EQ(s->interval, "step");
+      EXPECT_DOUBLE_EQ(opt->param_groups()[0].lr(), 0.1);
+      for (int t = 0; t < 20; ++t) s->scheduler->step();
+      EXPECT_DOUBLE_EQ(opt->param_groups()[0].lr(), 1.0);
+      EXPECT_DOUBLE_EQ(opt->param_groups()[0].get("momentum"), 0.8);
+    }
+  }
+  EXPECT_NE(load_error("scheduler:\n  cycle_mode: sawtooth\n").find("triangular, triangular2, exp_range"),
+            std::string::npos);
 }
