@@ -12,32 +12,12 @@
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
 #include "nn/rnn_test_util.h"
+#include "parity/parity_util.h"
 
 namespace kiln::parity {
 namespace {
 
 using nn::RNNMode;
-
-// Copies between the two libraries, float64, contiguous.
-torch::Tensor to_torch(const Tensor& t) {
-  const Tensor c = t.detach().contiguous().to(kFloat64);
-  std::vector<int64_t> shape(c.sizes().begin(), c.sizes().end());
-  return torch::from_blob(const_cast<double*>(c.data_ptr<double>()), shape, torch::kDouble).clone();
-}
-
-std::vector<double> torch_values(const torch::Tensor& t) {
-  const torch::Tensor c = t.detach().contiguous().to(torch::kDouble);
-  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-}
-
-std::vector<double> kiln_values(const Tensor& t) { return t.detach().contiguous().to(kFloat64).to_vector<double>(); }
-
-void expect_same(const Tensor& ours, const torch::Tensor& theirs, double tol, const std::string& what) {
-  std::vector<int64_t> shape(ours.sizes().begin(), ours.sizes().end());
-  ASSERT_EQ(shape, theirs.sizes().vec()) << what;
-  const std::vector<double> a = kiln_values(ours), b = torch_values(theirs);
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << " at " << i;
-}
 
 // Gives the torch module kiln's parameter values, by name.
 void copy_parameters(nn::Module& ours, torch::nn::Module& theirs) {

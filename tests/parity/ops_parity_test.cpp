@@ -1,0 +1,155 @@
+// kiln's element-wise rounding, trigonometric and modulo ops, cumsum, sort, topk, isclose, nonzero and
+// masked_select against LibTorch's on the same inputs, in float64 and int64, with the cases where libraries
+// differ drawn on purpose: halves (round), signs of dividend and divisor (fmod, remainder), ties, NaN and signed
+// zeros (sort), infinities (isclose); and the gradients of cumsum, sort, topk and masked_select.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "parity/parity_util.h"
+
+namespace kiln::parity {
+namespace {
+
+// (4, 9) float64: random values in [-3, 3], with halves, integers, signed zeros, infinities and NaN mixed in.
+Tensor awkward_values(std::mt19937& rng, bool specials) {
+  std::uniform_real_distribution<double> u(-3, 3);
+  std::vector<double> v(36);
+  for (double& x : v) x = u(rng);
+  const double picks[] = {0.5, -0.5, 1.5, -2.5, 2.0, -0.0, 0.0, 3.0, 2.5};
+  for (size_t i = 0; i < std::size(picks); ++i) v[4 * i + 1] = picks[i];
+  if (specials) v[3] = INFINITY, v[7] = -INFINITY, v[11] = NAN, v[20] = NAN;
+  return tensor(v, {4, 9});
+}
+
+TEST(OpsParity, UnaryOpsMatchLibTorch) {
+  std::mt19937 rng(1);
+  const Tensor x = awkward_values(rng, true);
+  const torch::Tensor t = to_torch(x);
+  const Tensor unit = x / 3.5;  // for asin and acos
+  expect_same(floor(x), torch::floor(t), 0, "floor");
+  expect_same(ceil(x), torch::ceil(t), 0, "ceil");
+  expect_same(round(x), torch::round(t), 0, "round (halves to even)");
+  expect_same(trunc(x), torch::trunc(t), 0, "trunc");
+  expect_same(reciprocal(x), torch::reciprocal(t), 1e-15, "reciprocal");
+  expect_same(log2(x.abs()), torch::log2(t.abs()), 1e-14, "log2");
+  expect_same(log10(x.abs()), torch::log10(t.abs()), 1e-14, "log10");
+  expect_same(tan(x), torch::tan(t), 1e-13, "tan");
+  expect_same(atan(x), torch::atan(t), 1e-15, "atan");
+  expect_same(asin(unit), torch::asin(to_torch(unit)), 1e-15, "asin");
+  expect_same(acos(unit), torch::acos(to_torch(unit)), 1e-15, "acos");
+  // Integers keep their dtype and values through rounding.
+  const Tensor i = tensor(std::vector<int64_t>{-7, 0, 5});
+  expect_same(round(i), torch::round(torch::tensor({-7, 0, 5}, torch::kLong)), 0, "round of int64");
+}
+
+TEST(OpsParity, Atan2FmodAndRemainderMatchLibTorch) {
+  std::mt19937 rng(2);
+  const Tensor a = awkward_values(rng, false), b = flip(awkward_values(rng, false), {1});
+  const torch::Tensor ta = to_torch(a), tb = to_torch(b);
+  expect_same(atan2(a, b), torch::atan2(ta, tb), 1e-15, "atan2");
+  expect_same(fmod(a, b), torch::fmod(ta, tb), 1e-15, "fmod");
+  expect_same(remainder(a, b), torch::remainder(ta, tb), 1e-15, "remainder");
+  // Every sign combination of integer dividend and divisor.
+  const std::vector<int64_t> n = {7, -7, 7, -7, 0, 9, -9, 6}, d = {3, 3, -3, -3, 5, 4, -4, -3};
+  const Tensor in = tensor(n), id = tensor(d);
+  const torch::Tensor tn = torch::tensor(n, torch::kLong), td = torch::tensor(d, torch::kLong);
+  expect_same(fmod(in, id), torch::fmod(tn, td), 0, "int64 fmod");
+  expect_same(remainder(in, id), torch::remainder(tn, td), 0, "int64 remainder");
+  expect_same(remainder(a, 1.25), torch::remainder(ta, 1.25), 1e-15, "remainder by a scalar");
+}
+
+TEST(OpsParity, CumsumSortTopkMatchLibTorch) {
+  std::mt19937 rng(3);
+  // Few distinct values, so that ties are common; NaN and signed zeros in some rows.
+  std::uniform_int_distribution<int> pick(-3, 3);
+  std::vector<double> v(6 * 40);
+  for (double& x : v) x = pick(rng) * 0.5;
+  v[5] = NAN, v[17] = -0.0, v[18] = NAN, v[60] = -0.0, v[61] = 0.0;
+  const Tensor x = tensor(v, {6, 40});
+  const torch::Tensor t = to_torch(x);
+  for (int64_t dim : {0, 1}) {
+    const std::string d = " along dim " + std::to_string(dim);
+    expect_same(cumsum(x, dim), torch::cumsum(t, dim), 1e-12, "cumsum" + d);
+    for (bool descending : {false, true}) {
+      auto [values, indices] = sort(x, dim, descending);
+      auto [tv, ti] = torch::sort(t, /*stable=*/true, dim, descending);
+      expect_same(values, tv, 0, "sort values" + d);
+      expect_same(indices, ti, 0, "stable sort indices" + d + (descending ? " descending" : ""));
+    }
+  }
+  const Tensor ints = tensor(std::vector<int32_t>{3, -1, 4, 1, -5, 9});
+  expect_same(cumsum(ints, 0), torch::cumsum(torch::tensor({3, -1, 4, 1, -5, 9}, torch::kInt), 0), 0,
+              "int32 cumsum");
+  EXPECT_EQ(cumsum(ints, 0).dtype(), kInt64);  // as torch: integers sum in int64
+  // topk's values (its tie order is not specified by LibTorch), and indices where the values are distinct.
+  auto [tk, tki] = topk(x, 7, 1);
+  expect_same(tk, std::get<0>(torch::topk(t, 7, 1)), 0, "topk values");
+  const Tensor distinct = tensor(std::vector<double>{0.3, -1.0, 2.5, 0.0, 7.0, -3.0, 1.0}, {1, 7});
+  expect_same(topk(distinct, 3, 1, false).second, std::get<1>(torch::topk(to_torch(distinct), 3, 1, false)), 0,
+              "topk smallest indices");
+}
+
+TEST(OpsParity, IscloseNonzeroAndMaskedSelectMatchLibTorch) {
+  const Tensor a = tensor({1.0, INFINITY, -INFINITY, NAN, 100.0, 0.0, INFINITY, 5.0});
+  const Tensor b = tensor({1.0 + 1e-6, INFINITY, INFINITY, NAN, 100.002, 1e-9, 5.0, INFINITY});
+  const torch::Tensor ta = to_torch(a), tb = to_torch(b);
+  for (bool equal_nan : {false, true}) {
+    for (double rtol : {1e-5, 1e-4}) {
+      expect_same(isclose(a, b, rtol, 1e-8, equal_nan).to(kFloat64),
+                  torch::isclose(ta, tb, rtol, 1e-8, equal_nan).to(torch::kDouble), 0,
+                  "isclose rtol " + std::to_string(rtol) + (equal_nan ? " equal_nan" : ""));
+    }
+  }
+  std::mt19937 rng(4);
+  const Tensor x = awkward_values(rng, false).round().view({2, 3, 6});
+  const torch::Tensor t = to_torch(x);
+  expect_same(nonzero(x), torch::nonzero(t), 0, "nonzero");
+  const Tensor mask = gt(x, 0).select(0, 1);  // (3, 6), broadcast over dim 0
+  expect_same(masked_select(x, mask), torch::masked_select(t, to_torch(mask.to(kFloat64)).to(torch::kBool)), 0,
+              "masked_select with a broadcast mask");
+}
+
+// The gradient of sum(w * f(x)) for fixed random weights w, through both libraries' autograd.
+TEST(OpsParity, GradientsMatchLibTorch) {
+  std::mt19937 rng(5);
+  const Tensor x0 = awkward_values(rng, false), w = awkward_values(rng, false);
+  const Tensor mask = gt(w, 0);
+  struct Case {
+    std::string name;
+    std::function<Tensor(const Tensor&)> ours;
+    std::function<torch::Tensor(const torch::Tensor&)> theirs;
+  };
+  const std::vector<Case> cases = {
+      {"cumsum", [](const Tensor& x) { return cumsum(x, 1); }, [](const torch::Tensor& x) { return x.cumsum(1); }},
+      {"sort", [](const Tensor& x) { return sort(x, 0, true).first; },
+       [](const torch::Tensor& x) { return std::get<0>(torch::sort(x, true, 0, true)); }},
+      {"topk", [](const Tensor& x) { return topk(x * 1.0 + 0.001 * x * x, 3, 1).first; },
+       [](const torch::Tensor& x) { return std::get<0>(torch::topk(x * 1.0 + 0.001 * x * x, 3, 1)); }},
+      {"atan2", [](const Tensor& x) { return atan2(x, flip(x, {0}) + 0.5); },
+       [](const torch::Tensor& x) { return torch::atan2(x, x.flip({0}) + 0.5); }},
+      {"remainder", [](const Tensor& x) { return remainder(x * 3.0, 1.7); },
+       [](const torch::Tensor& x) { return torch::remainder(x * 3.0, 1.7); }},
+  };
+  for (const Case& c : cases) {
+    Tensor x = x0.clone().requires_grad_();
+    Tensor y = c.ours(x);
+    (y * w.narrow(0, 0, y.size(0)).narrow(1, 0, y.size(1))).sum().backward();
+    torch::Tensor tx = to_torch(x0).requires_grad_();
+    torch::Tensor ty = c.theirs(tx);
+    (ty * to_torch(w).narrow(0, 0, ty.size(0)).narrow(1, 0, ty.size(1))).sum().backward();
+    expect_same(x.grad(), tx.grad(), 1e-12, c.name + " gradient");
+  }
+  Tensor x = x0.clone().requires_grad_();
+  masked_select(x, mask).pow(2).sum().backward();
+  torch::Tensor tx = to_torch(x0).requires_grad_();
+  torch::masked_select(tx, to_torch(mask.to(kFloat64)).to(torch::kBool)).pow(2).sum().backward();
+  expect_same(x.grad(), tx.grad(), 1e-12, "masked_select gradient");
+}
+
+}  // namespace
+}  // namespace kiln::parity

@@ -1,0 +1,44 @@
+// What the parity tests share: copying tensors between kiln and LibTorch (float64, contiguous) and comparing
+// them element by element.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::parity {
+
+inline torch::Tensor to_torch(const Tensor& t) {
+  const Tensor c = t.detach().contiguous().to(kFloat64);
+  std::vector<int64_t> shape(c.sizes().begin(), c.sizes().end());
+  return torch::from_blob(const_cast<double*>(c.data_ptr<double>()), shape, torch::kDouble).clone();
+}
+
+inline std::vector<double> torch_values(const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().contiguous().to(torch::kDouble);
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+inline std::vector<double> kiln_values(const Tensor& t) {
+  return t.detach().contiguous().to(kFloat64).to_vector<double>();
+}
+
+// Same shape, and each element within tol * max(1, |LibTorch's value|) (NaN matches NaN, an infinity itself;
+// tol 0: the same values).
+inline void expect_same(const Tensor& ours, const torch::Tensor& theirs, double tol, const std::string& what) {
+  std::vector<int64_t> shape(ours.sizes().begin(), ours.sizes().end());
+  ASSERT_EQ(shape, theirs.sizes().vec()) << what;
+  const std::vector<double> a = kiln_values(ours), b = torch_values(theirs);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
+    ASSERT_NEAR(a[i], b[i], tol * std::max(1.0, std::fabs(b[i]))) << what << " at " << i;
+  }
+}
+
+}  // namespace kiln::parity
