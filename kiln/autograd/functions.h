@@ -153,6 +153,10 @@ Tensor masked_select(const Tensor& x, const Tensor& mask);
 // ---- convolution and pooling (functions/conv.cpp); first-order gradients only ----
 // x (N, Cin, H, W), weight (Cout, Cin / groups, KH, KW), bias (Cout) or undefined -> (N, Cout, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
+// conv2d's gradient with respect to its input as an op: x (N, Cin, H, W) is conv2d's grad_out, weight (Cin, Cout /
+// groups, KH, KW) its weight, out_shape (N, Cout, OH, OW) its input's shape; plus bias (Cout) or undefined
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                        IntArrayRef out_shape);
 // x (N, C, H, W) -> {out (N, C, OH, OW), int64 indices of each max in its plane}; differentiable in out
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dParams& p);
 

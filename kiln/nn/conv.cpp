@@ -43,6 +43,33 @@ std::string Conv2dImpl::extra_repr() const {
                         options_.groups > 1 ? std::to_string(options_.groups) : "", bias.defined() ? "" : ", bias=false");
 }
 
+ConvTranspose2dImpl::ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel,
+                                         ConvTranspose2dOptions options)
+    : Module("ConvTranspose2d"), options_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.h > 0 && kernel.w > 0, "ConvTranspose2d: channels and "
+             "kernel size must be positive, got ", in_channels, ", ", out_channels, " and ", pair_str(kernel));
+  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "ConvTranspose2d: in_channels ", in_channels, " and out_channels ", out_channels,
+             " must be divisible by groups ", options.groups);
+  weight = register_parameter("weight", empty({in_channels, out_channels / options.groups, kernel.h, kernel.w}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_conv(weight, bias);  // fan_in from dim 1, as PyTorch computes it for this layout too
+}
+
+Tensor ConvTranspose2dImpl::forward(const Tensor& x) {
+  return functional::conv_transpose2d(x, weight, bias, options_.stride, options_.padding, options_.output_padding,
+                                      options_.groups, options_.dilation);
+}
+
+std::string ConvTranspose2dImpl::extra_repr() const {
+  return detail::concat(weight.size(0), ", ", weight.size(1) * options_.groups, ", kernel_size=",
+                        pair_str({weight.size(2), weight.size(3)}), ", stride=", pair_str(options_.stride),
+                        ", padding=", pair_str(options_.padding), ", output_padding=",
+                        pair_str(options_.output_padding), options_.groups > 1 ? ", groups=" : "",
+                        options_.groups > 1 ? std::to_string(options_.groups) : "",
+                        bias.defined() ? "" : ", bias=false");
+}
+
 Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, Conv1dOptions options)
     : Module("Conv1d"), options_(options) {
   KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv1d: channels and kernel size must be positive");
@@ -70,5 +97,14 @@ std::string AvgPool2dImpl::extra_repr() const {
   return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
 }
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
+
+std::string UpsampleImpl::extra_repr() const {
+  const auto& o = options_;
+  std::string what;
+  if (o.size) what = "size=" + pair_str(*o.size);
+  else if (o.scale_factor) what = detail::concat("scale_factor=(", o.scale_factor->first, ", ", o.scale_factor->second,
+                                                 ")");
+  return detail::concat(what, ", mode='", o.mode, "'", o.align_corners ? ", align_corners=true" : "");
+}
 
 }  // namespace kiln::nn

@@ -1,7 +1,8 @@
-// Conv1d, Conv2d and the pooling layers.
+// Conv1d, Conv2d, ConvTranspose2d, the pooling layers and Upsample.
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "kiln/nn/functional.h"
 #include "kiln/nn/module.h"
@@ -27,6 +28,28 @@ class Conv2dImpl : public Module {
   Conv2dOptions options_;
 };
 using Conv2d = ModuleHolder<Conv2dImpl>;
+
+struct ConvTranspose2dOptions {
+  functional::Pair stride = 1, padding = 0, output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  functional::Pair dilation = 1;
+};
+
+// x: (N, C, H, W) -> (N, O, OH, OW) with OH = (H - 1) sh - 2 ph + dh (kh - 1) + oph + 1 (functional.h); weight
+// (C, O / groups, kh, kw), bias (O), initialized as PyTorch's: uniform in +-1/sqrt(O / groups * kh * kw).
+class ConvTranspose2dImpl : public Module {
+ public:
+  ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel_size,
+                      ConvTranspose2dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  ConvTranspose2dOptions options_;
+};
+using ConvTranspose2d = ModuleHolder<ConvTranspose2dImpl>;
 
 struct Conv1dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
@@ -82,5 +105,18 @@ class AdaptiveAvgPool2dImpl : public Module {
   functional::Pair size_;
 };
 using AdaptiveAvgPool2d = ModuleHolder<AdaptiveAvgPool2dImpl>;
+
+using UpsampleOptions = functional::InterpolateOptions;
+// Resizes (N, C, H, W) to a size or by a scale factor, nearest or bilinear: functional::interpolate as a layer.
+class UpsampleImpl : public Module {
+ public:
+  explicit UpsampleImpl(UpsampleOptions options) : Module("Upsample"), options_(std::move(options)) {}
+  Tensor forward(const Tensor& x) override { return functional::interpolate(x, options_); }
+  std::string extra_repr() const override;
+
+ private:
+  UpsampleOptions options_;
+};
+using Upsample = ModuleHolder<UpsampleImpl>;
 
 }  // namespace kiln::nn

@@ -99,6 +99,44 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   return y.squeeze(2);
 }
 
+// Through the conv kernels only: the transposed convolution is conv2d's gradient with respect to its input
+// (kiln/autograd/functions/conv.cpp).
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding,
+                        Pair output_padding, int64_t groups, Pair dilation) {
+  KILN_CHECK(weight.dim() == 4, "conv_transpose2d: weight must be (in_channels, out_channels / groups, kh, kw), got ",
+             shape_str(weight.sizes()));
+  KILN_CHECK(groups >= 1 && weight.size(0) % groups == 0, "conv_transpose2d: in_channels ", weight.size(0),
+             " is not divisible by groups ", groups);
+  KILN_CHECK(x.dim() == 4 && x.size(1) == weight.size(0), "conv_transpose2d: input of shape ", shape_str(x.sizes()),
+             " needs ", weight.size(0), " channels for weight ", shape_str(weight.sizes()));
+  const int64_t out_channels = weight.size(1) * groups;
+  KILN_CHECK(!bias.defined() || bias.sizes() == Shape{out_channels}, "conv_transpose2d: bias must be (",
+             out_channels, "), got ", shape_str(bias.sizes()));
+  KILN_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 && padding.h >= 0 && padding.w >= 0,
+             "conv_transpose2d: stride and dilation must be positive and padding non-negative");
+  KILN_CHECK(output_padding.h >= 0 && output_padding.w >= 0 &&
+                 output_padding.h < std::max(stride.h, dilation.h) && output_padding.w < std::max(stride.w, dilation.w),
+             "conv_transpose2d: output_padding (", output_padding.h, ", ", output_padding.w,
+             ") must be smaller than the stride or the dilation, (", stride.h, ", ", stride.w, ") and (", dilation.h,
+             ", ", dilation.w, ")");
+  KILN_CHECK(is_floating(x.dtype()) && is_floating(weight.dtype()) && use_conv_kernels(x, weight),
+             "conv_transpose2d: needs floating tensors on a device with convolution kernels, got ", x.dtype(), " on ",
+             x.device());
+  // The size of the input of the conv2d whose gradient this is: its output is x's size.
+  const int64_t oh = (x.size(2) - 1) * stride.h - 2 * padding.h + dilation.h * (weight.size(2) - 1) +
+                     output_padding.h + 1;
+  const int64_t ow = (x.size(3) - 1) * stride.w - 2 * padding.w + dilation.w * (weight.size(3) - 1) +
+                     output_padding.w + 1;
+  KILN_CHECK(oh > 0 && ow > 0, "conv_transpose2d: input of shape ", shape_str(x.sizes()), " gives an output of ",
+             oh, " x ", ow, "; the padding is too large");
+  Conv2dParams p;
+  p.stride[0] = stride.h, p.stride[1] = stride.w;
+  p.padding[0] = padding.h, p.padding[1] = padding.w;
+  p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
+  p.groups = groups;
+  return kiln::conv_transpose2d(x, weight, bias, p, {x.size(0), out_channels, oh, ow});
+}
+
 namespace {
 // Pooling accepts (C, H, W) too, as PyTorch does.
 Tensor batched(const Tensor& x, bool* added) {

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kiln/autograd/autograd.h"
 
@@ -35,6 +36,12 @@ struct Pair {
 // into a (N OH OW, C kh kw) matrix and multiplied by the weight.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = 1, Pair padding = 0,
               Pair dilation = 1, int64_t groups = 1);
+// The transposed convolution (conv2d's gradient with respect to its input, used as a layer, e.g. to upsample):
+// x: (N, C, H, W), weight: (C, O / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
+// OH = (H - 1) sh - 2 ph + dh (kh - 1) + oph + 1; output_padding (< stride or dilation) picks among the sizes
+// a strided conv2d maps to H. Through the convolution kernels; first-order gradients only.
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = 1,
+                        Pair padding = 0, Pair output_padding = 0, int64_t groups = 1, Pair dilation = 1);
 // x: (N, C, L), weight: (O, C / groups, k) -> (N, O, OL)
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1, int64_t groups = 1);
@@ -46,6 +53,17 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std
                   bool count_include_pad = true);
 // Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)).
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+struct InterpolateOptions {
+  std::optional<Pair> size;                            // the output's (H, W); or
+  std::optional<std::pair<double, double>> scale_factor;  // H and W scaled by these, rounded down
+  std::string mode = "nearest";                        // "nearest" or "bilinear"
+  bool align_corners = false;                          // bilinear: corner pixels' centres map onto each other
+};
+// Resizes x (N, C, H, W) as torch.nn.functional.interpolate: nearest reads input position
+// floor(out position * in / out) (PyTorch's arithmetic, in single precision); bilinear weighs the two nearest
+// input pixels of each output pixel, centres aligned (half-pixel) or corners aligned. Any device; its gradient
+// sums each output's share back into the pixels it read.
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,

@@ -109,6 +109,23 @@ TEST_F(CudaTest, NormalizationLayersTrainOnTheGpu) {
              "BatchNorm/LayerNorm + AdamW seed " + std::to_string(seed));
 }
 
+// A small convolutional autoencoder-like stack that goes down with a strided Conv2d and back up with
+// ConvTranspose2d and Upsample (bilinear), trained with NAdam: the new spatial layers and optimizer on the device.
+TEST_F(CudaTest, TransposedConvUpsampleAndNAdamTrainOnTheGpu) {
+  uint32_t seed = test::fresh_seed();
+  manual_seed(seed);
+  auto make = [] {
+    return nn::Sequential(nn::Conv2d(1, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = 1}), nn::ReLU(),
+                          nn::ConvTranspose2d(4, 3, 4, nn::ConvTranspose2dOptions{.stride = 2, .padding = 1}),
+                          nn::Upsample(nn::UpsampleOptions{.scale_factor = std::pair{0.5, 0.5}, .mode = "bilinear"}),
+                          nn::Flatten(), nn::Linear(3 * 4 * 4, 10));
+  };
+  Tensor x = randn({6, 1, 8, 8});
+  Tensor y = randint(0, 10, {6});
+  train_both(make, [](std::vector<Tensor> p) { return optim::NAdam(std::move(p), {.lr = 1e-2}); }, x, y, 3, 2e-4,
+             "ConvTranspose2d + Upsample + NAdam seed " + std::to_string(seed));
+}
+
 // A sequence classifier over a recurrent stack: its final hidden states (both directions of the top layer) into a
 // linear head; `lengths` make the batch ragged, so the masking runs on the device too.
 class RecurrentClassifier : public nn::Module {

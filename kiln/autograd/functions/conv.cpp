@@ -45,6 +45,33 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   return out;
 }
 
+// conv_transpose2d: the gradient of conv2d with respect to its input, used as a layer. Seen as the conv2d whose
+// weight is `weight` (its out channels are x's) and whose input has out_shape: out = conv2d_backward_input(x, w)
+// (+ bias), so dx = conv2d(g, w), dw = conv2d_backward_weight(x, g) (x in the place of conv2d's grad_out), db = g
+// summed over (N, OH, OW).
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                        IntArrayRef out_shape) {
+  if (autocast::wants_lower({&x, &weight, &bias}))
+    return conv_transpose2d(autocast::lower(x), autocast::lower(weight), autocast::lower(bias), p, out_shape);
+  Tensor out = ops::conv2d_backward_input(x, weight, out_shape, p);
+  if (bias.defined()) out = ops::add(out, ops::view(ops::to(bias, out.dtype()), {1, bias.numel(), 1, 1}));
+  if (should_record(x, weight, bias)) {
+    SavedTensor sx = requires_grad(weight) ? SavedTensor(x, false) : SavedTensor();
+    SavedTensor sw = requires_grad(x) ? SavedTensor(weight, false) : SavedTensor();
+    std::vector<Tensor> inputs{x, weight};
+    if (bias.defined()) inputs.push_back(bias);
+    record("conv_transpose2d", out, inputs,
+           [sx, sw, p, has_bias = bias.defined(), w_shape = weight.sizes()](const Tensor& g, const OpNode& n) {
+             check_first_order("conv_transpose2d");
+             TensorList grads{n.needs_input_grad(0) ? ops::conv2d(g, sw.get(n), Tensor(), p) : Tensor(),
+                              n.needs_input_grad(1) ? ops::conv2d_backward_weight(sx.get(n), g, w_shape, p) : Tensor()};
+             if (has_bias) grads.push_back(n.needs_input_grad(2) ? ops::sum(g, {0, 2, 3}) : Tensor());
+             return grads;
+           });
+  }
+  return out;
+}
+
 // max_pool2d: x (N, C, H, W), g (N, C, OH, OW): dx = g added at the recorded indices (overlaps summed)
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dParams& p) {
   auto [out, indices] = ops::max_pool2d_with_indices(x, p);

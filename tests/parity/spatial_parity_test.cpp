@@ -1,0 +1,91 @@
+// kiln's transposed convolution and interpolate (nearest, bilinear, align_corners) against LibTorch's on the
+// same float64 weights and inputs: outputs, and the gradients of the input, weight and bias.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "nn/nn_test_util.h"
+#include "parity/parity_util.h"
+
+namespace kiln::parity {
+namespace {
+
+using nn::F::Pair;
+
+TEST(SpatialParity, ConvTranspose2dMatchesLibTorch) {
+  struct Case {
+    Shape x, w;
+    Pair stride, padding, output_padding;
+    int64_t groups;
+    Pair dilation;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 5, 4}, {3, 2, 3, 3}, 1, 0, 0, 1, 1},        {{1, 4, 3, 3}, {4, 3, 4, 4}, 2, 1, 0, 1, 1},
+      {{2, 2, 4, 3}, {2, 2, 3, 2}, {2, 3}, {1, 0}, {1, 2}, 1, 1}, {{1, 4, 3, 4}, {4, 1, 3, 3}, 2, 1, 1, 2, {2, 1}},
+  };
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    const std::string what = "conv_transpose2d of " + shape_str(c.x) + " by " + shape_str(c.w);
+    Tensor x = test::randn64(c.x, seed++).requires_grad_(), w = test::randn64(c.w, seed++).requires_grad_();
+    Tensor b = test::randn64({c.w[1] * c.groups}, seed++).requires_grad_();
+    Tensor y = nn::F::conv_transpose2d(x, w, b, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
+    const Tensor probe = test::randn64(y.sizes(), seed++);
+    (y * probe).sum().backward();
+    torch::Tensor tx = to_torch(x).requires_grad_(), tw = to_torch(w).requires_grad_(),
+                  tb = to_torch(b).requires_grad_();
+    torch::Tensor ty = torch::conv_transpose2d(tx, tw, tb, {c.stride.h, c.stride.w}, {c.padding.h, c.padding.w},
+                                               {c.output_padding.h, c.output_padding.w}, c.groups,
+                                               {c.dilation.h, c.dilation.w});
+    (ty * to_torch(probe)).sum().backward();
+    expect_same(y, ty, 1e-12, what);
+    expect_same(x.grad(), tx.grad(), 1e-12, what + ": input gradient");
+    expect_same(w.grad(), tw.grad(), 1e-12, what + ": weight gradient");
+    expect_same(b.grad(), tb.grad(), 1e-12, what + ": bias gradient");
+  }
+}
+
+TEST(SpatialParity, InterpolateMatchesLibTorch) {
+  namespace tf = torch::nn::functional;
+  const Tensor x0 = test::randn64({2, 3, 5, 7}, 11);
+  struct Case {
+    std::optional<Pair> size;
+    std::optional<std::pair<double, double>> scale;
+  };
+  // Sizes up and down, factors whole and not (the float arithmetic of nearest shows at 10 from 6: 0.6 * 5).
+  const std::vector<Case> cases = {{Pair{10, 14}, {}}, {Pair{3, 4}, {}}, {Pair{6, 10}, {}}, {Pair{5, 7}, {}},
+                                   {{}, std::pair{2.0, 3.0}}, {{}, std::pair{1.5, 0.75}}, {{}, std::pair{0.5, 2.5}}};
+  for (const Case& c : cases) {
+    for (const std::string& mode : {std::string("nearest"), std::string("bilinear")}) {
+      for (bool align : {false, true}) {
+        if (align && mode == "nearest") continue;
+        Tensor x = x0.clone().requires_grad_();
+        Tensor y = nn::F::interpolate(x, {.size = c.size, .scale_factor = c.scale, .mode = mode,
+                                          .align_corners = align});
+        const Tensor probe = test::randn64(y.sizes(), 12);
+        (y * probe).sum().backward();
+        auto o = tf::InterpolateFuncOptions().mode(mode == "nearest" ? torch::enumtype::kNearest()
+                                                                     : tf::InterpolateFuncOptions::mode_t(
+                                                                           torch::enumtype::kBilinear()));
+        if (c.size) o.size(std::vector<int64_t>{c.size->h, c.size->w});
+        else o.scale_factor(std::vector<double>{c.scale->first, c.scale->second});
+        if (mode == "bilinear") o.align_corners(align);
+        torch::Tensor tx = to_torch(x0).requires_grad_();
+        torch::Tensor ty = tf::interpolate(tx, o);
+        (ty * to_torch(probe)).sum().backward();
+        const std::string what = mode + (align ? " align_corners" : "") + " to " +
+                                 (c.size ? shape_str({c.size->h, c.size->w})
+                                         : "x(" + std::to_string(c.scale->first) + ", " +
+                                               std::to_string(c.scale->second) + ")");
+        expect_same(y, ty, 1e-13, what);
+        expect_same(x.grad(), tx.grad(), 1e-12, what + ": gradient");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::parity
