@@ -263,4 +263,29 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   return y;
 }
 
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                     const Tensor& bias, bool use_input_stats, double momentum, double eps) {
+  KILN_CHECK(x.dim() >= 3, "instance_norm: expected input (N, C, ...) with at least one position dim, got ",
+             shape_str(x.sizes()));
+  KILN_CHECK(running_mean.defined() == running_var.defined(),
+             "instance_norm: give both running_mean and running_var, or neither");
+  if (!use_input_stats) {
+    KILN_CHECK(running_mean.defined(), "instance_norm: use_input_stats = false needs running_mean and running_var");
+    return batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps);
+  }
+  const int64_t N = x.size(0), C = x.size(1);
+  if (running_mean.defined()) {
+    NoGradGuard no_grad;
+    const Tensor flat = x.detach().reshape({N, C, -1});
+    KILN_CHECK(flat.size(2) > 1, "instance_norm: tracking running statistics needs more than one position per "
+               "channel, got input ", shape_str(x.sizes()));
+    const Tensor mean = flat.mean({2});                                         // (N, C)
+    const Tensor var = ((flat - mean.unsqueeze(2)).pow(2.0)).sum({2}) / static_cast<double>(flat.size(2) - 1);
+    Tensor rm = running_mean, rv = running_var;
+    rm.copy_(rm * (1.0 - momentum) + mean.mean({0}).to(rm.dtype()) * momentum);
+    rv.copy_(rv * (1.0 - momentum) + var.mean({0}).to(rv.dtype()) * momentum);
+  }
+  return group_norm(x, C, weight, bias, eps);
+}
+
 }  // namespace kiln::nn::functional

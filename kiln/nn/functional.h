@@ -72,6 +72,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
 
+// x: (N, C, ...): normalizes each channel of each sample over its positions (group_norm with one group a
+// channel). With use_input_stats false it uses running_mean/var instead (eval with tracked statistics); with it
+// true and running statistics given, they move towards the batch's mean over samples of each sample's mean and
+// unbiased variance, as PyTorch's instance_norm does.
+Tensor instance_norm(const Tensor& x, const Tensor& running_mean = {}, const Tensor& running_var = {},
+                     const Tensor& weight = {}, const Tensor& bias = {}, bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
+
 // ---- losses ----
 struct CrossEntropyOptions {
   Tensor weight;                 // (C) per-class weights, or undefined

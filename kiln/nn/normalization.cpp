@@ -42,6 +42,41 @@ std::string BatchNormImpl::extra_repr() const {
                         ", track_running_stats=", options_.track_running_stats ? "true" : "false");
 }
 
+InstanceNormImpl::InstanceNormImpl(const char* type_name, int64_t num_features, InstanceNormOptions options,
+                                   int64_t input_dims)
+    : Module(type_name), options_(options), num_features_(num_features), dims_(input_dims) {
+  KILN_CHECK(num_features > 0, type_name, ": num_features must be positive, got ", num_features);
+  if (options.affine) {
+    weight = register_parameter("weight", ones({num_features}));
+    bias = register_parameter("bias", zeros({num_features}));
+  }
+  if (options.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({num_features}));
+    running_var = register_buffer("running_var", ones({num_features}));
+    // Kept for PyTorch's state_dict names; instance norm never counts batches (nor does PyTorch's).
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+}
+
+Tensor InstanceNormImpl::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() == dims_ || x.dim() == dims_ - 1, type_name(), ": expected ", dims_, "-D (batched) or ",
+             dims_ - 1, "-D input, got shape ", shape_str(x.sizes()));
+  const bool unbatched = x.dim() == dims_ - 1;
+  const Tensor in = unbatched ? x.unsqueeze(0) : x;
+  KILN_CHECK(in.size(1) == num_features_, type_name(), ": expected ", num_features_, " channels, got shape ",
+             shape_str(x.sizes()));
+  const bool use_input_stats = is_training() || !options_.track_running_stats;
+  Tensor y = functional::instance_norm(in, running_mean, running_var, weight, bias, use_input_stats,
+                                       options_.momentum, options_.eps);
+  return unbatched ? y.squeeze(0) : y;
+}
+
+std::string InstanceNormImpl::extra_repr() const {
+  return detail::concat(num_features_, ", eps=", options_.eps, ", momentum=", options_.momentum,
+                        ", affine=", options_.affine ? "true" : "false",
+                        ", track_running_stats=", options_.track_running_stats ? "true" : "false");
+}
+
 GroupNormImpl::GroupNormImpl(int64_t num_groups, int64_t num_channels, double eps, bool affine)
     : Module("GroupNorm"), groups_(num_groups), eps_(eps) {
   KILN_CHECK(num_groups > 0 && num_channels % num_groups == 0, "GroupNorm: ", num_channels,

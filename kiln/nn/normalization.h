@@ -1,4 +1,5 @@
-// Normalization layers: BatchNorm1d/2d (batch statistics, running averages for eval), GroupNorm, LayerNorm.
+// Normalization layers: BatchNorm1d/2d (batch statistics, running averages for eval), InstanceNorm1d/2d,
+// GroupNorm, LayerNorm.
 #pragma once
 
 #include "kiln/nn/module.h"
@@ -40,6 +41,42 @@ class BatchNorm2dImpl : public BatchNormImpl {
       : BatchNormImpl("BatchNorm2d", num_features, options, 4, 4) {}
 };
 using BatchNorm2d = ModuleHolder<BatchNorm2dImpl>;
+
+// PyTorch's defaults for instance norm differ from batch norm's: no affine parameters, no running statistics.
+struct InstanceNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = false;               // learned weight (ones) and bias (zeros)
+  bool track_running_stats = false;  // keep running_mean/var, and use them in eval mode
+};
+
+// Normalizes each channel of each sample over its positions (functional::instance_norm). InstanceNorm1d takes
+// (N, C, L) or (C, L); InstanceNorm2d (N, C, H, W) or (C, H, W).
+class InstanceNormImpl : public Module {
+ public:
+  InstanceNormImpl(const char* type_name, int64_t num_features, InstanceNormOptions options, int64_t input_dims);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  InstanceNormOptions options_;
+  int64_t num_features_, dims_;  // dims: of a batched input
+};
+
+class InstanceNorm1dImpl : public InstanceNormImpl {
+ public:
+  explicit InstanceNorm1dImpl(int64_t num_features, InstanceNormOptions options = {})
+      : InstanceNormImpl("InstanceNorm1d", num_features, options, 3) {}
+};
+using InstanceNorm1d = ModuleHolder<InstanceNorm1dImpl>;
+
+class InstanceNorm2dImpl : public InstanceNormImpl {
+ public:
+  explicit InstanceNorm2dImpl(int64_t num_features, InstanceNormOptions options = {})
+      : InstanceNormImpl("InstanceNorm2d", num_features, options, 4) {}
+};
+using InstanceNorm2d = ModuleHolder<InstanceNorm2dImpl>;
 
 // Normalizes groups of channels of each sample; weight (ones) and bias (zeros) per channel when affine.
 class GroupNormImpl : public Module {

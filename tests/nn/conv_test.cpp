@@ -1,4 +1,4 @@
-// Convolution, pooling and batch/group normalization against direct loops in float64, and gradchecked.
+// Convolution, pooling and batch/instance/group normalization against direct loops in float64, and gradchecked.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -192,6 +192,50 @@ TEST(GroupNorm, MatchesItsDefinition) {
   Tensor xs = x.detach().requires_grad_();
   gradcheck([](const std::vector<Tensor>& t) { return nn::F::group_norm(t[0], 2); }, {xs});
   expect_error([] { nn::GroupNorm(3, 4); }, {"GroupNorm", "4 channels", "3 groups"});
+}
+
+// Each (sample, channel) normalized over its positions; running statistics, when tracked, move by momentum
+// towards the mean over samples of each one's mean and unbiased variance; eval uses them.
+TEST(InstanceNorm, MatchesItsDefinitionTracksStatisticsAndGradchecks) {
+  const Tensor x = randn64({3, 2, 5}, 61) * 2.0 + 1.0;  // (N, C, L)
+  const std::vector<double> xv = x.to_vector<double>();
+  std::vector<double> want(xv.size()), batch_mean(2, 0.0), batch_var(2, 0.0);
+  for (int64_t n = 0; n < 3; ++n)
+    for (int64_t c = 0; c < 2; ++c) {
+      const double* v = &xv[static_cast<size_t>((n * 2 + c) * 5)];
+      double mean = 0, ss = 0;
+      for (int k = 0; k < 5; ++k) mean += v[k] / 5;
+      for (int k = 0; k < 5; ++k) ss += (v[k] - mean) * (v[k] - mean);
+      for (int k = 0; k < 5; ++k) {
+        want[static_cast<size_t>((n * 2 + c) * 5 + k)] = (v[k] - mean) / std::sqrt(ss / 5 + 1e-5);
+      }
+      batch_mean[c] += mean / 3;
+      batch_var[c] += ss / 4 / 3;
+    }
+  auto norm = nn::InstanceNorm1d(2, nn::InstanceNormOptions{.momentum = 0.25, .track_running_stats = true});
+  norm->to(kFloat64);
+  test::expect_tensor_near(norm(x), want, {3, 2, 5}, 1e-12, 1e-12, "InstanceNorm1d");
+  for (int64_t c = 0; c < 2; ++c) {
+    EXPECT_NEAR(norm->running_mean[c].item<double>(), 0.25 * batch_mean[c], 1e-12);
+    EXPECT_NEAR(norm->running_var[c].item<double>(), 0.75 + 0.25 * batch_var[c], 1e-12);
+  }
+  EXPECT_EQ(norm->num_batches_tracked.item<int64_t>(), 0);  // as PyTorch: instance norm does not count
+  norm->eval();  // now the running statistics normalize
+  const Tensor rm = norm->running_mean.view({1, 2, 1}), rv = norm->running_var.view({1, 2, 1});
+  test::expect_tensor_near(norm(x), test::values((x - rm) / sqrt(rv + 1e-5)), {3, 2, 5}, 1e-12, 1e-12, "eval");
+  // Without tracking, eval still uses the input's statistics; an unbatched (C, L) input is one sample.
+  auto plain = nn::InstanceNorm1d(2);
+  plain->eval();
+  test::expect_tensor_near(plain(x.select(0, 1)), std::vector<double>(want.begin() + 10, want.begin() + 20), {2, 5},
+                           1e-12, 1e-12, "unbatched");
+  EXPECT_EQ(plain->named_parameters().size(), 0u);  // affine is off by default
+  auto affine = nn::InstanceNorm2d(2, nn::InstanceNormOptions{.affine = true});
+  EXPECT_EQ(affine->named_parameters().size(), 2u);
+  Tensor xs = randn64({2, 2, 3, 3}, 62).requires_grad_(), w = randn64({2}, 63).requires_grad_(),
+         b = randn64({2}, 64).requires_grad_();
+  gradcheck([](const std::vector<Tensor>& t) { return nn::F::instance_norm(t[0], {}, {}, t[1], t[2]); }, {xs, w, b});
+  expect_error([&] { (void)affine(zeros({2, 3, 4, 4})); }, {"InstanceNorm2d", "2 channels"});
+  expect_error([&] { (void)affine(zeros({2, 4})); }, {"InstanceNorm2d", "4-D", "3-D"});
 }
 
 }  // namespace

@@ -87,5 +87,46 @@ TEST(SpatialParity, InterpolateMatchesLibTorch) {
   }
 }
 
+// InstanceNorm2d with affine parameters and tracked statistics: training outputs, the running statistics it
+// leaves, eval outputs from them, and the gradients of input and parameters.
+TEST(SpatialParity, InstanceNormMatchesLibTorch) {
+  auto ours = nn::InstanceNorm2d(3, nn::InstanceNormOptions{.momentum = 0.3, .affine = true,
+                                                            .track_running_stats = true});
+  ours->to(kFloat64);
+  {
+    NoGradGuard no_grad;
+    ours->weight.copy_(test::randn64({3}, 21));
+    ours->bias.copy_(test::randn64({3}, 22));
+  }
+  torch::nn::InstanceNorm2d theirs(torch::nn::InstanceNorm2dOptions(3).momentum(0.3).affine(true)
+                                       .track_running_stats(true));
+  theirs->to(torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    theirs->weight.copy_(to_torch(ours->weight));
+    theirs->bias.copy_(to_torch(ours->bias));
+  }
+  for (int step = 0; step < 2; ++step) {
+    Tensor x = (test::randn64({4, 3, 5, 6}, 30 + step) * 3.0 + 2.0).requires_grad_();
+    Tensor y = ours(x);
+    const Tensor probe = test::randn64(y.sizes(), 40 + step);
+    (y * probe).sum().backward();
+    torch::Tensor tx = to_torch(x).requires_grad_();
+    torch::Tensor ty = theirs->forward(tx);
+    (ty * to_torch(probe)).sum().backward();
+    const std::string what = "InstanceNorm2d training step " + std::to_string(step);
+    expect_same(y, ty, 1e-12, what);
+    expect_same(x.grad(), tx.grad(), 1e-12, what + ": input gradient");
+    expect_same(ours->weight.grad(), theirs->weight.grad(), 1e-12, what + ": weight gradient");
+    expect_same(ours->bias.grad(), theirs->bias.grad(), 1e-12, what + ": bias gradient");
+    expect_same(ours->running_mean, theirs->running_mean, 1e-12, what + ": running_mean");
+    expect_same(ours->running_var, theirs->running_var, 1e-12, what + ": running_var");
+  }
+  ours->eval();
+  theirs->eval();
+  const Tensor x = test::randn64({2, 3, 4, 4}, 50);
+  expect_same(ours(x), theirs->forward(to_torch(x)), 1e-12, "InstanceNorm2d eval");
+}
+
 }  // namespace
 }  // namespace kiln::parity
