@@ -4,19 +4,29 @@
 
 namespace kiln::nn {
 
+namespace {
+// What batch and instance norm layers hold, under PyTorch's names: weight (ones) and bias (zeros) when affine;
+// running_mean (zeros), running_var (ones) and num_batches_tracked when they track statistics.
+void register_norm_state(Module& m, int64_t num_features, bool affine, bool track_running_stats, Tensor& weight,
+                         Tensor& bias, Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked) {
+  KILN_CHECK(num_features > 0, m.type_name(), ": num_features must be positive, got ", num_features);
+  if (affine) {
+    weight = m.register_parameter("weight", ones({num_features}));
+    bias = m.register_parameter("bias", zeros({num_features}));
+  }
+  if (track_running_stats) {
+    running_mean = m.register_buffer("running_mean", zeros({num_features}));
+    running_var = m.register_buffer("running_var", ones({num_features}));
+    num_batches_tracked = m.register_buffer("num_batches_tracked", zeros({}, kInt64));
+  }
+}
+}  // namespace
+
 BatchNormImpl::BatchNormImpl(const char* type_name, int64_t num_features, BatchNormOptions options,
                              int64_t dims_lo, int64_t dims_hi)
     : Module(type_name), options_(options), dims_lo_(dims_lo), dims_hi_(dims_hi) {
-  KILN_CHECK(num_features > 0, type_name, ": num_features must be positive, got ", num_features);
-  if (options.affine) {
-    weight = register_parameter("weight", ones({num_features}));
-    bias = register_parameter("bias", zeros({num_features}));
-  }
-  if (options.track_running_stats) {
-    running_mean = register_buffer("running_mean", zeros({num_features}));
-    running_var = register_buffer("running_var", ones({num_features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
-  }
+  register_norm_state(*this, num_features, options.affine, options.track_running_stats, weight, bias, running_mean,
+                      running_var, num_batches_tracked);
 }
 
 Tensor BatchNormImpl::forward(const Tensor& x) {
@@ -45,17 +55,9 @@ std::string BatchNormImpl::extra_repr() const {
 InstanceNormImpl::InstanceNormImpl(const char* type_name, int64_t num_features, InstanceNormOptions options,
                                    int64_t input_dims)
     : Module(type_name), options_(options), num_features_(num_features), dims_(input_dims) {
-  KILN_CHECK(num_features > 0, type_name, ": num_features must be positive, got ", num_features);
-  if (options.affine) {
-    weight = register_parameter("weight", ones({num_features}));
-    bias = register_parameter("bias", zeros({num_features}));
-  }
-  if (options.track_running_stats) {
-    running_mean = register_buffer("running_mean", zeros({num_features}));
-    running_var = register_buffer("running_var", ones({num_features}));
-    // Kept for PyTorch's state_dict names; instance norm never counts batches (nor does PyTorch's).
-    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64));
-  }
+  // num_batches_tracked is there for PyTorch's state_dict names; instance norm never counts (nor does PyTorch's).
+  register_norm_state(*this, num_features, options.affine, options.track_running_stats, weight, bias, running_mean,
+                      running_var, num_batches_tracked);
 }
 
 Tensor InstanceNormImpl::forward(const Tensor& x) {

@@ -10,23 +10,14 @@
 namespace kiln::optim {
 
 std::map<std::string, double> Adam::to_map(const AdamOptions& o) {
-  return {{"lr", o.lr},
-          {"beta1", o.betas.first},
-          {"beta2", o.betas.second},
-          {"eps", o.eps},
-          {"weight_decay", o.weight_decay},
-          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
-          {"maximize", o.maximize ? 1.0 : 0.0}};
+  auto m = adam_like_map(o);
+  m["amsgrad"] = o.amsgrad ? 1.0 : 0.0;
+  return m;
 }
 
 AdamOptions Adam::from_map(const std::map<std::string, double>& m, const char* op) {
-  AdamOptions o;
-  o.lr = option(m, op, "lr");
-  o.betas = {option(m, op, "beta1"), option(m, op, "beta2")};
-  o.eps = option(m, op, "eps");
-  o.weight_decay = option(m, op, "weight_decay");
+  auto o = adam_like_options<AdamOptions>(m, op);
   o.amsgrad = option(m, op, "amsgrad") != 0.0;
-  o.maximize = option(m, op, "maximize") != 0.0;
   return o;
 }
 
@@ -40,12 +31,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weigh
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options) : Adam(std::move(params), convert(options), true) {}
 
 void Adam::validate_options(const std::map<std::string, double>& m) const {
-  AdamOptions o = from_map(m, name());
-  check_non_negative(name(), "lr", o.lr);
-  check_non_negative(name(), "eps", o.eps);
-  check_unit_interval(name(), "beta1", o.betas.first);
-  check_unit_interval(name(), "beta2", o.betas.second);
-  check_non_negative(name(), "weight_decay", o.weight_decay);
+  check_adam_like(from_map(m, name()), name());
 }
 
 namespace {

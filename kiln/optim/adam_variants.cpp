@@ -1,6 +1,6 @@
 // The updates of Adamax, NAdam and RAdam (see adamax.h, nadam.h and radam.h for the formulas), and what the
-// three share with each other: Adam's options (lr, betas, eps, weight_decay, maximize), the weight decay
-// applied to the gradient or to the parameter, and Adam's first (and second) moment.
+// three share with each other: the weight decay applied to the gradient or to the parameter, and Adam's first
+// (and second) moment. Their options are Adam's (option_util.h) plus their own.
 #include <cmath>
 
 #include "kiln/optim/adamax.h"
@@ -11,37 +11,6 @@
 namespace kiln::optim {
 
 namespace {
-
-// The options every one of the three has, in the flat map's keys.
-template <typename Options>
-std::map<std::string, double> adam_like_map(const Options& o) {
-  return {{"lr", o.lr},
-          {"beta1", o.betas.first},
-          {"beta2", o.betas.second},
-          {"eps", o.eps},
-          {"weight_decay", o.weight_decay},
-          {"maximize", o.maximize ? 1.0 : 0.0}};
-}
-
-template <typename Options>
-Options adam_like_options(const std::map<std::string, double>& m, const char* op) {
-  Options o;
-  o.lr = option(m, op, "lr");
-  o.betas = {option(m, op, "beta1"), option(m, op, "beta2")};
-  o.eps = option(m, op, "eps");
-  o.weight_decay = option(m, op, "weight_decay");
-  o.maximize = option(m, op, "maximize") != 0.0;
-  return o;
-}
-
-template <typename Options>
-void check_adam_like(const Options& o, const char* op) {
-  check_non_negative(op, "lr", o.lr);
-  check_non_negative(op, "eps", o.eps);
-  check_unit_interval(op, "beta1", o.betas.first);
-  check_unit_interval(op, "beta2", o.betas.second);
-  check_non_negative(op, "weight_decay", o.weight_decay);
-}
 
 // p's state, made on its first step: a step count and zero tensors under `keys`. Returns the new step count.
 double next_step(ParamState& st, const Tensor& p, std::initializer_list<const char*> keys) {
