@@ -154,6 +154,13 @@ class ModuleHolder {
   const std::shared_ptr<M>& ptr() const { return impl_; }
   operator std::shared_ptr<Module>() const { return impl_; }  // NOLINT
   Tensor operator()(const Tensor& x) const { return (*impl_)(x); }
+  // Modules whose forward takes more than one argument (the losses' input and target, attention's query, key
+  // and value) are called with all of them; this runs forward itself (hooks take one input).
+  template <class... Args>
+    requires(sizeof...(Args) >= 2)
+  decltype(auto) operator()(Args&&... args) const {
+    return impl_->forward(std::forward<Args>(args)...);
+  }
 
  private:
   std::shared_ptr<M> impl_;

@@ -9,6 +9,7 @@
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"
 #include "kiln/nn/linear.h"
+#include "kiln/nn/loss.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/rnn.h"

@@ -1,0 +1,168 @@
+// Loss modules: each holds one of nn::functional's losses with its options, as PyTorch's nn.*Loss do.
+//
+//   nn::CrossEntropyLoss criterion(nn::F::CrossEntropyOptions{.label_smoothing = 0.1});
+//   Tensor loss = criterion(model(x), y);      // forward(input, target)
+//
+// A loss's weight tensors (CrossEntropyLoss's and NLLLoss's class weights, BCE's weight and pos_weight) are
+// persistent buffers under PyTorch's names, so they move with to(), show in state_dict and load from it. The
+// two-argument call runs forward directly: forward hooks, which see one input, do not run for losses.
+#pragma once
+
+#include <string>
+
+#include "kiln/nn/functional.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::nn {
+
+// "none", "mean" or "sum", as PyTorch spells the reduction.
+std::string reduction_name(functional::Reduction reduction);
+
+class MSELossImpl : public Module {
+ public:
+  explicit MSELossImpl(functional::Reduction reduction = functional::Reduction::Mean)
+      : Module("MSELoss"), reduction_(reduction) {}
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::mse_loss(input, target, reduction_);
+  }
+  std::string extra_repr() const override { return "reduction=" + reduction_name(reduction_); }
+
+ private:
+  functional::Reduction reduction_;
+};
+using MSELoss = ModuleHolder<MSELossImpl>;
+
+class L1LossImpl : public Module {
+ public:
+  explicit L1LossImpl(functional::Reduction reduction = functional::Reduction::Mean)
+      : Module("L1Loss"), reduction_(reduction) {}
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::l1_loss(input, target, reduction_);
+  }
+  std::string extra_repr() const override { return "reduction=" + reduction_name(reduction_); }
+
+ private:
+  functional::Reduction reduction_;
+};
+using L1Loss = ModuleHolder<L1LossImpl>;
+
+struct SmoothL1LossOptions {
+  functional::Reduction reduction = functional::Reduction::Mean;
+  double beta = 1.0;  // >= 0; where the quadratic part ends
+};
+class SmoothL1LossImpl : public Module {
+ public:
+  explicit SmoothL1LossImpl(SmoothL1LossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::smooth_l1_loss(input, target, options_.reduction, options_.beta);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  SmoothL1LossOptions options_;
+};
+using SmoothL1Loss = ModuleHolder<SmoothL1LossImpl>;
+
+struct HuberLossOptions {
+  functional::Reduction reduction = functional::Reduction::Mean;
+  double delta = 1.0;  // > 0
+};
+class HuberLossImpl : public Module {
+ public:
+  explicit HuberLossImpl(HuberLossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::huber_loss(input, target, options_.reduction, options_.delta);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  HuberLossOptions options_;
+};
+using HuberLoss = ModuleHolder<HuberLossImpl>;
+
+// Options as functional::cross_entropy's; a defined weight becomes the buffer "weight".
+class CrossEntropyLossImpl : public Module {
+ public:
+  explicit CrossEntropyLossImpl(functional::CrossEntropyOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::cross_entropy(input, target, options_);
+  }
+  std::string extra_repr() const override;
+  const functional::CrossEntropyOptions& options() const { return options_; }
+
+ private:
+  functional::CrossEntropyOptions options_;  // its weight is the buffer's handle
+};
+using CrossEntropyLoss = ModuleHolder<CrossEntropyLossImpl>;
+
+class NLLLossImpl : public Module {
+ public:
+  explicit NLLLossImpl(functional::NllLossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::nll_loss(input, target, options_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::NllLossOptions options_;
+};
+using NLLLoss = ModuleHolder<NLLLossImpl>;
+
+struct BCELossOptions {
+  Tensor weight;  // broadcast against the loss of each element, or undefined
+  functional::Reduction reduction = functional::Reduction::Mean;
+};
+// input: probabilities in [0, 1].
+class BCELossImpl : public Module {
+ public:
+  explicit BCELossImpl(BCELossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::binary_cross_entropy(input, target, options_.weight, options_.reduction);
+  }
+  std::string extra_repr() const override { return "reduction=" + reduction_name(options_.reduction); }
+
+ private:
+  BCELossOptions options_;
+};
+using BCELoss = ModuleHolder<BCELossImpl>;
+
+struct BCEWithLogitsLossOptions {
+  Tensor weight;      // as BCELoss's
+  Tensor pos_weight;  // (C): the positive examples' weight per class, or undefined
+  functional::Reduction reduction = functional::Reduction::Mean;
+};
+// input: logits (BCELoss after a sigmoid, computed stably).
+class BCEWithLogitsLossImpl : public Module {
+ public:
+  explicit BCEWithLogitsLossImpl(BCEWithLogitsLossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::binary_cross_entropy_with_logits(input, target, options_.weight, options_.pos_weight,
+                                                        options_.reduction);
+  }
+  std::string extra_repr() const override { return "reduction=" + reduction_name(options_.reduction); }
+
+ private:
+  BCEWithLogitsLossOptions options_;
+};
+using BCEWithLogitsLoss = ModuleHolder<BCEWithLogitsLossImpl>;
+
+struct KLDivLossOptions {
+  functional::Reduction reduction = functional::Reduction::Mean;
+  bool batchmean = false;   // with Mean: divide by the batch size (PyTorch's reduction="batchmean")
+  bool log_target = false;  // the target holds log-probabilities
+};
+// input: log-probabilities; target: probabilities (log-probabilities with log_target).
+class KLDivLossImpl : public Module {
+ public:
+  explicit KLDivLossImpl(KLDivLossOptions options = {});
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::kl_div(input, target, options_.reduction, options_.log_target, options_.batchmean);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  KLDivLossOptions options_;
+};
+using KLDivLoss = ModuleHolder<KLDivLossImpl>;
+
+}  // namespace kiln::nn
