@@ -6,6 +6,7 @@
 #include "kiln/optim/adamax.h"
 #include "kiln/optim/clip_grad.h"
 #include "kiln/optim/grad_scaler.h"
+#include "kiln/optim/lbfgs.h"
 #include "kiln/optim/lr_scheduler.h"
 #include "kiln/optim/nadam.h"
 #include "kiln/optim/optimizer.h"

@@ -144,9 +144,12 @@ void Optimizer::load_state_dict(const OptimizerState& sd) {
   for (const auto& [i, ps] : param_states) {
     KILN_CHECK(i < static_cast<int64_t>(params.size()), op, ": state for parameter ", i, ", but the optimizer has ",
                params.size(), " parameters");
-    for (const auto& [key, t] : ps.tensors)
-      KILN_CHECK(t.sizes() == params[i]->sizes(), op, ": state.", i, ".", key, " has shape ", shape_str(t.sizes()),
-                 " but parameter ", i, " has shape ", shape_str(params[i]->sizes()));
+    for (const auto& [key, t] : ps.tensors) {
+      const Shape want = state_shape(key, *params[i]);
+      KILN_CHECK(t.sizes() == want, op, ": state.", i, ".", key, " has shape ", shape_str(t.sizes()), " but ",
+                 name(), " expects ", shape_str(want), " (parameter ", i, " has shape ",
+                 shape_str(params[i]->sizes()), ")");
+    }
   }
 
   NoGradGuard no_grad;

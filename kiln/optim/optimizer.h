@@ -1,4 +1,4 @@
-// Optimizer: the base of SGD, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop and Adagrad, shaped like
+// Optimizer: the base of SGD, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad and LBFGS, shaped like
 // torch.optim.Optimizer.
 //
 // Parameters live in groups, each with its own options (lr, weight_decay, ...). Options are kept in a flat
@@ -88,6 +88,9 @@ class Optimizer {
   virtual std::unique_ptr<Optimizer> make_with(const ParamGroup& first) const;
   // Checks one group's options (negative lr, betas out of range, ...): a kiln::Error naming the option.
   virtual void validate_options(const std::map<std::string, double>& options) const = 0;
+  // The shape load_state_dict expects of the state tensor `key` of `param`: the parameter's own, unless the
+  // optimizer keeps state of another shape (LBFGS's flat vectors over every parameter).
+  virtual Shape state_shape(const std::string& key, const Tensor& param) const { return param.sizes(); }
   ParamState& mutable_state(const Tensor& param) { return state_[param.impl()]; }
 
   std::vector<ParamGroup> groups_;
