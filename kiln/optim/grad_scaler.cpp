@@ -85,6 +85,11 @@ bool GradScaler::found_inf(const Optimizer& opt) const {
   return it != records_.end() && it->second.found_inf;
 }
 
+bool GradScaler::unscaled(const Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  return it != records_.end() && it->second.unscaled;
+}
+
 std::map<std::string, double> GradScaler::state_dict() const {
   return {{"scale", scale_}, {"growth_tracker", static_cast<double>(growth_tracker_)}};
 }

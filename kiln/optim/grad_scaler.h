@@ -58,6 +58,8 @@ class GradScaler {
   const GradScalerOptions& options() const { return options_; }
   // Whether the last unscale_ of opt (since update()) found a gradient that was not finite.
   bool found_inf(const Optimizer& opt) const;
+  // Whether unscale_(opt) ran since the last update().
+  bool unscaled(const Optimizer& opt) const;
 
   // "scale", "growth_tracker": what resuming needs (the options come from the code that builds the scaler).
   std::map<std::string, double> state_dict() const;

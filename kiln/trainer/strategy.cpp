@@ -96,7 +96,9 @@ class GroupStrategy : public Strategy {
 class DDPStrategy : public GroupStrategy {
  public:
   explicit DDPStrategy(const TrainerOptions& options)
-      : timeout_(static_cast<int64_t>(options.process_group_timeout * 1000)), backend_(options.ddp_backend) {
+      : timeout_(static_cast<int64_t>(options.process_group_timeout * 1000)),
+        backend_(options.ddp_backend),
+        find_unused_(options.ddp_find_unused_parameters) {
     auto info = distributed::rank_info_from_env();
     KILN_CHECK(info.has_value(), "Trainer: strategy 'ddp' runs one process per rank, and this process has no "
                "rank: start the program with `kiln launch --nproc N -- PROGRAM ...` (or torchrun, mpirun, srun)");
@@ -125,7 +127,8 @@ class DDPStrategy : public GroupStrategy {
     std::shared_ptr<nn::Module> view(std::shared_ptr<nn::Module>(), &module);
     if (ddp_ == nullptr || ddp_->module().get() != &module) {
       ddp_.reset();
-      ddp_ = std::make_unique<distributed::DistributedDataParallel>(view, group_);
+      ddp_ = std::make_unique<distributed::DistributedDataParallel>(
+          view, group_, distributed::DDPOptions{.find_unused_parameters = find_unused_});
     }
   }
 
@@ -141,6 +144,13 @@ class DDPStrategy : public GroupStrategy {
       loss.backward();
     }
   }
+  // One whole DDP round per call: the parameters this loss does not reach are found from its graph (with
+  // find_unused_parameters), and finalize() leaves every gradient averaged before the next forward or backward.
+  void manual_backward(const Tensor& loss) override {
+    ddp_->after_forward(loss);
+    loss.backward();
+    ddp_->finalize();
+  }
   void before_optimizer_step(TrainModule& module, bool synced) override {
     if (synced) {
       ddp_->finalize();
@@ -154,6 +164,7 @@ class DDPStrategy : public GroupStrategy {
  private:
   distributed::Duration timeout_;
   std::string backend_;  // TrainerOptions::ddp_backend
+  bool find_unused_;     // TrainerOptions::ddp_find_unused_parameters
   distributed::RankInfo info_;
   std::shared_ptr<distributed::Store> store_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
@@ -283,6 +294,7 @@ class ParameterServerStrategy : public GroupStrategy {
   bool agree_every_batch() const override {
     return role_.num_workers > 1 && ps_.mode == distributed::ps::Mode::Sync;
   }
+  bool supports_manual_optimization() const override { return false; }
 
   // With the optimizer on the servers, a checkpoint holds their shards; on the workers, the workers'
   // parameters and optimizer state (in the checkpoint already) are the whole state.

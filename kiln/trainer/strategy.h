@@ -64,6 +64,11 @@ class Strategy {
   virtual void after_training_step(const Tensor& loss) {}
   // loss.backward(); `sync`: whether this backward ends an accumulation window (its gradients are stepped).
   virtual void backward(const Tensor& loss, bool sync) { loss.backward(); }
+  // Manual optimization's backward (TrainModule::manual_backward): one complete round, its gradients final
+  // (averaged over ranks under ddp) when it returns, however many of them training_step runs.
+  virtual void manual_backward(const Tensor& loss) { loss.backward(); }
+  // Whether the module may turn automatic optimization off under this strategy.
+  virtual bool supports_manual_optimization() const { return true; }
   // Right before the optimizers step: every gradient must be final (averaged over ranks under ddp).
   // `synced`: whether the last backward was a synchronizing one (false when a stop cut a window short).
   virtual void before_optimizer_step(TrainModule& module, bool synced) {}

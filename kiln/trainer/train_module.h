@@ -24,10 +24,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/data/dataloader.h"
@@ -71,6 +73,29 @@ struct OptimizerSetup {
       : optimizers(std::move(opts)), schedulers(std::move(scheds)) {}
 };
 
+// One of the module's optimizers under manual optimization (TrainModule::optimizers()), as Lightning's
+// LightningOptimizer: step() does what the Trainer's own step does around optimizer.step(): the strategy's
+// gradients (averaged under ddp), 16-mixed's unscaling and overflow skip (then the scaler's update), the
+// on_before_optimizer_step hooks, and one global_step.
+class ManualOptimizer {
+ public:
+  using Closure = std::function<Tensor()>;
+  ManualOptimizer(Trainer& trainer, std::shared_ptr<optim::Optimizer> optimizer)
+      : trainer_(&trainer), optimizer_(std::move(optimizer)) {}
+  void step();
+  // With a closure (which zeroes the gradients, computes the loss, calls manual_backward and returns the
+  // loss): LBFGS evaluates it as often as it needs; any other optimizer calls it once, then steps as step().
+  // Returns the closure's first loss.
+  Tensor step(const Closure& closure);
+  void zero_grad(bool set_to_none = true) { optimizer_->zero_grad(set_to_none); }
+  optim::Optimizer& optimizer() const { return *optimizer_; }
+  optim::Optimizer* operator->() const { return optimizer_.get(); }
+
+ private:
+  Trainer* trainer_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+};
+
 class TrainModule : public nn::Module, public Callback {
  public:
   explicit TrainModule(std::string type_name = "TrainModule") : nn::Module(std::move(type_name)) {}
@@ -90,6 +115,37 @@ class TrainModule : public nn::Module, public Callback {
   void log(const std::string& name, const Tensor& value, LogOptions options = {});
   void log(const std::string& name, double value, LogOptions options = {});
 
+  // ---- manual optimization (Lightning's automatic_optimization = false) ----
+  // On by default: the Trainer runs backward, clipping, the optimizers' steps and the schedulers after each
+  // training_step. Turned off (in the constructor), training_step does it all with the calls below, and its
+  // return value (the loss, or nothing) only goes to the batch-end hooks; gradient accumulation and
+  // gradient_clip_val are then the module's business (the Trainer rejects them), and the schedulers are the
+  // module's to step. global_step counts ManualOptimizer::step() calls.
+  //
+  //   Tensor training_step(const data::Batch& b, int64_t) override {
+  //     auto opts = optimizers();
+  //     opts[0].zero_grad();
+  //     manual_backward(nn::F::cross_entropy(net(b[0]), b[1]));
+  //     opts[0].step();
+  //     return {};
+  //   }
+  void set_automatic_optimization(bool on) { automatic_optimization_ = on; }
+  bool automatic_optimization() const { return automatic_optimization_; }
+  // configure_optimizers()'s optimizers, in its order (during fit).
+  std::vector<ManualOptimizer> optimizers();
+  // configure_optimizers()'s schedulers, for the module to step.
+  const std::vector<SchedulerConfig>& lr_schedulers() const;
+  // loss.backward() as the Trainer runs it: times the loss scale under 16-mixed, through the strategy (under
+  // ddp the gradients are averaged over ranks when it returns), between the backward hooks.
+  void manual_backward(const Tensor& loss);
+  // Clips the gradients of the optimizer's parameters (unscaled first under 16-mixed): "norm" scales them to
+  // a total 2-norm of at most `max`, "value" clamps each element to [-max, max].
+  void clip_gradients(const ManualOptimizer& optimizer, double max, const std::string& algorithm = "norm");
+  // Only the optimizer's parameters require grad until untoggle_optimizer, which puts every parameter's
+  // requires_grad back as it was: a GAN's discriminator step then computes no generator gradients.
+  void toggle_optimizer(const ManualOptimizer& optimizer);
+  void untoggle_optimizer();
+
   // Hyperparameters: written to the loggers and into checkpoints.
   void save_hyperparameters(std::map<std::string, std::string> hparams) { hparams_ = std::move(hparams); }
   const std::map<std::string, std::string>& hparams() const { return hparams_; }
@@ -104,6 +160,8 @@ class TrainModule : public nn::Module, public Callback {
   friend class Trainer;
   Trainer* trainer_ = nullptr;
   std::map<std::string, std::string> hparams_;
+  bool automatic_optimization_ = true;
+  std::vector<std::pair<Tensor, bool>> toggled_;  // toggle_optimizer: each parameter and its requires_grad
 };
 
 }  // namespace kiln::trainer

@@ -12,7 +12,6 @@
 #include <mutex>
 
 #include "kiln/autograd/grad_mode.h"
-#include "kiln/optim/clip_grad.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/rng.h"
 #include "kiln/trainer/busy_cores.h"
@@ -328,6 +327,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
     }
     optimizers_ = std::move(setup.optimizers);
     schedulers_ = std::move(setup.schedulers);
+    check_optimization();
     scaler_ = options_.precision == "16-mixed" ? std::make_unique<optim::GradScaler>() : nullptr;
     if (strategy_->optimizers_ready(module, optimizers_)) {
       // A parameter server's server: it has served the workers' whole fit.
@@ -509,6 +509,8 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
 
 void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch) {
   profiler::Range batch_range("run_training_batch");
+  const int64_t steps_before = global_step_;
+  const bool automatic = module_->automatic_optimization();
   current_batch_size_ = batch_size_of(batch);
   pending_step_logs_.clear();
   {
@@ -524,9 +526,9 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
       const auto autocast = autocast_guard();
       loss = module_->training_step(batch, batch_idx);
     }
-    strategy_->after_training_step(loss);
+    if (automatic) strategy_->after_training_step(loss);
   }
-  if (loss.defined()) {
+  if (loss.defined() && automatic) {
     KILN_CHECK(loss.numel() == 1, "Trainer: training_step returned a tensor of shape ", shape_str(loss.shape()),
                " at batch ", batch_idx, "; it must return the loss, a single value");
     KILN_CHECK(loss.requires_grad(), "Trainer: the loss training_step returned at batch ", batch_idx,
@@ -548,8 +550,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     call_hooks("on_after_backward", [&](Callback& c) { c.on_after_backward(*this, *module_); });
     ++accumulated_;
   }
-  const bool stepped = accumulated_ > 0 && (accumulated_ >= options_.accumulate_grad_batches || last_in_epoch);
-  if (stepped) optimizer_step();
+  // Under manual optimization training_step stepped (or not) itself, and accumulated_ stays 0.
+  if (accumulated_ > 0 && (accumulated_ >= options_.accumulate_grad_batches || last_in_epoch)) optimizer_step();
   batch_in_epoch_ = batch_idx + 1;
   {
     HookScope scope(*this, LogContext::TrainStep);
@@ -557,7 +559,10 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     call_hooks("on_train_batch_end",
                [&](Callback& c) { c.on_train_batch_end(*this, *module_, out, batch, batch_idx); });
   }
-  if (stepped && (global_step_ % options_.log_every_n_steps == 0) && !pending_step_logs_.empty()) {
+  // The step metrics go out when this batch's steps reached a multiple of log_every_n_steps (a batch of manual
+  // optimization may take several steps).
+  const int64_t n = options_.log_every_n_steps;
+  if (global_step_ / n > steps_before / n && !pending_step_logs_.empty()) {
     send_to_loggers(pending_step_logs_);
   }
   pending_step_logs_.clear();
@@ -572,16 +577,7 @@ void Trainer::optimizer_step() {
     if (scaler_) scaler_->unscale_(*opt);
     call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
     if (options_.gradient_clip_val > 0) {
-      profiler::Range range("clip_gradients");
-      std::vector<Tensor> params;
-      for (const auto& group : opt->param_groups()) {
-        for (const Tensor& p : group.params) params.push_back(p);
-      }
-      if (options_.gradient_clip_algorithm == "norm") {
-        optim::clip_grad_norm_(params, options_.gradient_clip_val);
-      } else {
-        optim::clip_grad_value_(params, options_.gradient_clip_val);
-      }
+      clip_gradients(*opt, options_.gradient_clip_val, options_.gradient_clip_algorithm);
     }
     // A gradient that overflowed float16: the step is skipped (the same on every ddp rank, whose gradients
     // are the same after the all-reduce); the scaler backs off below.
@@ -609,6 +605,7 @@ std::optional<AutocastGuard> Trainer::autocast_guard() const {
 }
 
 void Trainer::step_schedulers(const std::string& interval) {
+  if (!module_->automatic_optimization()) return;  // the module steps its schedulers itself, as in Lightning
   const int64_t count = interval == "step" ? global_step_ : epoch_ + 1;
   for (size_t i = 0; i < schedulers_.size(); ++i) {
     SchedulerConfig& s = schedulers_[i];

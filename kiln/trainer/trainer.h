@@ -61,6 +61,10 @@ struct TrainerOptions {
   double process_group_timeout = 300;
   // ddp: the process-group backend the ranks form ("tcp"; "gloo" and "mpi" when built, mpi under mpirun).
   std::string ddp_backend = "tcp";
+  // ddp: parameters a backward does not reach count as zero gradients instead of being an error
+  // (DDPOptions::find_unused_parameters); needed by models that use part of their parameters per step, such as
+  // a GAN's manual optimization, where each optimizer's loss reaches only its own network.
+  bool ddp_find_unused_parameters = false;
   ParameterServerOptions ps;
   // "32"; or mixed precision: "bf16-mixed" (forward passes under autocast with bfloat16) and "16-mixed"
   // (float16, with a GradScaler scaling the loss and skipping the steps whose gradients overflow; its state is
@@ -171,6 +175,11 @@ class Trainer {
   void save_checkpoint(const std::string& path);
   // Called by TrainModule::log.
   void log_metric(const std::string& name, double value, const LogOptions& options);
+  // Manual optimization's steps (the TrainModule and ManualOptimizer calls of the same names).
+  void manual_backward(const Tensor& loss);
+  void manual_optimizer_step(optim::Optimizer& optimizer);
+  Tensor manual_optimizer_step(optim::Optimizer& optimizer, const std::function<Tensor()>& closure);
+  void manual_clip_gradients(optim::Optimizer& optimizer, double max, const std::string& algorithm);
 
  private:
   enum class LogContext { None, TrainStep, TrainHook, Eval };
@@ -227,6 +236,11 @@ class Trainer {
   void train_loop(data::DataLoader& train, data::DataLoader* val);
   void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);
   void optimizer_step();
+  // Clips the gradients of `optimizer`'s parameters by total norm or value (gradient_clip_algorithm's names).
+  static void clip_gradients(const optim::Optimizer& optimizer, double max, const std::string& algorithm);
+  // fit(): the optimizers against the loop that will step them (LBFGS needs a closure: manual optimization),
+  // and a module that turned automatic optimization off against the options that need it.
+  void check_optimization() const;
   void step_schedulers(const std::string& interval);
   bool validation_due(int64_t batches_done) const;
   bool stop_requested() const;

@@ -16,6 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -62,6 +64,16 @@ inline std::string fresh_temp_path(const std::string& stem) {
   std::error_code ec;
   std::filesystem::remove_all(path, ec);
   return path;
+}
+
+// The variables `kiln launch` gives rank `rank` of `world` local ranks whose store is at 127.0.0.1:port.
+inline void set_rank_env(int rank, int world, uint16_t port) {
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
 }
 
 // Throws std::runtime_error(what) when cond is false: a failed check in a child.

@@ -20,16 +20,6 @@
 namespace kiln::test {
 namespace {
 
-
-void set_rank_env(int rank, int world, uint16_t port) {
-  ::setenv("RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
-  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-}
-
 trainer::TrainerOptions ddp_options(const std::string& root) {
   trainer::TrainerOptions o = quiet(root);
   o.max_epochs = 2;

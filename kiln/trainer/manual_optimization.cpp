@@ -1,0 +1,163 @@
+// Manual optimization: the module's training_step runs backward and the optimizers' steps itself, through
+// TrainModule::manual_backward and ManualOptimizer::step, which do what the Trainer's automatic step does around
+// them (train_batch and optimizer_step in trainer.cpp): the loss scale and its overflow check under 16-mixed,
+// the strategy's gradient averaging under ddp, the backward and optimizer-step hooks, and the step count.
+#include <unordered_set>
+
+#include "kiln/optim/clip_grad.h"
+#include "kiln/optim/lbfgs.h"
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::trainer {
+
+// ---- the module's side ----
+
+std::vector<ManualOptimizer> TrainModule::optimizers() {
+  Trainer& t = trainer();
+  KILN_CHECK(t.stage() == Stage::Fit && !t.optimizers().empty(), type_name(),
+             ": optimizers(): there are optimizers only while fit() runs, after configure_optimizers()");
+  std::vector<ManualOptimizer> out;
+  for (const auto& opt : t.optimizers()) out.emplace_back(t, opt);
+  return out;
+}
+
+const std::vector<SchedulerConfig>& TrainModule::lr_schedulers() const { return trainer().schedulers(); }
+
+void TrainModule::manual_backward(const Tensor& loss) { trainer().manual_backward(loss); }
+
+void TrainModule::clip_gradients(const ManualOptimizer& optimizer, double max, const std::string& algorithm) {
+  trainer().manual_clip_gradients(optimizer.optimizer(), max, algorithm);
+}
+
+void TrainModule::toggle_optimizer(const ManualOptimizer& optimizer) {
+  KILN_CHECK(toggled_.empty(), type_name(), ": toggle_optimizer: another optimizer is toggled; call ",
+             "untoggle_optimizer() first");
+  std::unordered_set<const TensorImpl*> own;
+  for (const auto& group : optimizer.optimizer().param_groups()) {
+    for (const Tensor& p : group.params) own.insert(p.impl());
+  }
+  for (const Tensor& p : parameters()) {
+    toggled_.emplace_back(p, p.requires_grad());
+    if (!own.count(p.impl())) p.requires_grad_(false);
+  }
+}
+
+void TrainModule::untoggle_optimizer() {
+  for (const auto& [p, requires_grad] : toggled_) p.requires_grad_(requires_grad);
+  toggled_.clear();
+}
+
+void ManualOptimizer::step() { trainer_->manual_optimizer_step(*optimizer_); }
+
+Tensor ManualOptimizer::step(const Closure& closure) { return trainer_->manual_optimizer_step(*optimizer_, closure); }
+
+// ---- the Trainer's side ----
+
+void Trainer::check_optimization() const {
+  if (module_->automatic_optimization()) {
+    for (const auto& opt : optimizers_) {
+      KILN_CHECK(dynamic_cast<const optim::LBFGS*>(opt.get()) == nullptr, "Trainer: configure_optimizers() ",
+                 "returned LBFGS, which evaluates the loss several times per step through a closure; turn ",
+                 "automatic optimization off in the module and call optimizers()[i].step(closure) in training_step");
+    }
+    return;
+  }
+  const std::string who = module_->type_name() + " turned automatic optimization off";
+  KILN_CHECK(strategy_->supports_manual_optimization(), "Trainer: ", who, ", which strategy '", strategy_->name(),
+             "' does not support: its workers step through the servers as a whole; use 'ddp' or one process");
+  KILN_CHECK(options_.accumulate_grad_batches == 1, "Trainer: accumulate_grad_batches = ",
+             options_.accumulate_grad_batches, ", but ", who, ": accumulate in training_step instead (step the ",
+             "optimizers every k batches)");
+  KILN_CHECK(options_.gradient_clip_val == 0, "Trainer: gradient_clip_val = ", options_.gradient_clip_val, ", but ",
+             who, ": call clip_gradients(optimizer, max) in training_step instead");
+}
+
+// Checks that manual optimization's calls come from where they can work: training_step (or a training hook)
+// of a fit whose module turned automatic optimization off.
+#define KILN_CHECK_MANUAL(what)                                                                                 \
+  KILN_CHECK(module_ != nullptr && stage_ == Stage::Fit && !module_->automatic_optimization(), "Trainer: ", what, \
+             " is for manual optimization: turn automatic optimization off in the module (set_automatic_",       \
+             "optimization(false)) and call it from training_step")
+
+void Trainer::manual_backward(const Tensor& loss) {
+  KILN_CHECK_MANUAL("manual_backward");
+  KILN_CHECK(loss.defined() && loss.numel() == 1, "Trainer: manual_backward: expected the loss, a single value; got ",
+             loss.defined() ? "shape " + shape_str(loss.shape()) : std::string("an undefined tensor"));
+  KILN_CHECK(loss.requires_grad(), "Trainer: manual_backward: the loss does not require grad (computed under ",
+             "NoGradGuard, or only from detached tensors or frozen parameters?)");
+  const Tensor scaled = scaler_ ? scaler_->scale(loss) : loss;
+  call_hooks("on_before_backward", [&](Callback& c) { c.on_before_backward(*this, *module_, scaled); });
+  {
+    profiler::Range range("backward");
+    // training_step runs under mixed precision's autocast; backward must replay the dtypes forward chose, as
+    // it does outside the guard in the automatic loop, not cast its own products again.
+    AutocastGuard no_autocast(device_.type, kBFloat16, /*enabled=*/false);
+    strategy_->manual_backward(scaled);
+  }
+  call_hooks("on_after_backward", [&](Callback& c) { c.on_after_backward(*this, *module_); });
+}
+
+void Trainer::manual_clip_gradients(optim::Optimizer& optimizer, double max, const std::string& algorithm) {
+  KILN_CHECK_MANUAL("clip_gradients");
+  KILN_CHECK(max > 0, "Trainer: clip_gradients: max = ", max, ": expected > 0");
+  KILN_CHECK(algorithm == "norm" || algorithm == "value", "Trainer: clip_gradients: algorithm '", algorithm,
+             "': expected 'norm' or 'value'");
+  // Clipping is defined on the true gradients: unscale them first (step() will not unscale them twice).
+  if (scaler_ && !scaler_->unscaled(optimizer)) scaler_->unscale_(optimizer);
+  clip_gradients(optimizer, max, algorithm);
+}
+
+void Trainer::manual_optimizer_step(optim::Optimizer& optimizer) {
+  KILN_CHECK_MANUAL("ManualOptimizer::step");
+  profiler::Range step_range("optimizer_step");
+  AutocastGuard no_autocast(device_.type, kBFloat16, /*enabled=*/false);  // the step runs as in the automatic loop
+  strategy_->before_optimizer_step(*module_, true);
+  if (scaler_ && !scaler_->unscaled(optimizer)) scaler_->unscale_(optimizer);
+  call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
+  const bool skip = scaler_ && scaler_->found_inf(optimizer);
+  {
+    profiler::Range range("optimizer.step");
+    if (!skip && !strategy_->step_optimizer(optimizer)) optimizer.step();
+  }
+  // One scaler update per step, as Lightning's mixed precision does under manual optimization: each
+  // optimizer's step is an iteration of its own.
+  if (scaler_) scaler_->update();
+  ++global_step_;
+}
+
+Tensor Trainer::manual_optimizer_step(optim::Optimizer& optimizer, const std::function<Tensor()>& closure) {
+  KILN_CHECK_MANUAL("ManualOptimizer::step(closure)");
+  KILN_CHECK(closure != nullptr, "Trainer: ManualOptimizer::step(closure): the closure is empty");
+  auto* lbfgs = dynamic_cast<optim::LBFGS*>(&optimizer);
+  if (lbfgs == nullptr) {
+    const Tensor loss = closure();  // its manual_backward leaves the gradients the step below uses
+    manual_optimizer_step(optimizer);
+    return loss;
+  }
+  // LBFGS calls the closure as often as its iterations and line search need, each a complete manual_backward
+  // (averaged over ranks under ddp); what it steps on is whatever the last call left.
+  KILN_CHECK(!scaler_, "Trainer: LBFGS under precision '16-mixed': its line search compares losses and ",
+             "gradients across calls, which a changing loss scale would break; use 'bf16-mixed' or '32'");
+  call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
+  profiler::Range range("optimizer.step");
+  const Tensor loss = lbfgs->step(closure);
+  ++global_step_;
+  return loss;
+}
+
+#undef KILN_CHECK_MANUAL
+
+void Trainer::clip_gradients(const optim::Optimizer& optimizer, double max, const std::string& algorithm) {
+  profiler::Range range("clip_gradients");
+  std::vector<Tensor> params;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const Tensor& p : group.params) params.push_back(p);
+  }
+  if (algorithm == "norm") {
+    optim::clip_grad_norm_(params, max);
+  } else {
+    optim::clip_grad_value_(params, max);
+  }
+}
+
+}  // namespace kiln::trainer
