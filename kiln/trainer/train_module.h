@@ -49,6 +49,9 @@ struct LogOptions {
   std::optional<bool> on_epoch = std::nullopt;
   bool prog_bar = false;  // show it in the progress bar
   bool logger = true;     // send it to the loggers (it is in callback_metrics either way)
+  // With several evaluation loaders, the name gets "/dataloader_idx_<k>" for loader k; turn it off to log
+  // one name from every loader (then averaged over all of them).
+  bool add_dataloader_idx = true;
 };
 
 // One learning-rate scheduler and when to step it.
@@ -105,6 +108,14 @@ class TrainModule : public nn::Module, public Callback {
   // One validation / test batch: log metrics; the return value goes to the batch-end hooks.
   virtual Tensor validation_step(const data::Batch& batch, int64_t batch_idx);
   virtual Tensor test_step(const data::Batch& batch, int64_t batch_idx);
+  // With several validation or test loaders, the Trainer calls these with the loader's index; by default they
+  // call the two-argument steps above, so a module with one loader overrides those.
+  virtual Tensor validation_step(const data::Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+    return validation_step(batch, batch_idx);
+  }
+  virtual Tensor test_step(const data::Batch& batch, int64_t batch_idx, int64_t dataloader_idx) {
+    return test_step(batch, batch_idx);
+  }
   // One prediction batch; by default forward on the batch's first field.
   virtual Tensor predict_step(const data::Batch& batch, int64_t batch_idx);
   // The optimizers (and schedulers) over this module's parameters. Called once per fit, after the module is on

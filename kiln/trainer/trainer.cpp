@@ -220,6 +220,13 @@ void Trainer::log_metric(const std::string& name, double value, const LogOptions
   KILN_CHECK(!(on_step && log_context_ == LogContext::Eval), "TrainModule::log(\"", name,
              "\"): validation and test metrics are reported per epoch; on_step is not supported there");
   const bool both = on_step && on_epoch;
+  if (log_context_ == LogContext::Eval && num_eval_loaders_ > 1 && opts.add_dataloader_idx) {
+    // Several evaluation loaders: each one's metrics under names of their own, as Lightning reports them.
+    LogOptions single = opts;
+    single.add_dataloader_idx = false;
+    log_metric(name + "/dataloader_idx_" + std::to_string(dataloader_idx_), value, single);
+    return;
+  }
   if (on_step) {
     const std::string key = both ? name + "_step" : name;
     callback_metrics_[key] = value;
@@ -275,12 +282,24 @@ void Trainer::send_to_loggers(std::map<std::string, double> metrics) {
 
 // ---- fit ----
 
-void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataLoader* user_val,
+void Trainer::fit(TrainModule& module, data::DataLoader& train, data::DataLoader* val, const std::string& ckpt_path) {
+  fit(module, train, val != nullptr ? std::vector<data::DataLoader*>{val} : std::vector<data::DataLoader*>{},
+      ckpt_path);
+}
+
+void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::vector<data::DataLoader*>& user_vals,
                   const std::string& ckpt_path) {
+  for (size_t k = 0; k < user_vals.size(); ++k) {
+    KILN_CHECK(user_vals[k] != nullptr, "Trainer: fit(): validation loader ", k, " is null");
+  }
   attach(module, Stage::Fit);
   // This rank's shards of the data (the user's loaders themselves on one process).
   data::DataLoader& train = strategy_->train_loader(user_train);
-  data::DataLoader* val = strategy_->eval_loader(user_val);
+  val_loaders_.clear(), val_limits_.clear();
+  for (data::DataLoader* v : user_vals) {
+    val_loaders_.push_back(strategy_->eval_loader(v));
+    val_limits_.push_back(options_.limit_val_batches.resolve(val_loaders_.back()->size()));
+  }
   start_time_ = std::chrono::steady_clock::now();
   elapsed_before_ = 0;
   epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
@@ -289,7 +308,8 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
   train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
   train_loader_ = &train;
   num_training_batches_ = options_.limit_train_batches.resolve(train.size());
-  num_val_batches_ = val != nullptr ? options_.limit_val_batches.resolve(val->size()) : 0;
+  num_val_batches_ = 0;
+  for (int64_t n : val_limits_) num_val_batches_ += n;
   val_every_ = 0;
   if (num_training_batches_ > 0) {
     const BatchLimit& vci = options_.val_check_interval;
@@ -333,6 +353,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
       // A parameter server's server: it has served the workers' whole fit.
       call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
       train_loader_ = nullptr;
+      val_loaders_.clear();
       finish_profiler(Stage::Fit);
       detach();
       return;
@@ -361,13 +382,14 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
       call_hooks("on_fit_start", [&](Callback& c) { c.on_fit_start(*this, module); });
     }
 
-    const int64_t sanity = options_.num_sanity_val_steps < 0
-                               ? num_val_batches_
-                               : std::min(options_.num_sanity_val_steps, num_val_batches_);
-    if (val != nullptr && sanity > 0 && !resumed) {
+    std::vector<int64_t> sanity = val_limits_;  // num_sanity_val_steps of each loader
+    if (options_.num_sanity_val_steps >= 0) {
+      for (int64_t& n : sanity) n = std::min(n, options_.num_sanity_val_steps);
+    }
+    if (num_val_batches_ > 0 && options_.num_sanity_val_steps != 0 && !resumed) {
       sanity_checking_ = true;
       call_hooks("on_sanity_check_start", [&](Callback& c) { c.on_sanity_check_start(*this, module); });
-      eval_loop(*val, Stage::Validate, sanity);
+      eval_loop(val_loaders_, Stage::Validate, sanity);
       call_hooks("on_sanity_check_end", [&](Callback& c) { c.on_sanity_check_end(*this, module); });
       sanity_checking_ = false;
       callback_metrics_.clear();
@@ -378,7 +400,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_start", [&](Callback& c) { c.on_train_start(*this, module); });
     }
-    train_loop(train, val);
+    train_loop(train);
     {
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_end", [&](Callback& c) { c.on_train_end(*this, module); });
@@ -399,10 +421,12 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, data::DataL
       try { logger->finalize("failed"); } catch (...) {}
     }
     train_loader_ = nullptr;
+    val_loaders_.clear();
     detach();
     throw;
   }
   train_loader_ = nullptr;
+  val_loaders_.clear();
   finish_profiler(Stage::Fit);
   detach();
 }
@@ -439,7 +463,7 @@ bool Trainer::validation_due(int64_t batches_done) const {
   return val_every_ > 0 && batches_done % val_every_ == 0;
 }
 
-void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
+void Trainer::train_loop(data::DataLoader& train) {
   bool resuming_mid_epoch = batch_in_epoch_ > 0;
   for (;;) {
     if (options_.max_epochs >= 0 && epoch_ >= options_.max_epochs) break;
@@ -461,11 +485,11 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_epoch_start", [&](Callback& c) { c.on_train_epoch_start(*this, *module_); });
     }
-    if (resumed_here && val != nullptr && validation_due(batch_in_epoch_)) {
+    if (resumed_here && validation_due(batch_in_epoch_)) {
       // The checkpoint was taken after a batch that validation follows: the interrupted run may not have
       // finished that validation, and the epoch's end (schedulers on a monitored metric, early stopping)
       // depends on it. Validation changes no weights, so running it again is safe.
-      eval_loop(*val, Stage::Validate, num_val_batches_);
+      validate_in_fit();
     }
     if (batch_in_epoch_ < num_training_batches_) {
       // A range-for written out, so that the profiler sees the time spent waiting for each batch.
@@ -477,7 +501,7 @@ void Trainer::train_loop(data::DataLoader& train, data::DataLoader* val) {
         const int64_t idx = batch_in_epoch_;
         train_batch(to_device(*it), idx, idx + 1 == num_training_batches_);
         const bool validated = validation_due(batch_in_epoch_);
-        if (validated) eval_loop(*val, Stage::Validate, num_val_batches_);
+        if (validated) validate_in_fit();
         if (batch_in_epoch_ >= num_training_batches_ || agreed_stop(validated)) break;
         profiler::Range range("train_dataloader_next");
         ++it;

@@ -117,11 +117,21 @@ class Trainer {
   // file to resume from, or "last" (the newest last.ckpt under default_root_dir).
   void fit(TrainModule& module, data::DataLoader& train, data::DataLoader* val = nullptr,
            const std::string& ckpt_path = "");
-  // One pass of validation_step / test_step over `loader`; returns the epoch metrics logged. ckpt_path loads
-  // the weights of a checkpoint first.
+  // With several validation loaders: each validation runs them all in order, validation_step gets the
+  // loader's index (dataloader_idx), and with more than one loader the metrics logged on loader k are
+  // reported as "<name>/dataloader_idx_<k>" (as in Lightning; LogOptions::add_dataloader_idx turns it off).
+  // limit_val_batches and num_sanity_val_steps apply to each loader.
+  void fit(TrainModule& module, data::DataLoader& train, const std::vector<data::DataLoader*>& val,
+           const std::string& ckpt_path = "");
+  // One pass of validation_step / test_step over `loader` (or over each of `loaders`, as fit's); returns the
+  // epoch metrics logged. ckpt_path loads the weights of a checkpoint first.
   std::map<std::string, double> validate(TrainModule& module, data::DataLoader& loader,
                                          const std::string& ckpt_path = "");
+  std::map<std::string, double> validate(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
+                                         const std::string& ckpt_path = "");
   std::map<std::string, double> test(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "");
+  std::map<std::string, double> test(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
+                                     const std::string& ckpt_path = "");
   // predict_step's output for every batch, in order (moved to the CPU).
   std::vector<Tensor> predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "");
 
@@ -134,9 +144,13 @@ class Trainer {
   // The training epoch's batches so far (the index of the next batch).
   int64_t batch_in_epoch() const { return batch_in_epoch_; }
   int64_t num_training_batches() const { return num_training_batches_; }
+  // A validation's batches, over all its loaders.
   int64_t num_val_batches() const { return num_val_batches_; }
-  // The batches of the current evaluation (validation, test or predict) run.
+  // The batches of the current evaluation (validation, test or predict) run, on its current loader.
   int64_t num_eval_batches() const { return num_eval_batches_; }
+  // The current evaluation loader's index (0 with one loader), and how many the run has.
+  int64_t dataloader_idx() const { return dataloader_idx_; }
+  int64_t num_eval_loaders() const { return num_eval_loaders_; }
   // Optimizer steps the whole fit will take, as far as the limits say (-1 when unbounded).
   int64_t estimated_stepping_batches() const;
   Device device() const { return device_; }
@@ -233,7 +247,7 @@ class Trainer {
   void notify_exception(const std::exception& error);
   Checkpoint build_checkpoint();
 
-  void train_loop(data::DataLoader& train, data::DataLoader* val);
+  void train_loop(data::DataLoader& train);
   void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);
   void optimizer_step();
   // Clips the gradients of `optimizer`'s parameters by total norm or value (gradient_clip_algorithm's names).
@@ -247,10 +261,14 @@ class Trainer {
   // stop_requested(), agreed by every rank (and should_stop made the same on all of them). ranks_met: every rank
   // has just validated after this same batch (see trainer.cpp for ranks that do not otherwise meet every batch).
   bool agreed_stop(bool ranks_met);
-  // Runs validation or test over `loader`, limited to `limit` batches; returns the epoch metrics.
-  std::map<std::string, double> eval_loop(data::DataLoader& loader, Stage stage, int64_t limit);
-  std::map<std::string, double> run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
-                                         const std::string& ckpt_path);
+  // Runs validation or test over each of `loaders` in turn, limited to limits[k] batches of loader k; returns
+  // the epoch metrics.
+  std::map<std::string, double> eval_loop(const std::vector<data::DataLoader*>& loaders, Stage stage,
+                                          const std::vector<int64_t>& limits);
+  // fit()'s validation: every loader, to its limit.
+  std::map<std::string, double> validate_in_fit() { return eval_loop(val_loaders_, Stage::Validate, val_limits_); }
+  std::map<std::string, double> run_eval(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
+                                         Stage stage, const std::string& ckpt_path);
   std::map<std::string, double> finish_means(std::map<std::string, Mean>& means);
   data::Batch to_device(const data::Batch& batch) const;
   // The batch's size for weighting epoch means: dim 0 of its first field (1 for a field without dims).
@@ -273,6 +291,9 @@ class Trainer {
   int64_t accumulated_ = 0;  // backward passes since the last optimizer step
   bool last_backward_synced_ = true;  // ddp: the last backward averaged its gradients over ranks
   int64_t num_training_batches_ = 0, num_val_batches_ = 0, num_eval_batches_ = 0;
+  int64_t dataloader_idx_ = 0, num_eval_loaders_ = 1;
+  std::vector<data::DataLoader*> val_loaders_;  // fit(): this rank's validation loaders
+  std::vector<int64_t> val_limits_;             // and how many batches of each a validation runs
   int64_t val_every_ = 0;  // validate after every this many training batches (0: at epoch end only)
   data::DataLoader* train_loader_ = nullptr;
 

@@ -16,14 +16,15 @@ void next_batch(data::DataLoader::Iterator& it, const char* event) {
 
 }  // namespace
 
-std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage stage, int64_t limit) {
+std::map<std::string, double> Trainer::eval_loop(const std::vector<data::DataLoader*>& loaders, Stage stage,
+                                                 const std::vector<int64_t>& limits) {
   const bool was_training = module_->is_training();
   const int64_t saved_batch_size = current_batch_size_;
   module_->eval();
   NoGradGuard no_grad;
   HookScope scope(*this, LogContext::Eval);
   eval_means_.clear();
-  num_eval_batches_ = limit;
+  num_eval_loaders_ = static_cast<int64_t>(loaders.size());
   const bool validating = stage == Stage::Validate;
   call_hooks(validating ? "on_validation_start" : "on_test_start", [&](Callback& c) {
     validating ? c.on_validation_start(*this, *module_) : c.on_test_start(*this, *module_);
@@ -31,7 +32,13 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
   call_hooks(validating ? "on_validation_epoch_start" : "on_test_epoch_start", [&](Callback& c) {
     validating ? c.on_validation_epoch_start(*this, *module_) : c.on_test_epoch_start(*this, *module_);
   });
-  if (limit > 0) {
+  // One evaluation epoch over every loader in turn; the hooks above and below run once for all of them.
+  for (size_t k = 0; k < loaders.size(); ++k) {
+    data::DataLoader& loader = *loaders[k];
+    const int64_t limit = limits[k];
+    dataloader_idx_ = static_cast<int64_t>(k);
+    num_eval_batches_ = limit;
+    if (limit == 0) continue;
     loader.set_epoch(0);
     int64_t idx = 0;
     const char* next_name = validating ? "val_dataloader_next" : "test_dataloader_next";
@@ -50,7 +57,8 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
       {
         profiler::Range range(validating ? "validation_step" : "test_step");
         const auto autocast = autocast_guard();
-        out = validating ? module_->validation_step(batch, idx) : module_->test_step(batch, idx);
+        out = validating ? module_->validation_step(batch, idx, dataloader_idx_)
+                         : module_->test_step(batch, idx, dataloader_idx_);
       }
       call_hooks(validating ? "on_validation_batch_end" : "on_test_batch_end", [&](Callback& c) {
         validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
@@ -60,6 +68,7 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
     }
   }
   current_batch_size_ = 1;
+  dataloader_idx_ = 0, num_eval_loaders_ = 1;  // the epoch-end hooks log under their own names
   call_hooks(validating ? "on_validation_epoch_end" : "on_test_epoch_end", [&](Callback& c) {
     validating ? c.on_validation_epoch_end(*this, *module_) : c.on_test_epoch_end(*this, *module_);
   });
@@ -73,8 +82,12 @@ std::map<std::string, double> Trainer::eval_loop(data::DataLoader& loader, Stage
   return metrics;
 }
 
-std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataLoader& loader, Stage stage,
-                                                const std::string& ckpt_path) {
+std::map<std::string, double> Trainer::run_eval(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
+                                                Stage stage, const std::string& ckpt_path) {
+  for (size_t k = 0; k < loaders.size(); ++k) {
+    KILN_CHECK(loaders[k] != nullptr, "Trainer: ", stage_name(stage), "(): loader ", k, " is null");
+  }
+  KILN_CHECK(!loaders.empty(), "Trainer: ", stage_name(stage), "(): no loader given");
   attach(module, stage);
   std::map<std::string, double> metrics;
   try {
@@ -82,10 +95,15 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
                stage_name(stage), " runs on the workers");
     load_weights(module, ckpt_path);
     strategy_->setup(module);
-    data::DataLoader& shard = *strategy_->eval_loader(&loader);  // this rank's part under ddp
-    call_hooks("setup", [&](Callback& c) { c.setup(*this, module, stage); });
+    std::vector<data::DataLoader*> shards;  // this rank's parts under ddp
+    std::vector<int64_t> limits;
     const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
-    metrics = eval_loop(shard, stage, limit.resolve(shard.size()));
+    for (data::DataLoader* loader : loaders) {
+      shards.push_back(strategy_->eval_loader(loader));
+      limits.push_back(limit.resolve(shards.back()->size()));
+    }
+    call_hooks("setup", [&](Callback& c) { c.setup(*this, module, stage); });
+    metrics = eval_loop(shards, stage, limits);
     for (auto& logger : loggers_) logger->flush();
     call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, stage); });
     finish_profiler(stage);
@@ -100,12 +118,22 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, data::DataL
 
 std::map<std::string, double> Trainer::validate(TrainModule& module, data::DataLoader& loader,
                                                 const std::string& ckpt_path) {
-  return run_eval(module, loader, Stage::Validate, ckpt_path);
+  return run_eval(module, {&loader}, Stage::Validate, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::validate(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
+                                                const std::string& ckpt_path) {
+  return run_eval(module, loaders, Stage::Validate, ckpt_path);
 }
 
 std::map<std::string, double> Trainer::test(TrainModule& module, data::DataLoader& loader,
                                             const std::string& ckpt_path) {
-  return run_eval(module, loader, Stage::Test, ckpt_path);
+  return run_eval(module, {&loader}, Stage::Test, ckpt_path);
+}
+
+std::map<std::string, double> Trainer::test(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
+                                            const std::string& ckpt_path) {
+  return run_eval(module, loaders, Stage::Test, ckpt_path);
 }
 
 std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path) {
