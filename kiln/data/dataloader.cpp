@@ -1,8 +1,10 @@
 // DataLoader: the epoch driver, the worker threads and default_collate.
 #include "kiln/data/dataloader.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -80,10 +82,12 @@ Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& all
 
 namespace {
 
-// One built batch, or the error building it raised (as text: the consumer rethrows it as a kiln::Error).
+// One built batch, or the error building it raised (as text: the consumer rethrows it as a kiln::Error), or
+// (from a stream) the stream's end.
 struct Result {
   Batch batch;
   bool failed = false;
+  bool end = false;
   std::string message;
 };
 
@@ -106,6 +110,12 @@ struct DataLoader::Run {
   bool stop = false;
   std::map<int64_t, Result> ready;
   std::vector<std::thread> threads;
+
+  // Iterable datasets: one stream per worker (one, read on the consumer's thread, without workers). Batch b
+  // comes from stream b % streams.size(); ended_at[w] is the batch number at which stream w ended (-1 before).
+  std::vector<ExampleStream> streams;
+  std::vector<int64_t> ended_at;
+  int64_t yielded = 0;  // batches handed out (batch numbers of ended streams are skipped)
 };
 
 namespace {
@@ -121,6 +131,15 @@ Batch pinned(Batch&& batch) {
   return std::move(batch);
 }
 
+// The batch of `examples`: the user's collate or default_collate, in pinned memory when `pin`.
+Batch collate_batch(std::vector<Example>&& examples, const CollateFn& collate, bool pin) {
+  if (collate) {
+    Batch batch = collate(std::move(examples));
+    return pin ? pinned(std::move(batch)) : batch;
+  }
+  return pin ? default_collate(std::move(examples), cuda::empty_pinned) : default_collate(std::move(examples));
+}
+
 Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, int64_t batch_size, int64_t b,
                    const CollateFn& collate, bool pin) {
   Result r;
@@ -130,14 +149,7 @@ Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, 
     std::vector<Example> examples;
     examples.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) examples.push_back(dataset.get(indices[i]));
-    if (collate) {
-      r.batch = collate(std::move(examples));
-      if (pin) r.batch = pinned(std::move(r.batch));
-    } else if (pin) {
-      r.batch = default_collate(std::move(examples), cuda::empty_pinned);
-    } else {
-      r.batch = default_collate(std::move(examples));
-    }
+    r.batch = collate_batch(std::move(examples), collate, pin);
   } catch (const std::exception& e) {
     r.failed = true;
     r.message = detail::concat("DataLoader: building batch ", b, " (sampler positions ", begin, "..", end - 1,
@@ -149,6 +161,39 @@ Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, 
   return r;
 }
 
+// The next batch of `stream` (batch number b, read by worker `worker`): up to batch_size examples; the stream's
+// end when it has none left (or, with drop_last, fewer than batch_size).
+Result build_stream_batch(ExampleStream& stream, const DataLoaderOptions& o, bool pin, int64_t b, int worker) {
+  Result r;
+  try {
+    std::vector<Example> examples;
+    examples.reserve(static_cast<size_t>(o.batch_size));
+    while (static_cast<int64_t>(examples.size()) < o.batch_size) {
+      std::optional<Example> e = stream();
+      if (!e) break;
+      examples.push_back(std::move(*e));
+    }
+    if (examples.empty() || (o.drop_last && static_cast<int64_t>(examples.size()) < o.batch_size)) {
+      r.end = true;
+      return r;
+    }
+    r.batch = collate_batch(std::move(examples), o.collate, pin);
+  } catch (const std::exception& e) {
+    r.failed = true;
+    r.message = detail::concat("DataLoader: building batch ", b, " from stream ", worker, " failed: ", e.what());
+  } catch (...) {
+    r.failed = true;
+    r.message = detail::concat("DataLoader: building batch ", b, " failed with a non-standard exception");
+  }
+  return r;
+}
+
+void check_options(const DataLoaderOptions& o) {
+  KILN_CHECK(o.batch_size >= 1, "DataLoader: batch_size must be at least 1, got ", o.batch_size);
+  KILN_CHECK(o.num_workers >= 0, "DataLoader: num_workers must be non-negative, got ", o.num_workers);
+  KILN_CHECK(o.prefetch_factor >= 1, "DataLoader: prefetch_factor must be at least 1, got ", o.prefetch_factor);
+}
+
 }  // namespace
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options, std::shared_ptr<Sampler> sampler)
@@ -157,10 +202,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
       pin_(options_.pin_memory && cuda::is_available()),
       sampler_(std::move(sampler)) {
   KILN_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
-  KILN_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be at least 1, got ", options_.batch_size);
-  KILN_CHECK(options_.num_workers >= 0, "DataLoader: num_workers must be non-negative, got ", options_.num_workers);
-  KILN_CHECK(options_.prefetch_factor >= 1, "DataLoader: prefetch_factor must be at least 1, got ",
-             options_.prefetch_factor);
+  check_options(options_);
   KILN_CHECK(!(sampler_ && options_.shuffle), "DataLoader: shuffle = true and a sampler were both given; ",
              "shuffle only picks the default sampler");
   if (!sampler_) {
@@ -174,9 +216,25 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
   state_.seed = options_.seed;
 }
 
+DataLoader::DataLoader(std::shared_ptr<IterableDataset> dataset, DataLoaderOptions options, int rank, int world_size)
+    : iterable_(std::move(dataset)),
+      rank_(rank),
+      world_size_(world_size),
+      options_(std::move(options)),
+      pin_(options_.pin_memory && cuda::is_available()) {
+  KILN_CHECK(iterable_ != nullptr, "DataLoader: dataset is null");
+  check_options(options_);
+  KILN_CHECK(!options_.shuffle, "DataLoader: shuffle = true over an iterable dataset: a stream has no index to ",
+             "shuffle; shuffle inside the stream (StreamInfo has the seed and the epoch)");
+  KILN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "DataLoader: rank ", rank, " of world_size ",
+             world_size, ": expected 0 <= rank < world_size");
+  state_.seed = options_.seed;
+}
+
 DataLoader::~DataLoader() { stop_run(); }
 
 int64_t DataLoader::size() const {
+  if (iterable_) return -1;
   int64_t n = sampler_->size(), bs = options_.batch_size;
   return options_.drop_last ? n / bs : (n + bs - 1) / bs;
 }
@@ -189,7 +247,8 @@ void DataLoader::set_epoch(uint64_t epoch) {
 }
 
 void DataLoader::set_state(const DataLoaderState& state) {
-  KILN_CHECK(state.batches_yielded >= 0 && state.batches_yielded <= size(), "DataLoader::set_state: batches_yielded ",
+  KILN_CHECK(state.batches_yielded >= 0 && (iterable_ || state.batches_yielded <= size()),
+             "DataLoader::set_state: batches_yielded ",
              state.batches_yielded, " is out of range for an epoch of ", size(), " batches");
   stop_run();
   state_ = state;
@@ -219,10 +278,27 @@ DataLoader::Iterator DataLoader::begin() {
     if (state_.batches_yielded > 0) ++state_.epoch;  // the previous epoch was left early
     state_.batches_yielded = 0;
   }
-  sampler_->set_epoch(state_.epoch);
-  dataset_->set_epoch(state_.epoch);
   run_ = std::make_unique<Run>();
   Run& run = *run_;
+  if (iterable_) {
+    const int streams = std::max(1, options_.num_workers);
+    for (int w = 0; w < streams; ++w) {
+      const StreamInfo info{.epoch = state_.epoch, .worker = w, .num_workers = streams, .rank = rank_,
+                            .world_size = world_size_, .seed = options_.seed};
+      run.streams.push_back(iterable_->stream(info));
+      KILN_CHECK(run.streams.back() != nullptr, "DataLoader: the iterable dataset returned an empty stream for ",
+                 "worker ", w, " of epoch ", state_.epoch);
+    }
+    run.ended_at.assign(run.streams.size(), -1);
+    run.num_batches = std::numeric_limits<int64_t>::max();  // unknown until the streams end
+    run.window = static_cast<int64_t>(options_.num_workers) * options_.prefetch_factor;
+    for (int w = 0; w < options_.num_workers; ++w) run.threads.emplace_back([this, &run, w] { stream_worker_loop(run, w); });
+    // Resuming: the batches handed out before are read again and dropped (streams are deterministic).
+    for (int64_t i = 0; i <= start && run_ != nullptr && !run_->done; ++i) fetch_next();
+    return Iterator(this);
+  }
+  sampler_->set_epoch(state_.epoch);
+  dataset_->set_epoch(state_.epoch);
   run.indices = sampler_->indices();
   run.num_batches = size();
   KILN_ASSERT(static_cast<int64_t>(run.indices.size()) == sampler_->size(), "sampler gave ", run.indices.size(),
@@ -254,7 +330,75 @@ void DataLoader::worker_loop(Run& run) {
   }
 }
 
+void DataLoader::stream_worker_loop(Run& run, int worker) {
+  const auto streams = static_cast<int64_t>(run.streams.size());
+  for (int64_t b = worker;; b += streams) {
+    {
+      std::unique_lock<std::mutex> lock(run.mutex);
+      run.space_cv.wait(lock, [&] { return run.stop || b < run.next_batch + run.window; });
+      if (run.stop) return;
+    }
+    Result r = build_stream_batch(run.streams[static_cast<size_t>(worker)], options_, pin_, b, worker);
+    const bool last = r.end || r.failed;
+    {
+      std::lock_guard<std::mutex> lock(run.mutex);
+      run.ready.emplace(b, std::move(r));
+    }
+    run.ready_cv.notify_all();
+    if (last) return;
+  }
+}
+
+void DataLoader::fetch_next_from_streams() {
+  Run& run = *run_;
+  const auto streams = static_cast<int64_t>(run.streams.size());
+  for (;;) {
+    if (std::all_of(run.ended_at.begin(), run.ended_at.end(), [](int64_t e) { return e >= 0; })) {
+      run.done = true;
+      run.current.clear();
+      state_.epoch += 1;
+      state_.batches_yielded = 0;
+      stop_run();
+      return;
+    }
+    const int64_t b = run.next_batch;
+    const auto w = static_cast<size_t>(b % streams);
+    Result r;
+    if (run.ended_at[w] >= 0) {  // that stream is over: its turns are skipped
+      r.end = true;
+    } else if (options_.num_workers == 0) {
+      r = build_stream_batch(run.streams[w], options_, pin_, b, static_cast<int>(w));
+    } else {
+      std::unique_lock<std::mutex> lock(run.mutex);
+      run.ready_cv.wait(lock, [&] { return run.ready.count(b) > 0; });
+      auto it = run.ready.find(b);
+      r = std::move(it->second);
+      run.ready.erase(it);
+    }
+    {
+      std::lock_guard<std::mutex> lock(run.mutex);
+      ++run.next_batch;
+    }
+    run.space_cv.notify_all();
+    if (r.failed) {
+      stop_run();
+      throw Error(r.message);
+    }
+    if (r.end) {
+      if (run.ended_at[w] < 0) run.ended_at[w] = b;
+      continue;
+    }
+    run.current = std::move(r.batch);
+    state_.batches_yielded = ++run.yielded;
+    return;
+  }
+}
+
 void DataLoader::fetch_next() {
+  if (iterable_) {
+    fetch_next_from_streams();
+    return;
+  }
   Run& run = *run_;
   if (run.next_batch >= run.num_batches) {
     run.done = true;

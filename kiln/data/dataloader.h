@@ -12,6 +12,12 @@
 // the loader is (epoch, batches handed out, shuffle seed); set_state() on a new loader makes its next range-for
 // continue from that batch of that epoch.
 //
+// Iterable datasets (dataset.h): each worker reads its own stream and makes consecutive batches from it (the
+// last one short unless drop_last); the loader hands out worker 0's first batch, worker 1's first, ..., then
+// each worker's second, skipping workers whose stream has ended, as PyTorch does. The batches depend on
+// num_workers (each worker batches its own stream), not on timing. size() is -1 (unknown); set_state resumes
+// by reading again, and dropping, the batches the saved state had handed out.
+//
 // A worker that throws does not end the program: the error reaches the consumer as a kiln::Error naming the
 // batch, when that batch's turn comes. Destroying the loader (or starting another epoch) mid-epoch stops the
 // workers and joins them; each finishes at most the batch it is building.
@@ -78,13 +84,20 @@ class DataLoader {
  public:
   // `sampler` replaces the default (sequential, or random with shuffle = true; passing both is an error).
   DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = {}, std::shared_ptr<Sampler> sampler = nullptr);
+  // Over a stream (shuffle is the stream's business: true is an error). rank and world_size go into every
+  // StreamInfo: the share of the examples this process reads (the Trainer sets them under ddp).
+  DataLoader(std::shared_ptr<IterableDataset> dataset, DataLoaderOptions options = {}, int rank = 0,
+             int world_size = 1);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Batches per epoch.
+  // Batches per epoch; -1 over an iterable dataset (unknown until its streams end).
   int64_t size() const;
+  // The dataset: one of the two is null.
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
+  const std::shared_ptr<IterableDataset>& iterable_dataset() const { return iterable_; }
+  bool is_iterable() const { return iterable_ != nullptr; }
   const std::shared_ptr<Sampler>& sampler() const { return sampler_; }
   const DataLoaderOptions& options() const { return options_; }
   // Whether batches come in pinned memory: pin_memory was asked for and a CUDA device is present.
@@ -122,9 +135,13 @@ class DataLoader {
   struct Run;
   void stop_run();
   void fetch_next();
+  void fetch_next_from_streams();
   void worker_loop(Run& run);
+  void stream_worker_loop(Run& run, int worker);
 
   std::shared_ptr<Dataset> dataset_;
+  std::shared_ptr<IterableDataset> iterable_;
+  int rank_ = 0, world_size_ = 1;  // an iterable dataset's share
   DataLoaderOptions options_;
   bool pin_ = false;
   std::shared_ptr<Sampler> sampler_;

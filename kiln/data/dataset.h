@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kiln/autograd/autograd.h"
@@ -30,6 +32,37 @@ class Dataset {
   // Called by a DataLoader before each epoch's first get(); random transforms key their randomness on it.
   // Wrappers forward it to the dataset they wrap.
   virtual void set_epoch(uint64_t epoch) {}
+};
+
+// ---- iterable datasets: examples read as a stream, not by index ----
+//
+// For data with no cheap random access or no known length (records arriving over a socket, a generator, logs
+// too large to index), as PyTorch's IterableDataset. A DataLoader over one asks for one stream per worker per
+// epoch and makes each worker's batches from its own stream; the streams must split the examples between them
+// (StreamInfo::part() of num_parts()), or every worker yields the same examples.
+
+// Which stream is asked for: the epoch, and this stream's share of the epoch's examples.
+struct StreamInfo {
+  uint64_t epoch = 0;
+  int worker = 0, num_workers = 1;  // the loader's worker that reads it (0 of 1 without worker threads)
+  int rank = 0, world_size = 1;     // the process's share under ddp (the Trainer sets it)
+  uint64_t seed = 0;                // the loader's seed, for a stream that shuffles
+  // This stream's part of all the streams of the epoch, 0 <= part() < num_parts().
+  int part() const { return rank * num_workers + worker; }
+  int num_parts() const { return world_size * num_workers; }
+};
+
+// The next example, or std::nullopt at the end of the stream.
+using ExampleStream = std::function<std::optional<Example>()>;
+
+class IterableDataset {
+ public:
+  virtual ~IterableDataset() = default;
+  // A new pass over the examples of `info`'s share of epoch info.epoch. Called on the loader's thread when an
+  // epoch starts, once per stream; each stream is then read by one worker thread alone. A stream that gives the
+  // same examples for the same info makes loaders resumable (DataLoader::set_state replays the batches
+  // already handed out).
+  virtual ExampleStream stream(const StreamInfo& info) const = 0;
 };
 
 // Slices along dim 0 of several tensors: example i is {t[i] for t in tensors}.

@@ -21,7 +21,9 @@ struct BatchLimit {
   static BatchLimit of_fraction(double f) { return BatchLimit(f); }
 
   // How many of `available` batches this limit allows: the count (at most `available`), or the fraction of
-  // them rounded down, but at least one when the fraction and `available` are positive.
+  // them rounded down, but at least one when the fraction and `available` are positive. available = -1 (a
+  // loader over a stream, of unknown length): the count, or -1 (all of them) for any fraction; the Trainer
+  // refuses fractions other than 1.0 there.
   int64_t resolve(int64_t available) const;
   bool operator==(const BatchLimit&) const = default;
 };

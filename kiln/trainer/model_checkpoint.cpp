@@ -206,7 +206,7 @@ void ModelCheckpoint::save_at_epoch_end(Trainer& trainer) {
   if (n <= 0 || (trainer.current_epoch() + 1) % n != 0 || should_skip(trainer)) return;
   // A monitored fit with validation is ranked by fresh validation scores only (as Lightning, which saves at
   // validation end): an epoch without validation would be scored with the previous epoch's value.
-  if (!options_.monitor.empty() && trainer.num_val_batches() > 0 && !validated_this_epoch_) return;
+  if (!options_.monitor.empty() && trainer.num_val_batches() != 0 && !validated_this_epoch_) return;
   save(trainer, Trigger::Epoch);
 }
 

@@ -100,8 +100,13 @@ std::string ProgressBar::progress(int64_t done, int64_t total, double elapsed) c
     }
   }
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
-  const double remaining = rate > 0 ? static_cast<double>(total - done) / rate : NAN;
   char buf[128];
+  if (total < 0) {  // a stream: no total, no time left
+    std::snprintf(buf, sizeof(buf), " %lld/? %s %.1f it/s", static_cast<long long>(done), clock_text(elapsed).c_str(),
+                  rate);
+    return buf + 1;
+  }
+  const double remaining = rate > 0 ? static_cast<double>(total - done) / rate : NAN;
   std::snprintf(buf, sizeof(buf), " %lld/%lld %s<%s %.1f it/s", static_cast<long long>(done),
                 static_cast<long long>(total), clock_text(elapsed).c_str(), clock_text(remaining).c_str(), rate);
   return bar + buf;
@@ -165,11 +170,13 @@ void ProgressBar::on_train_batch_end(Trainer& trainer, TrainModule&, const Tenso
     return;
   }
   const int64_t every =
-      options_.print_every_n_batches > 0 ? options_.print_every_n_batches : std::max<int64_t>(1, total / 10);
+      options_.print_every_n_batches > 0 ? options_.print_every_n_batches
+                                         : total < 0 ? 100 : std::max<int64_t>(1, total / 10);
   if (done % every != 0 || done == total) return;  // the epoch's summary covers its last batch
   char buf[96];
-  std::snprintf(buf, sizeof(buf), " [%lld/%lld] %.1f it/s", static_cast<long long>(done),
-                static_cast<long long>(total), elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0);
+  const std::string total_text = total < 0 ? "?" : std::to_string(total);
+  std::snprintf(buf, sizeof(buf), " [%lld/%s] %.1f it/s", static_cast<long long>(done), total_text.c_str(),
+                elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0);
   const std::string m = metrics_text(trainer, false);
   print_line(epoch_label(trainer) + buf + (m.empty() ? "" : " " + m));
 }

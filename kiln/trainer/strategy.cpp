@@ -24,9 +24,11 @@ class SingleStrategy : public Strategy {
 };
 
 // A loader like `user` (same dataset, batch size, workers, collate) over this rank's shard: the user's
-// shuffle and seed move into a DistributedSampler, which reshuffles per epoch like the user's loader would.
+// shuffle and seed move into a DistributedSampler, which reshuffles per epoch like the user's loader would. An
+// iterable dataset's streams are told the rank instead, and split the examples themselves.
 std::unique_ptr<data::DataLoader> shard_of(const data::DataLoader& user, int rank, int world) {
   data::DataLoaderOptions o = user.options();
+  if (user.is_iterable()) return std::make_unique<data::DataLoader>(user.iterable_dataset(), o, rank, world);
   auto sampler = std::make_shared<data::DistributedSampler>(user.dataset()->size(), world, rank, o.shuffle, o.seed,
                                                             o.drop_last);
   o.shuffle = false;

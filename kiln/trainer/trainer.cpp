@@ -31,6 +31,7 @@ const char* stage_name(Stage stage) {
 }
 
 int64_t BatchLimit::resolve(int64_t available) const {
+  if (available < 0) return is_count ? count : -1;
   if (is_count) return std::min(count, available);
   const auto n = static_cast<int64_t>(std::floor(fraction * static_cast<double>(available)));
   return (fraction > 0 && n == 0 && available > 0) ? 1 : n;  // a positive fraction runs at least one batch
@@ -54,6 +55,12 @@ std::string join_keys(const std::map<std::string, double>& m) {
 }
 
 }  // namespace
+
+int64_t Trainer::resolve_limit(const BatchLimit& limit, const char* name, const data::DataLoader& loader) {
+  KILN_CHECK(loader.size() >= 0 || limit.is_count || limit.fraction == 1.0, "Trainer: ", name, " = ", limit.fraction,
+             ": a fraction of a loader over an iterable dataset, whose length is unknown; give a number of batches");
+  return limit.resolve(loader.size());
+}
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   auto& o = options_;
@@ -135,6 +142,7 @@ double Trainer::elapsed_seconds() const {
 }
 
 int64_t Trainer::estimated_stepping_batches() const {
+  if (num_training_batches_ < 0) return options_.max_steps;  // epochs of unknown length
   const int64_t acc = options_.accumulate_grad_batches;
   const int64_t per_epoch = (num_training_batches_ + acc - 1) / acc;
   int64_t total = -1;
@@ -298,7 +306,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
   val_loaders_.clear(), val_limits_.clear();
   for (data::DataLoader* v : user_vals) {
     val_loaders_.push_back(strategy_->eval_loader(v));
-    val_limits_.push_back(options_.limit_val_batches.resolve(val_loaders_.back()->size()));
+    val_limits_.push_back(resolve_limit(options_.limit_val_batches, "limit_val_batches", *val_loaders_.back()));
   }
   start_time_ = std::chrono::steady_clock::now();
   elapsed_before_ = 0;
@@ -307,15 +315,18 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
   callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
   train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
   train_loader_ = &train;
-  num_training_batches_ = options_.limit_train_batches.resolve(train.size());
+  num_training_batches_ = resolve_limit(options_.limit_train_batches, "limit_train_batches", train);
   num_val_batches_ = 0;
-  for (int64_t n : val_limits_) num_val_batches_ += n;
+  for (int64_t n : val_limits_) num_val_batches_ = n < 0 || num_val_batches_ < 0 ? -1 : num_val_batches_ + n;
   val_every_ = 0;
-  if (num_training_batches_ > 0) {
+  if (num_training_batches_ != 0) {
     const BatchLimit& vci = options_.val_check_interval;
+    KILN_CHECK(num_training_batches_ > 0 || vci.is_count || vci.fraction == 1.0, "Trainer: val_check_interval = ",
+               vci.fraction, ": a fraction of an epoch of unknown length (an iterable dataset); give a number of "
+               "batches");
     if (vci.is_count) {
-      KILN_CHECK(vci.count <= num_training_batches_, "Trainer: val_check_interval = ", vci.count,
-                 " batches, but an epoch has only ", num_training_batches_, " training batches");
+      KILN_CHECK(num_training_batches_ < 0 || vci.count <= num_training_batches_, "Trainer: val_check_interval = ",
+                 vci.count, " batches, but an epoch has only ", num_training_batches_, " training batches");
       val_every_ = vci.count;
     } else if (vci.fraction < 1.0) {
       val_every_ = std::max<int64_t>(1, static_cast<int64_t>(vci.fraction * num_training_batches_));
@@ -384,7 +395,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
 
     std::vector<int64_t> sanity = val_limits_;  // num_sanity_val_steps of each loader
     if (options_.num_sanity_val_steps >= 0) {
-      for (int64_t& n : sanity) n = std::min(n, options_.num_sanity_val_steps);
+      for (int64_t& n : sanity) n = n < 0 ? options_.num_sanity_val_steps : std::min(n, options_.num_sanity_val_steps);
     }
     if (num_val_batches_ > 0 && options_.num_sanity_val_steps != 0 && !resumed) {
       sanity_checking_ = true;
@@ -459,6 +470,7 @@ bool Trainer::agreed_stop(bool ranks_met) {
 
 bool Trainer::validation_due(int64_t batches_done) const {
   if (num_val_batches_ == 0 || (epoch_ + 1) % options_.check_val_every_n_epoch != 0) return false;
+  if (batches_done < 0) return true;  // the end of an epoch of unknown length
   if (batches_done == num_training_batches_) return true;
   return val_every_ > 0 && batches_done % val_every_ == 0;
 }
@@ -491,20 +503,32 @@ void Trainer::train_loop(data::DataLoader& train) {
       // depends on it. Validation changes no weights, so running it again is safe.
       validate_in_fit();
     }
-    if (batch_in_epoch_ < num_training_batches_) {
+    const bool unknown_length = num_training_batches_ < 0;  // a stream: the epoch ends where it does
+    if (unknown_length || batch_in_epoch_ < num_training_batches_) {
       // A range-for written out, so that the profiler sees the time spent waiting for each batch.
       auto it = [&] {
         profiler::Range range("train_dataloader_next");
         return train.begin();
       }();
-      while (it != std::default_sentinel) {
+      bool stopped = false, validated = false;
+      for (;;) {
+        const bool exhausted = it == std::default_sentinel;
+        // Ranks in lockstep over streams of different lengths end the epoch together, at the first one's end.
+        if (unknown_length && strategy_->agree_every_batch() ? strategy_->any(exhausted) : exhausted) break;
         const int64_t idx = batch_in_epoch_;
         train_batch(to_device(*it), idx, idx + 1 == num_training_batches_);
-        const bool validated = validation_due(batch_in_epoch_);
+        validated = validation_due(batch_in_epoch_);
         if (validated) validate_in_fit();
-        if (batch_in_epoch_ >= num_training_batches_ || agreed_stop(validated)) break;
+        if (!unknown_length && batch_in_epoch_ >= num_training_batches_) break;
+        if ((stopped = agreed_stop(validated))) break;
         profiler::Range range("train_dataloader_next");
         ++it;
+      }
+      // A stream that ran out: its last batch was the epoch's, so a window it left open steps now (as a last
+      // batch known in advance would have), and then comes the epoch's validation when one is due there.
+      if (unknown_length && !stopped) {
+        if (accumulated_ > 0) optimizer_step();
+        if (!validated && validation_due(-1)) validate_in_fit();
       }
     }
 

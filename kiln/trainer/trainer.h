@@ -143,10 +143,12 @@ class Trainer {
   int64_t global_step() const { return global_step_; }
   // The training epoch's batches so far (the index of the next batch).
   int64_t batch_in_epoch() const { return batch_in_epoch_; }
+  // -1 where the training loader reads a stream (an iterable dataset): its epochs end where the stream does.
   int64_t num_training_batches() const { return num_training_batches_; }
-  // A validation's batches, over all its loaders.
+  // A validation's batches, over all its loaders (-1 when one of them reads a stream).
   int64_t num_val_batches() const { return num_val_batches_; }
-  // The batches of the current evaluation (validation, test or predict) run, on its current loader.
+  // The batches of the current evaluation (validation, test or predict) run, on its current loader (-1: a
+  // stream, all of it).
   int64_t num_eval_batches() const { return num_eval_batches_; }
   // The current evaluation loader's index (0 with one loader), and how many the run has.
   int64_t dataloader_idx() const { return dataloader_idx_; }
@@ -273,6 +275,8 @@ class Trainer {
   data::Batch to_device(const data::Batch& batch) const;
   // The batch's size for weighting epoch means: dim 0 of its first field (1 for a field without dims).
   static int64_t batch_size_of(const data::Batch& batch);
+  // limit.resolve(loader.size()): -1 (all) for a stream's unknown length, where only counts and 1.0 are allowed.
+  static int64_t resolve_limit(const BatchLimit& limit, const char* name, const data::DataLoader& loader);
 
   // The guard a forward pass runs under: autocast when precision is mixed, nothing otherwise.
   std::optional<AutocastGuard> autocast_guard() const;

@@ -64,7 +64,7 @@ std::map<std::string, double> Trainer::eval_loop(const std::vector<data::DataLoa
         validating ? c.on_validation_batch_end(*this, *module_, out, batch, idx)
                    : c.on_test_batch_end(*this, *module_, out, batch, idx);
       });
-      if (++idx >= limit) break;
+      if (++idx == limit) break;  // (a limit of -1: all of a stream)
     }
   }
   current_batch_size_ = 1;
@@ -100,7 +100,8 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, const std::
     const BatchLimit& limit = stage == Stage::Test ? options_.limit_test_batches : options_.limit_val_batches;
     for (data::DataLoader* loader : loaders) {
       shards.push_back(strategy_->eval_loader(loader));
-      limits.push_back(limit.resolve(shards.back()->size()));
+      limits.push_back(resolve_limit(limit, stage == Stage::Test ? "limit_test_batches" : "limit_val_batches",
+                                     *shards.back()));
     }
     call_hooks("setup", [&](Callback& c) { c.setup(*this, module, stage); });
     metrics = eval_loop(shards, stage, limits);
@@ -146,10 +147,10 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
     module.eval();
     NoGradGuard no_grad;
     HookScope scope(*this, LogContext::Eval);
-    num_eval_batches_ = options_.limit_predict_batches.resolve(loader.size());
+    num_eval_batches_ = resolve_limit(options_.limit_predict_batches, "limit_predict_batches", loader);
     call_hooks("on_predict_start", [&](Callback& c) { c.on_predict_start(*this, module); });
     call_hooks("on_predict_epoch_start", [&](Callback& c) { c.on_predict_epoch_start(*this, module); });
-    if (num_eval_batches_ > 0) {
+    if (num_eval_batches_ != 0) {
       loader.set_epoch(0);
       int64_t idx = 0;
       auto it = [&] {
@@ -168,7 +169,7 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
         call_hooks("on_predict_batch_end",
                    [&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
         outputs.push_back(out.defined() ? out.cpu() : out);
-        if (++idx >= num_eval_batches_) break;
+        if (++idx == num_eval_batches_) break;
       }
     }
     call_hooks("on_predict_epoch_end", [&](Callback& c) { c.on_predict_epoch_end(*this, module); });
