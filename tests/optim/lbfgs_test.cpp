@@ -59,6 +59,17 @@ struct Quadratic {
   }
 };
 
+// The closure LBFGS needs for the quadratic at x, counting its calls in `calls`.
+optim::LBFGS::Closure quadratic_closure(optim::LBFGS& opt, const Quadratic& q, const Tensor& x, int& calls) {
+  return [&opt, &q, x, &calls] {
+    ++calls;
+    opt.zero_grad();
+    Tensor l = q.loss(x);
+    l.backward();
+    return l;
+  };
+}
+
 TEST(LBFGS, FindsTheMinimizerOfAQuadratic) {
   const Quadratic q;
   const std::vector<double> want = q.solve();
@@ -67,13 +78,7 @@ TEST(LBFGS, FindsTheMinimizerOfAQuadratic) {
     optim::LBFGS opt({x}, {.max_iter = 200, .tolerance_grad = 1e-12, .tolerance_change = 1e-14,
                            .line_search_fn = line_search});
     int calls = 0;
-    auto closure = [&] {
-      ++calls;
-      opt.zero_grad();
-      Tensor l = q.loss(x);
-      l.backward();
-      return l;
-    };
+    const auto closure = quadratic_closure(opt, q, x, calls);
     for (int s = 0; s < 5; ++s) opt.step(closure);
     const std::vector<double> got = x.detach().to_vector<double>();
     for (int64_t i = 0; i < q.n; ++i) EXPECT_NEAR(got[i], want[i], 1e-7) << "line search '" << line_search << "'";
@@ -108,26 +113,12 @@ TEST(LBFGS, MaxIterAndMaxEvalBoundTheClosureCalls) {
   // Without a line search every iteration but the last evaluates once more: max_iter calls in all.
   optim::LBFGS opt({x}, {.lr = 0.01, .max_iter = 7});
   int calls = 0;
-  auto closure = [&] {
-    ++calls;
-    opt.zero_grad();
-    Tensor l = q.loss(x);
-    l.backward();
-    return l;
-  };
-  opt.step(closure);
+  opt.step(quadratic_closure(opt, q, x, calls));
   EXPECT_EQ(calls, 7);
   EXPECT_EQ(opt.state(x).scalars.at("n_iter"), 7);
   calls = 0;
   optim::LBFGS capped({x}, {.lr = 0.01, .max_iter = 7, .max_eval = 3});
-  auto closure2 = [&] {
-    ++calls;
-    capped.zero_grad();
-    Tensor l = q.loss(x);
-    l.backward();
-    return l;
-  };
-  capped.step(closure2);
+  capped.step(quadratic_closure(capped, q, x, calls));
   EXPECT_EQ(calls, 3);
 }
 
