@@ -150,7 +150,7 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 // dx: g at those places, 0 elsewhere.
 Tensor masked_select(const Tensor& x, const Tensor& mask);
 
-// ---- convolution and pooling (functions/conv.cpp); first-order gradients only ----
+// ---- convolution and pooling (functions/conv.cpp); gradients of any order (create_graph) ----
 // x (N, Cin, H, W), weight (Cout, Cin / groups, KH, KW), bias (Cout) or undefined -> (N, Cout, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 // conv2d's gradient with respect to its input as an op: x (N, Cin, H, W) is conv2d's grad_out, weight (Cin, Cout /

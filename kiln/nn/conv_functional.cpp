@@ -3,7 +3,7 @@
 // and as the reference the tests hold the kernels to, they are composites of views and GEMM: the patches of x
 // are a strided view (unfold along height, then width), so each op is a copy of that view into a matrix and a
 // product or a reduction; their gradients come from the ops they are made of (the unfold's gradient adds
-// overlapping patches back up). The composites also support double backward, the kernels do not.
+// overlapping patches back up). Both paths support double backward (the kernels through conv.cpp's rules).
 #include <cmath>
 #include <limits>
 #include <vector>

@@ -39,7 +39,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pa
 // The transposed convolution (conv2d's gradient with respect to its input, used as a layer, e.g. to upsample):
 // x: (N, C, H, W), weight: (C, O / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
 // OH = (H - 1) sh - 2 ph + dh (kh - 1) + oph + 1; output_padding (< stride or dilation) picks among the sizes
-// a strided conv2d maps to H. Through the convolution kernels; first-order gradients only.
+// a strided conv2d maps to H. Through the convolution kernels, with gradients of any order.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = 1,
                         Pair padding = 0, Pair output_padding = 0, int64_t groups = 1, Pair dilation = 1);
 // x: (N, C, L), weight: (O, C / groups, k) -> (N, O, OL)

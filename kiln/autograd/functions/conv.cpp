@@ -1,7 +1,10 @@
-// Differentiable convolution and max pooling over the kernels of kiln/tensor/ops/conv.h. Their backward rules
-// call the backward kernels directly, which are not themselves recorded: first-order gradients only. A
-// backward run with create_graph reaching one of these rules stops with an error rather than return
-// gradients that silently lack their own history.
+// Differentiable convolution and max pooling over the kernels of kiln/tensor/ops/conv.h. A first-order
+// backward calls the backward kernels directly (nothing recorded). Under create_graph the same gradients come
+// from differentiable ops instead, so they have history of their own and second (and higher) derivatives
+// work, as a gradient penalty needs: the three convolutions are each linear in each argument and each
+// one's gradients are the other two (conv2d, its input gradient conv_transpose2d, and its weight gradient
+// conv2d_weight_grad below); max pooling's gradient scatters g to the recorded indices, whose own gradient
+// gathers from them.
 #include "kiln/autograd/autocast.h"
 #include "kiln/autograd/record.h"
 
@@ -15,10 +18,45 @@ using autograd::should_record;
 using autograd::TensorList;
 
 namespace {
-void check_first_order(const char* op) {
-  KILN_CHECK(!autograd::GradMode::is_enabled(), op, ": double backward (create_graph) is not supported by its kernel; "
-             "use the composite nn::F path or first-order gradients");
+
+// Whether a backward rule must record its own history: it runs under create_graph.
+bool create_graph() { return autograd::GradMode::is_enabled(); }
+
+// conv2d's gradient with respect to its weight, as a differentiable op: x (N, Cin, H, W) and g (N, Cout, OH, OW)
+// -> (Cout, Cin / G, KH, KW). Bilinear: with G the incoming gradient (of the weight's shape),
+// dx = conv2d_backward_input(g, G) (conv_transpose2d of g by G) and dg = conv2d(x, G).
+Tensor conv2d_weight_grad(const Tensor& x, const Tensor& g, IntArrayRef w_shape, const Conv2dParams& p) {
+  Tensor out = ops::conv2d_backward_weight(g, x, w_shape, p);
+  if (should_record(x, g)) {
+    SavedTensor sx(x, false), sg(g, false);
+    record("conv2d_weight_grad", out, {x, g},
+           [sx, sg, p, x_shape = x.sizes()](const Tensor& gw, const OpNode& n) {
+             const Tensor gx = sx.get(n), gg = sg.get(n);
+             if (create_graph()) {
+               return TensorList{n.needs_input_grad(0) ? conv_transpose2d(gg, gw, Tensor(), p, x_shape) : Tensor(),
+                                 n.needs_input_grad(1) ? conv2d(gx, gw, Tensor(), p) : Tensor()};
+             }
+             return TensorList{n.needs_input_grad(0) ? ops::conv2d_backward_input(gg, gw, x_shape, p) : Tensor(),
+                               n.needs_input_grad(1) ? ops::conv2d(gx, gw, Tensor(), p) : Tensor()};
+           });
+  }
+  return out;
 }
+
+// max pooling's gradient as a differentiable op: g (N, C, OH, OW) added at `indices` (flat h * W + w in each
+// plane) of a zero (N, C, H, W). Linear in g; its gradient reads G back at the same indices.
+Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, IntArrayRef x_shape, const Pool2dParams& p) {
+  Tensor out = ops::max_pool2d_backward(g, indices, x_shape, p);
+  if (should_record(g)) {
+    record("max_pool2d_backward", out, {g}, [indices](const Tensor& gx, const OpNode&) {
+      const Shape& s = indices.sizes();
+      const Tensor planes = gx.reshape({s[0], s[1], -1});
+      return TensorList{gather(planes, 2, indices.reshape({s[0], s[1], -1})).view(s)};
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 // conv2d: x (N, Cin, H, W), w (Cout, Cin / G, KH, KW), b (Cout), g (N, Cout, OH, OW):
@@ -35,9 +73,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     if (bias.defined()) inputs.push_back(bias);
     record("conv2d", out, inputs,
            [sx, sw, p, has_bias = bias.defined(), x_shape = x.sizes(), w_shape = weight.sizes()](const Tensor& g, const OpNode& n) {
-             check_first_order("conv2d");
-             TensorList grads{n.needs_input_grad(0) ? ops::conv2d_backward_input(g, sw.get(n), x_shape, p) : Tensor(),
-                              n.needs_input_grad(1) ? ops::conv2d_backward_weight(g, sx.get(n), w_shape, p) : Tensor()};
+             TensorList grads;
+             if (create_graph()) {
+               grads = {n.needs_input_grad(0) ? conv_transpose2d(g, sw.get(n), Tensor(), p, x_shape) : Tensor(),
+                        n.needs_input_grad(1) ? conv2d_weight_grad(sx.get(n), g, w_shape, p) : Tensor()};
+               if (has_bias) grads.push_back(n.needs_input_grad(2) ? sum(g, {0, 2, 3}) : Tensor());
+               return grads;
+             }
+             grads = {n.needs_input_grad(0) ? ops::conv2d_backward_input(g, sw.get(n), x_shape, p) : Tensor(),
+                      n.needs_input_grad(1) ? ops::conv2d_backward_weight(g, sx.get(n), w_shape, p) : Tensor()};
              if (has_bias) grads.push_back(n.needs_input_grad(2) ? ops::sum(g, {0, 2, 3}) : Tensor());
              return grads;
            });
@@ -62,9 +106,15 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
     if (bias.defined()) inputs.push_back(bias);
     record("conv_transpose2d", out, inputs,
            [sx, sw, p, has_bias = bias.defined(), w_shape = weight.sizes()](const Tensor& g, const OpNode& n) {
-             check_first_order("conv_transpose2d");
-             TensorList grads{n.needs_input_grad(0) ? ops::conv2d(g, sw.get(n), Tensor(), p) : Tensor(),
-                              n.needs_input_grad(1) ? ops::conv2d_backward_weight(sx.get(n), g, w_shape, p) : Tensor()};
+             TensorList grads;
+             if (create_graph()) {
+               grads = {n.needs_input_grad(0) ? conv2d(g, sw.get(n), Tensor(), p) : Tensor(),
+                        n.needs_input_grad(1) ? conv2d_weight_grad(g, sx.get(n), w_shape, p) : Tensor()};
+               if (has_bias) grads.push_back(n.needs_input_grad(2) ? sum(g, {0, 2, 3}) : Tensor());
+               return grads;
+             }
+             grads = {n.needs_input_grad(0) ? ops::conv2d(g, sw.get(n), Tensor(), p) : Tensor(),
+                      n.needs_input_grad(1) ? ops::conv2d_backward_weight(sx.get(n), g, w_shape, p) : Tensor()};
              if (has_bias) grads.push_back(n.needs_input_grad(2) ? ops::sum(g, {0, 2, 3}) : Tensor());
              return grads;
            });
@@ -77,7 +127,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dP
   auto [out, indices] = ops::max_pool2d_with_indices(x, p);
   if (should_record(x)) {
     record("max_pool2d", out, {x}, [indices, p, x_shape = x.sizes()](const Tensor& g, const OpNode&) {
-      check_first_order("max_pool2d");
+      if (create_graph()) return TensorList{max_pool2d_backward(g, indices, x_shape, p)};
       return TensorList{ops::max_pool2d_backward(g, indices, x_shape, p)};
     });
   }
