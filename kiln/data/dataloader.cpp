@@ -349,16 +349,20 @@ void DataLoader::stream_worker_loop(Run& run, int worker) {
   }
 }
 
+void DataLoader::end_epoch() {
+  run_->done = true;
+  run_->current.clear();
+  state_.epoch += 1;
+  state_.batches_yielded = 0;
+  stop_run();
+}
+
 void DataLoader::fetch_next_from_streams() {
   Run& run = *run_;
   const auto streams = static_cast<int64_t>(run.streams.size());
   for (;;) {
     if (std::all_of(run.ended_at.begin(), run.ended_at.end(), [](int64_t e) { return e >= 0; })) {
-      run.done = true;
-      run.current.clear();
-      state_.epoch += 1;
-      state_.batches_yielded = 0;
-      stop_run();
+      end_epoch();
       return;
     }
     const int64_t b = run.next_batch;
@@ -401,11 +405,7 @@ void DataLoader::fetch_next() {
   }
   Run& run = *run_;
   if (run.next_batch >= run.num_batches) {
-    run.done = true;
-    run.current.clear();
-    state_.epoch += 1;
-    state_.batches_yielded = 0;
-    stop_run();
+    end_epoch();
     return;
   }
   Result r;

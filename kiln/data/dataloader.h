@@ -136,6 +136,8 @@ class DataLoader {
   void stop_run();
   void fetch_next();
   void fetch_next_from_streams();
+  // The epoch's batches are all out: the iterator reaches the end, and the state moves to the next epoch.
+  void end_epoch();
   void worker_loop(Run& run);
   void stream_worker_loop(Run& run, int worker);
 

@@ -369,14 +369,8 @@ TEST(ManualOptimization, TwoDDPRanksTrainWhatOneProcessTrainsOnTheWholeBatch) {
         return;
       }
       rank_check(find_unused, "rank " + std::to_string(rank) + ": trained without find_unused_parameters");
-      const auto got = weights_of(m);
-      for (size_t i = 0; i < got.size(); ++i) {
-        for (size_t j = 0; j < got[i].size(); ++j) {
-          rank_check(std::abs(got[i][j] - want[i][j]) <= 1e-5 * (1 + std::abs(want[i][j])),
-                     "rank " + std::to_string(rank) + ": parameter " + std::to_string(i) + "[" + std::to_string(j) +
-                         "] = " + std::to_string(got[i][j]) + ", one process: " + std::to_string(want[i][j]));
-        }
-      }
+      const std::string mismatch = weights_mismatch(weights_of(m), want);
+      rank_check(mismatch.empty(), "rank " + std::to_string(rank) + " against one process: " + mismatch);
     }, std::chrono::seconds(60));
     expect_all_ok(results);
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -108,6 +109,23 @@ inline std::vector<std::vector<float>> weights_of(const nn::Module& m) {
     out.emplace_back(d, d + c.numel());
   }
   return out;
+}
+
+// "" when every weight of `got` is within 1e-5 (relative) of `want`, else which one differs and by how much
+// (for checks in forked ranks, which report text).
+inline std::string weights_mismatch(const std::vector<std::vector<float>>& got,
+                                    const std::vector<std::vector<float>>& want) {
+  if (got.size() != want.size()) return "different parameter counts";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].size() != want[i].size()) return "parameter " + std::to_string(i) + " has another size";
+    for (size_t j = 0; j < got[i].size(); ++j) {
+      if (std::abs(got[i][j] - want[i][j]) > 1e-5 * (1 + std::abs(want[i][j]))) {
+        return "parameter " + std::to_string(i) + "[" + std::to_string(j) + "] = " + std::to_string(got[i][j]) +
+               ", expected " + std::to_string(want[i][j]);
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace kiln::test
