@@ -230,36 +230,45 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     KILN_CHECK(user_vals[k] != nullptr, "Trainer: fit(): validation loader ", k, " is null");
   }
   attach(module, Stage::Fit);
-  // This rank's shards of the data (the user's loaders themselves on one process).
-  data::DataLoader& train = strategy_->train_loader(user_train);
-  val_loaders_.clear(), val_limits_.clear();
-  for (data::DataLoader* v : user_vals) {
-    val_loaders_.push_back(strategy_->eval_loader(v));
-    val_limits_.push_back(resolve_limit(options_.limit_val_batches, "limit_val_batches", *val_loaders_.back()));
-  }
-  start_time_ = std::chrono::steady_clock::now();
-  elapsed_before_ = 0;
-  epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
-  should_stop_ = epoch_finished_ = false;
-  callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
-  train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
-  train_loader_ = &train;
-  num_training_batches_ = resolve_limit(options_.limit_train_batches, "limit_train_batches", train);
-  num_val_batches_ = 0;
-  for (int64_t n : val_limits_) num_val_batches_ = n < 0 || num_val_batches_ < 0 ? -1 : num_val_batches_ + n;
-  val_every_ = 0;
-  if (num_training_batches_ != 0) {
-    const BatchLimit& vci = options_.val_check_interval;
-    KILN_CHECK(num_training_batches_ > 0 || vci.is_count || vci.fraction == 1.0, "Trainer: val_check_interval = ",
-               vci.fraction, ": a fraction of an epoch of unknown length (an iterable dataset); give a number of "
-               "batches");
-    if (vci.is_count) {
-      KILN_CHECK(num_training_batches_ < 0 || vci.count <= num_training_batches_, "Trainer: val_check_interval = ",
-                 vci.count, " batches, but an epoch has only ", num_training_batches_, " training batches");
-      val_every_ = vci.count;
-    } else if (vci.fraction < 1.0) {
-      val_every_ = std::max<int64_t>(1, static_cast<int64_t>(vci.fraction * num_training_batches_));
+  data::DataLoader* train = nullptr;
+  try {
+    // This rank's shards of the data (the user's loaders themselves on one process).
+    train = &strategy_->train_loader(user_train);
+    val_loaders_.clear(), val_limits_.clear();
+    for (data::DataLoader* v : user_vals) {
+      val_loaders_.push_back(strategy_->eval_loader(v));
+      val_limits_.push_back(resolve_limit(options_.limit_val_batches, "limit_val_batches", *val_loaders_.back()));
     }
+    start_time_ = std::chrono::steady_clock::now();
+    elapsed_before_ = 0;
+    epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
+    should_stop_ = epoch_finished_ = false;
+    callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
+    train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
+    train_loader_ = train;
+    num_training_batches_ = resolve_limit(options_.limit_train_batches, "limit_train_batches", *train);
+    num_val_batches_ = 0;
+    for (int64_t n : val_limits_) num_val_batches_ = n < 0 || num_val_batches_ < 0 ? -1 : num_val_batches_ + n;
+    val_every_ = 0;
+    if (num_training_batches_ != 0) {
+      const BatchLimit& vci = options_.val_check_interval;
+      KILN_CHECK(num_training_batches_ > 0 || vci.is_count || vci.fraction == 1.0, "Trainer: val_check_interval = ",
+                 vci.fraction, ": a fraction of an epoch of unknown length (an iterable dataset); give a number of "
+                 "batches");
+      if (vci.is_count) {
+        KILN_CHECK(num_training_batches_ < 0 || vci.count <= num_training_batches_, "Trainer: val_check_interval = ",
+                   vci.count, " batches, but an epoch has only ", num_training_batches_, " training batches");
+        val_every_ = vci.count;
+      } else if (vci.fraction < 1.0) {
+        val_every_ = std::max<int64_t>(1, static_cast<int64_t>(vci.fraction * num_training_batches_));
+      }
+    }
+  } catch (...) {
+    // A bad limit or loader: nothing ran yet, and the module is free for the next fit.
+    train_loader_ = nullptr;
+    val_loaders_.clear();
+    detach();
+    throw;
   }
   try {
     if (options_.seed) manual_seed(*options_.seed);
@@ -304,7 +313,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
       const std::string path = resolve_ckpt_path(ckpt_path);
       if (!path.empty()) {
         Checkpoint ckpt = load_checkpoint(path);
-        restore(ckpt, train);
+        restore(ckpt, *train);
         resumed = true;
         for (auto& logger : loggers_) {
           if (ckpt.has("trainer.log_dir") && logger->log_dir() == ckpt.get("trainer.log_dir")) {
@@ -340,7 +349,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_start", [&](Callback& c) { c.on_train_start(*this, module); });
     }
-    train_loop(train);
+    train_loop(*train);
     {
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_end", [&](Callback& c) { c.on_train_end(*this, module); });

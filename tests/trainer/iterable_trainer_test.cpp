@@ -74,6 +74,7 @@ TEST(IterableTrainer, LimitsAreCountsAndFractionsAreRefused) {
   EXPECT_EQ(m.train_steps, 6);
   o.limit_train_batches = 0.5;
   expect_error([&] { trainer::Trainer(o).fit(m, *train); }, {"limit_train_batches = 0.5", "unknown", "number of batches"});
+  EXPECT_FALSE(m.has_trainer()) << "a fit refused before it started leaves the module free";
   o.limit_train_batches = 1.0;
   o.val_check_interval = 0.25;
   auto val = stream_loader(regression_data(8, 9), 8);
