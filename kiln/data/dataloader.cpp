@@ -292,7 +292,9 @@ DataLoader::Iterator DataLoader::begin() {
     run.ended_at.assign(run.streams.size(), -1);
     run.num_batches = std::numeric_limits<int64_t>::max();  // unknown until the streams end
     run.window = static_cast<int64_t>(options_.num_workers) * options_.prefetch_factor;
-    for (int w = 0; w < options_.num_workers; ++w) run.threads.emplace_back([this, &run, w] { stream_worker_loop(run, w); });
+    for (int w = 0; w < options_.num_workers; ++w) {
+      run.threads.emplace_back([this, &run, w] { stream_worker_loop(run, w); });
+    }
     // Resuming: the batches handed out before are read again and dropped (streams are deterministic).
     for (int64_t i = 0; i <= start && run_ != nullptr && !run_->done; ++i) fetch_next();
     return Iterator(this);

@@ -203,7 +203,9 @@ Tensor LBFGS::step(const Closure& closure) {
   };
   auto flat_grad = [&] {
     std::vector<Tensor> parts;
-    for (const Tensor& p : params) parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : zeros_like(p).reshape({-1}));
+    for (const Tensor& p : params) {
+      parts.push_back(p.grad().defined() ? p.grad().reshape({-1}) : zeros_like(p).reshape({-1}));  // no grad: zeros
+    }
     return cat(parts);
   };
   auto add_to_params = [&](double t, const Tensor& d) {

@@ -112,13 +112,7 @@ void Trainer::manual_optimizer_step(optim::Optimizer& optimizer) {
   profiler::Range step_range("optimizer_step");
   AutocastGuard no_autocast(device_.type, kBFloat16, /*enabled=*/false);  // the step runs as in the automatic loop
   strategy_->before_optimizer_step(*module_, true);
-  if (scaler_ && !scaler_->unscaled(optimizer)) scaler_->unscale_(optimizer);
-  call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
-  const bool skip = scaler_ && scaler_->found_inf(optimizer);
-  {
-    profiler::Range range("optimizer.step");
-    if (!skip && !strategy_->step_optimizer(optimizer)) optimizer.step();
-  }
+  step_one(optimizer, /*clip_val=*/0);  // clipping is the module's (clip_gradients)
   // One scaler update per step, as Lightning's mixed precision does under manual optimization: each
   // optimizer's step is an iteration of its own.
   if (scaler_) scaler_->update();

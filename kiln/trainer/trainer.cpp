@@ -559,19 +559,7 @@ void Trainer::optimizer_step() {
   strategy_->before_optimizer_step(*module_, last_backward_synced_);
   last_backward_synced_ = true;
   for (auto& opt : optimizers_) {
-    // 16-mixed: the hooks and clipping see the true gradients, as in Lightning.
-    if (scaler_) scaler_->unscale_(*opt);
-    call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, *opt); });
-    if (options_.gradient_clip_val > 0) {
-      clip_gradients(*opt, options_.gradient_clip_val, options_.gradient_clip_algorithm);
-    }
-    // A gradient that overflowed float16: the step is skipped (the same on every ddp rank, whose gradients
-    // are the same after the all-reduce); the scaler backs off below.
-    const bool skip = scaler_ && scaler_->found_inf(*opt);
-    {
-      profiler::Range range("optimizer.step");
-      if (!skip && !strategy_->step_optimizer(*opt)) opt->step();
-    }
+    step_one(*opt, options_.gradient_clip_val);
     call_hooks("on_before_zero_grad", [&](Callback& c) { c.on_before_zero_grad(*this, *module_, *opt); });
     {
       profiler::Range range("zero_grad");
@@ -582,6 +570,19 @@ void Trainer::optimizer_step() {
   accumulated_ = 0;
   ++global_step_;
   step_schedulers("step");
+}
+
+void Trainer::step_one(optim::Optimizer& opt, double clip_val) {
+  // 16-mixed: the hooks and clipping see the true gradients, as in Lightning (unscaled once: a manual
+  // clip_gradients may have done it already).
+  if (scaler_ && !scaler_->unscaled(opt)) scaler_->unscale_(opt);
+  call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, opt); });
+  if (clip_val > 0) clip_gradients(opt, clip_val, options_.gradient_clip_algorithm);
+  // A gradient that overflowed float16: the step is skipped (the same on every ddp rank, whose gradients are
+  // the same after the all-reduce); the scaler backs off at its update.
+  const bool skip = scaler_ && scaler_->found_inf(opt);
+  profiler::Range range("optimizer.step");
+  if (!skip && !strategy_->step_optimizer(opt)) opt.step();
 }
 
 std::optional<AutocastGuard> Trainer::autocast_guard() const {

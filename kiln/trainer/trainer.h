@@ -252,6 +252,9 @@ class Trainer {
   void train_loop(data::DataLoader& train);
   void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);
   void optimizer_step();
+  // One optimizer's step in either loop: unscaled under 16-mixed, the on_before_optimizer_step hooks, clipped
+  // at clip_val (0: not), then stepped unless a gradient overflowed (or by the strategy, a parameter server).
+  void step_one(optim::Optimizer& opt, double clip_val);
   // Clips the gradients of `optimizer`'s parameters by total norm or value (gradient_clip_algorithm's names).
   static void clip_gradients(const optim::Optimizer& optimizer, double max, const std::string& algorithm);
   // fit(): the optimizers against the loop that will step them (LBFGS needs a closure: manual optimization),

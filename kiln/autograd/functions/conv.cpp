@@ -22,6 +22,12 @@ namespace {
 // Whether a backward rule must record its own history: it runs under create_graph.
 bool create_graph() { return autograd::GradMode::is_enabled(); }
 
+// A convolution's bias gradient: g summed over (N, OH, OW), recorded under create_graph.
+Tensor bias_grad(const Tensor& g, bool needed, bool create_graph) {
+  if (!needed) return Tensor();
+  return create_graph ? sum(g, {0, 2, 3}) : ops::sum(g, {0, 2, 3});
+}
+
 // conv2d's gradient with respect to its weight, as a differentiable op: x (N, Cin, H, W) and g (N, Cout, OH, OW)
 // -> (Cout, Cin / G, KH, KW). Bilinear: with G the incoming gradient (of the weight's shape),
 // dx = conv2d_backward_input(g, G) (conv_transpose2d of g by G) and dg = conv2d(x, G).
@@ -73,16 +79,17 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     if (bias.defined()) inputs.push_back(bias);
     record("conv2d", out, inputs,
            [sx, sw, p, has_bias = bias.defined(), x_shape = x.sizes(), w_shape = weight.sizes()](const Tensor& g, const OpNode& n) {
-             TensorList grads;
-             if (create_graph()) {
-               grads = {n.needs_input_grad(0) ? conv_transpose2d(g, sw.get(n), Tensor(), p, x_shape) : Tensor(),
-                        n.needs_input_grad(1) ? conv2d_weight_grad(sx.get(n), g, w_shape, p) : Tensor()};
-               if (has_bias) grads.push_back(n.needs_input_grad(2) ? sum(g, {0, 2, 3}) : Tensor());
-               return grads;
+             const bool cg = create_graph();
+             TensorList grads{Tensor(), Tensor()};
+             if (n.needs_input_grad(0)) {
+               grads[0] = cg ? conv_transpose2d(g, sw.get(n), Tensor(), p, x_shape)
+                             : ops::conv2d_backward_input(g, sw.get(n), x_shape, p);
              }
-             grads = {n.needs_input_grad(0) ? ops::conv2d_backward_input(g, sw.get(n), x_shape, p) : Tensor(),
-                      n.needs_input_grad(1) ? ops::conv2d_backward_weight(g, sx.get(n), w_shape, p) : Tensor()};
-             if (has_bias) grads.push_back(n.needs_input_grad(2) ? ops::sum(g, {0, 2, 3}) : Tensor());
+             if (n.needs_input_grad(1)) {
+               grads[1] = cg ? conv2d_weight_grad(sx.get(n), g, w_shape, p)
+                             : ops::conv2d_backward_weight(g, sx.get(n), w_shape, p);
+             }
+             if (has_bias) grads.push_back(bias_grad(g, n.needs_input_grad(2), cg));
              return grads;
            });
   }
@@ -106,16 +113,16 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
     if (bias.defined()) inputs.push_back(bias);
     record("conv_transpose2d", out, inputs,
            [sx, sw, p, has_bias = bias.defined(), w_shape = weight.sizes()](const Tensor& g, const OpNode& n) {
-             TensorList grads;
-             if (create_graph()) {
-               grads = {n.needs_input_grad(0) ? conv2d(g, sw.get(n), Tensor(), p) : Tensor(),
-                        n.needs_input_grad(1) ? conv2d_weight_grad(g, sx.get(n), w_shape, p) : Tensor()};
-               if (has_bias) grads.push_back(n.needs_input_grad(2) ? sum(g, {0, 2, 3}) : Tensor());
-               return grads;
+             const bool cg = create_graph();
+             TensorList grads{Tensor(), Tensor()};
+             if (n.needs_input_grad(0)) {
+               grads[0] = cg ? conv2d(g, sw.get(n), Tensor(), p) : ops::conv2d(g, sw.get(n), Tensor(), p);
              }
-             grads = {n.needs_input_grad(0) ? ops::conv2d(g, sw.get(n), Tensor(), p) : Tensor(),
-                      n.needs_input_grad(1) ? ops::conv2d_backward_weight(sx.get(n), g, w_shape, p) : Tensor()};
-             if (has_bias) grads.push_back(n.needs_input_grad(2) ? ops::sum(g, {0, 2, 3}) : Tensor());
+             if (n.needs_input_grad(1)) {
+               grads[1] = cg ? conv2d_weight_grad(g, sx.get(n), w_shape, p)
+                             : ops::conv2d_backward_weight(sx.get(n), g, w_shape, p);
+             }
+             if (has_bias) grads.push_back(bias_grad(g, n.needs_input_grad(2), cg));
              return grads;
            });
   }
