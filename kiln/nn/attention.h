@@ -70,6 +70,7 @@ struct MultiheadAttentionOptions {
 // weights xavier uniform, biases zero, out_proj.weight as a Linear's.
 class MultiheadAttentionImpl : public Module {
  public:
+  using Options = MultiheadAttentionOptions;  // ModuleHolder takes it as a braced list
   MultiheadAttentionImpl(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options = {});
 
   // query: (L, N, E) or (N, L, E) with batch_first, or unbatched (L, E); key, value: the same with S for L and

@@ -19,6 +19,7 @@ struct Conv2dOptions {
 // uniform in +-1/sqrt(C / groups * kh * kw).
 class Conv2dImpl : public Module {
  public:
+  using Options = Conv2dOptions;  // ModuleHolder takes it as a braced list
   Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel_size, Conv2dOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
@@ -40,6 +41,7 @@ struct ConvTranspose2dOptions {
 // (C, O / groups, kh, kw), bias (O), initialized as PyTorch's: uniform in +-1/sqrt(O / groups * kh * kw).
 class ConvTranspose2dImpl : public Module {
  public:
+  using Options = ConvTranspose2dOptions;  // ModuleHolder takes it as a braced list
   ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel_size,
                       ConvTranspose2dOptions options = {});
   Tensor forward(const Tensor& x) override;
@@ -59,6 +61,7 @@ struct Conv1dOptions {
 // x: (N, C, L) -> (N, O, OL); weight (O, C / groups, k).
 class Conv1dImpl : public Module {
  public:
+  using Options = Conv1dOptions;  // ModuleHolder takes it as a braced list
   Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
@@ -110,6 +113,7 @@ using UpsampleOptions = functional::InterpolateOptions;
 // Resizes (N, C, H, W) to a size or by a scale factor, nearest or bilinear: functional::interpolate as a layer.
 class UpsampleImpl : public Module {
  public:
+  using Options = UpsampleOptions;  // ModuleHolder takes it as a braced list
   explicit UpsampleImpl(UpsampleOptions options) : Module("Upsample"), options_(std::move(options)) {}
   Tensor forward(const Tensor& x) override { return functional::interpolate(x, options_); }
   std::string extra_repr() const override;

@@ -52,6 +52,7 @@ struct SmoothL1LossOptions {
 };
 class SmoothL1LossImpl : public Module {
  public:
+  using Options = SmoothL1LossOptions;  // ModuleHolder takes it as a braced list
   explicit SmoothL1LossImpl(SmoothL1LossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::smooth_l1_loss(input, target, options_.reduction, options_.beta);
@@ -69,6 +70,7 @@ struct HuberLossOptions {
 };
 class HuberLossImpl : public Module {
  public:
+  using Options = HuberLossOptions;  // ModuleHolder takes it as a braced list
   explicit HuberLossImpl(HuberLossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::huber_loss(input, target, options_.reduction, options_.delta);
@@ -83,6 +85,7 @@ using HuberLoss = ModuleHolder<HuberLossImpl>;
 // Options as functional::cross_entropy's; a defined weight becomes the buffer "weight".
 class CrossEntropyLossImpl : public Module {
  public:
+  using Options = functional::CrossEntropyOptions;  // ModuleHolder takes it as a braced list
   explicit CrossEntropyLossImpl(functional::CrossEntropyOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::cross_entropy(input, target, options_);
@@ -97,6 +100,7 @@ using CrossEntropyLoss = ModuleHolder<CrossEntropyLossImpl>;
 
 class NLLLossImpl : public Module {
  public:
+  using Options = functional::NllLossOptions;  // ModuleHolder takes it as a braced list
   explicit NLLLossImpl(functional::NllLossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::nll_loss(input, target, options_);
@@ -115,6 +119,7 @@ struct BCELossOptions {
 // input: probabilities in [0, 1].
 class BCELossImpl : public Module {
  public:
+  using Options = BCELossOptions;  // ModuleHolder takes it as a braced list
   explicit BCELossImpl(BCELossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::binary_cross_entropy(input, target, options_.weight, options_.reduction);
@@ -134,6 +139,7 @@ struct BCEWithLogitsLossOptions {
 // input: logits (BCELoss after a sigmoid, computed stably).
 class BCEWithLogitsLossImpl : public Module {
  public:
+  using Options = BCEWithLogitsLossOptions;  // ModuleHolder takes it as a braced list
   explicit BCEWithLogitsLossImpl(BCEWithLogitsLossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::binary_cross_entropy_with_logits(input, target, options_.weight, options_.pos_weight,
@@ -154,6 +160,7 @@ struct KLDivLossOptions {
 // input: log-probabilities; target: probabilities (log-probabilities with log_target).
 class KLDivLossImpl : public Module {
  public:
+  using Options = KLDivLossOptions;  // ModuleHolder takes it as a braced list
   explicit KLDivLossImpl(KLDivLossOptions options = {});
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return functional::kl_div(input, target, options_.reduction, options_.log_target, options_.batchmean);

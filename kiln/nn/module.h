@@ -148,6 +148,24 @@ class ModuleHolder {
              !(sizeof...(Args) == 1 && (std::is_same_v<std::remove_cvref_t<Args>, ModuleHolder> || ...)))
   explicit ModuleHolder(Args&&... args) : impl_(std::make_shared<M>(std::forward<Args>(args)...)) {}
   ModuleHolder(std::shared_ptr<M> impl) : impl_(std::move(impl)) {}  // NOLINT: a holder is its pointer
+  // A module whose constructor ends with an options struct names it `using Options = ...;`, and then the
+  // options can be a braced list, which the constructor above cannot deduce: nn::HuberLoss({.delta = 2}),
+  // nn::Conv2d(3, 16, 3, {.stride = 2}).
+  template <class T = M>
+    requires std::is_constructible_v<M, const typename T::Options&>
+  explicit ModuleHolder(const typename T::Options& options) : impl_(std::make_shared<M>(options)) {}
+  template <class A, class T = M>
+    requires std::is_constructible_v<M, A, const typename T::Options&>
+  ModuleHolder(A&& a, const typename T::Options& options)
+      : impl_(std::make_shared<M>(std::forward<A>(a), options)) {}
+  template <class A, class B, class T = M>
+    requires std::is_constructible_v<M, A, B, const typename T::Options&>
+  ModuleHolder(A&& a, B&& b, const typename T::Options& options)
+      : impl_(std::make_shared<M>(std::forward<A>(a), std::forward<B>(b), options)) {}
+  template <class A, class B, class C, class T = M>
+    requires std::is_constructible_v<M, A, B, C, const typename T::Options&>
+  ModuleHolder(A&& a, B&& b, C&& c, const typename T::Options& options)
+      : impl_(std::make_shared<M>(std::forward<A>(a), std::forward<B>(b), std::forward<C>(c), options)) {}
 
   M* operator->() const { return impl_.get(); }
   M& operator*() const { return *impl_; }

@@ -17,6 +17,7 @@ struct BatchNormOptions {
 // BatchNorm1d takes (N, C) or (N, C, L); BatchNorm2d (N, C, H, W).
 class BatchNormImpl : public Module {
  public:
+  using Options = BatchNormOptions;  // ModuleHolder takes it as a braced list
   BatchNormImpl(const char* type_name, int64_t num_features, BatchNormOptions options, int64_t input_dims_lo,
                 int64_t input_dims_hi);
   Tensor forward(const Tensor& x) override;
@@ -54,6 +55,7 @@ struct InstanceNormOptions {
 // (N, C, L) or (C, L); InstanceNorm2d (N, C, H, W) or (C, H, W).
 class InstanceNormImpl : public Module {
  public:
+  using Options = InstanceNormOptions;  // ModuleHolder takes it as a braced list
   InstanceNormImpl(const char* type_name, int64_t num_features, InstanceNormOptions options, int64_t input_dims);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;

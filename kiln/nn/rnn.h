@@ -67,6 +67,7 @@ struct RNNOutput {
 // What RNN, LSTM and GRU share: the stack of layers and directions and the loop over the steps.
 class RNNBaseImpl : public Module {
  public:
+  using Options = RNNOptions;  // ModuleHolder takes it as a braced list
   // input: (L, N, input_size), (N, L, input_size) with batch_first, or unbatched (L, input_size).
   // state: the initial state (undefined h, and c: zeros). lengths: empty (every sequence has L steps) or N
   // lengths in 0..L (one for an unbatched input): see the file comment.

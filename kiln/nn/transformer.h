@@ -29,6 +29,7 @@ struct TransformerEncoderLayerOptions {
 
 class TransformerEncoderLayerImpl : public Module {
  public:
+  using Options = TransformerEncoderLayerOptions;  // ModuleHolder takes it as a braced list
   TransformerEncoderLayerImpl(int64_t d_model, int64_t nhead, TransformerEncoderLayerOptions options = {});
 
   // src: (S, N, E), (N, S, E) with batch_first, or unbatched (S, E); src_mask: (S, S) or (N * nhead, S, S);

@@ -135,5 +135,21 @@ TEST(LossModules, AttentionIsCalledWithQueryKeyAndValueThroughItsHolder) {
   EXPECT_EQ(through_holder.output.to_vector<double>(), direct.output.to_vector<double>());
 }
 
+// Options as braced lists: the holder's constructors that end in the module's Options type.
+TEST(ModuleHolderOptions, BracedListsBuildTheSameModulesAsNamedOptions) {
+  const Tensor input = tensor(std::vector<double>{0.0, 3.0, -1.5, 0.25}), target = zeros({4}, kFloat64);
+  nn::HuberLoss braced({.delta = 2.0});
+  nn::HuberLoss named(nn::HuberLossOptions{.delta = 2.0});
+  EXPECT_EQ(braced(input, target).item<double>(), named(input, target).item<double>());
+  EXPECT_NE(braced(input, target).item<double>(), nn::HuberLoss()(input, target).item<double>());  // delta matters here
+
+  nn::Conv2d conv(3, 4, 3, {.stride = 2, .padding = 1});
+  EXPECT_EQ(conv(zeros({1, 3, 9, 9})).sizes(), Shape({1, 4, 5, 5}));
+  nn::BatchNorm2d bn(4, {.affine = false});
+  EXPECT_TRUE(bn->parameters().empty());
+  nn::LSTM lstm(3, 5, {.num_layers = 2, .bidirectional = true});
+  EXPECT_EQ(lstm->parameters().size(), 16u);  // 2 layers x 2 directions x (w_ih, w_hh, b_ih, b_hh)
+}
+
 }  // namespace
 }  // namespace kiln
