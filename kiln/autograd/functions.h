@@ -123,6 +123,11 @@ Tensor dot(const Tensor& a, const Tensor& b);
 Tensor outer(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+// Products and sums over labelled dims, as torch.einsum (functions/einsum.cpp): einsum("bij,bjk->bik", {a, b}).
+// "..." stands for dims no letter names, broadcast across the operands; a letter repeated in one operand takes
+// its diagonal; without "->" the output is the "..." dims, then every letter seen once, upper case first.
+// Contracted two operands at a time, left to right, each step one bmm.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
 
 // ---- joining, splitting and indexing (functions/indexing.cpp) ----
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
@@ -149,6 +154,13 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 // The elements of x where the bool mask (broadcast with x) is true, as a 1-D tensor in row-major order;
 // dx: g at those places, 0 elsewhere.
 Tensor masked_select(const Tensor& x, const Tensor& mask);
+// Indexing with index tensors among the indices (functions/advanced_index.cpp), behind Tensor::index,
+// operator[], index_put and index_put_; tensor.h says what they mean. Without index tensors, index is
+// Tensor::index's view and index_put writes through that view.
+Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices);
+Tensor index_put(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values,
+                 bool accumulate = false);
+Tensor& index_put_(Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate = false);
 
 // ---- convolution and pooling (functions/conv.cpp); gradients of any order (create_graph) ----
 // x (N, Cin, H, W), weight (Cout, Cin / groups, KH, KW), bias (Cout) or undefined -> (N, Cout, OH, OW)

@@ -49,6 +49,18 @@ Tensor Tensor::masked_fill(const Tensor& mask, const Scalar& v) const { return k
 Tensor Tensor::masked_select(const Tensor& mask) const { return kiln::masked_select(*this, mask); }
 Tensor Tensor::nonzero() const { return kiln::nonzero(*this); }
 const Tensor& Tensor::masked_fill_(const Tensor& mask, const Scalar& v) const { Tensor t = *this; kiln::masked_fill_(t, mask, v); return *this; }
+Tensor Tensor::operator[](const Tensor& i) const { return kiln::index(*this, {i}); }
+const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) const {
+  Tensor t = *this;
+  kiln::index_put_(t, indices, values, accumulate);
+  return *this;
+}
+const Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Scalar& value) const {
+  return index_put_(indices, full({}, value, TensorOptions(dtype()).device(device())));
+}
+Tensor Tensor::index_put(const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) const {
+  return kiln::index_put(*this, indices, values, accumulate);
+}
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }
 Tensor Tensor::sum(IntArrayRef dims, bool keepdim) const { return kiln::sum(*this, dims, keepdim); }

@@ -98,7 +98,8 @@ class TensorOptions {
   Device device_ = kCPU;
 };
 
-// Basic indexing, as x[...] in PyTorch: x.index({0, Slice(1, None, 2), None, Ellipsis}).
+// Indexing, as x[...] in PyTorch: x.index({0, Slice(1, None, 2), None, Ellipsis}) picks a view (basic
+// indexing); a tensor among the indices (int64 positions, or a bool mask) gathers a copy (advanced indexing).
 struct NoneIndex {};
 struct EllipsisIndex {};
 inline constexpr NoneIndex None{};
@@ -113,14 +114,8 @@ struct Slice {
   Slice(NoneIndex, std::optional<int64_t> stop_ = std::nullopt, int64_t step_ = 1) : stop(stop_), step(step_) {}
   Slice(NoneIndex, NoneIndex, int64_t step_ = 1) : step(step_) {}
 };
-struct TensorIndex {
-  std::variant<int64_t, Slice, NoneIndex, EllipsisIndex> value;
-  TensorIndex(int64_t i) : value(i) {}
-  TensorIndex(int i) : value(int64_t{i}) {}
-  TensorIndex(Slice s) : value(s) {}
-  TensorIndex(NoneIndex) : value(NoneIndex{}) {}
-  TensorIndex(EllipsisIndex) : value(EllipsisIndex{}) {}
-};
+// One entry of x.index({...}); defined after Tensor, which it may hold.
+struct TensorIndex;
 
 class Tensor {
  public:
@@ -190,8 +185,18 @@ class Tensor {
                int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
+  // Basic indices make a view. Index tensors (int64 or int32 positions, negative from the end; bool masks, each
+  // standing for its nonzero() coordinates over as many dims as it has) are broadcast together, and the result
+  // takes their shape where the first of them stood when they stand side by side, or first otherwise (NumPy's
+  // and PyTorch's rule). Differentiable: the gradient adds up at repeated positions.
   Tensor index(std::initializer_list<TensorIndex> indices) const;
   Tensor index(const std::vector<TensorIndex>& indices) const;
+  Tensor operator[](const Tensor& index) const;  // x[mask], x[positions]: index({index})
+  // Writes values (broadcast to x.index(indices)'s shape) at the indexed places: x[indices] = values, or
+  // x[indices] += values with accumulate, where repeated places add up (without it, one of them wins).
+  const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate = false) const;
+  const Tensor& index_put_(const std::vector<TensorIndex>& indices, const Scalar& value) const;
+  Tensor index_put(const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate = false) const;
   Tensor expand(IntArrayRef shape) const;  // -1 keeps a dim
   Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
   Tensor squeeze() const;
@@ -320,6 +325,16 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+struct TensorIndex {
+  std::variant<int64_t, Slice, NoneIndex, EllipsisIndex, Tensor> value;
+  TensorIndex(int64_t i) : value(i) {}
+  TensorIndex(int i) : value(int64_t{i}) {}
+  TensorIndex(Slice s) : value(s) {}
+  TensorIndex(NoneIndex) : value(NoneIndex{}) {}
+  TensorIndex(EllipsisIndex) : value(EllipsisIndex{}) {}
+  TensorIndex(Tensor t) : value(std::move(t)) {}
+};
 
 // Operators. Comparisons return bool tensors (a == b compares element-wise, as in PyTorch).
 Tensor operator-(const Tensor& a);

@@ -174,6 +174,8 @@ Tensor index(const Tensor& self, const std::vector<TensorIndex>& indices) {
   for (const auto& i : indices) {
     if (std::holds_alternative<int64_t>(i.value) || std::holds_alternative<Slice>(i.value)) ++consumed;
     if (std::holds_alternative<EllipsisIndex>(i.value)) ++ellipses;
+    KILN_CHECK(!std::holds_alternative<Tensor>(i.value), "index: ops::index takes basic indices only; an index "
+               "tensor gathers a copy, which Tensor::index does");
   }
   KILN_CHECK(ellipses <= 1, "index: at most one Ellipsis is allowed");
   KILN_CHECK(consumed <= self.dim(), "index: too many indices (", consumed, ") for a tensor of ", self.dim(), " dims");

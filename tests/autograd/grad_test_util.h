@@ -75,8 +75,9 @@ inline Tensor leaf_of(const std::vector<double>& vals, IntArrayRef shape) {
   return t;
 }
 
+// An empty shape makes a 0-dim tensor (tensor() alone would read it as 1-D).
 inline Tensor int64s(const std::vector<int64_t>& vals, IntArrayRef shape) {
-  return tensor(vals, shape, kInt64);
+  return tensor(vals, shape, kInt64).reshape(shape);
 }
 
 inline Tensor bools(const std::vector<int64_t>& vals, IntArrayRef shape) {

@@ -303,6 +303,13 @@ std::vector<GradCase> linalg_cases() {
   auto mm2 = [](In in) { return matmul(in[0], in[1]); };
   std::vector<GradCase> c = {
       single("matmul_1d_1d", leaves({{3}, {3}}), mm2),
+      // einsum is a composite of diagonals, sums and bmm (functions/einsum.cpp).
+      single("einsum_three_operands", leaves({{2, 3, 2}, {2, 3}, {3, 2}}),
+             [](In in) { return einsum("abc,cd,de->abe", {in[0], in[1], in[2]}); }),
+      single("einsum_diagonal_and_broadcast", leaves({{2, 3, 3}, {1, 3}}),
+             [](In in) { return einsum("...ii,...i->...i", {in[0], in[1]}); }),
+      single("einsum_attention_scores", leaves({{2, 3, 4}, {2, 2, 4}}),
+             [](In in) { return einsum("bqd,bkd->bqk", {in[0], in[1]}); }),
       single("matmul_2d_1d", leaves({{2, 3}, {3}}), mm2),
       single("matmul_1d_2d", leaves({{3}, {3, 4}}), mm2),
       single("matmul_2d_2d", leaves({{2, 3}, {3, 4}}), mm2),
@@ -380,6 +387,24 @@ std::vector<GradCase> indexing_cases() {
       single("masked_select", leaves({{2, 4}}), [mask](In in) { return masked_select(in[0], mask()); }),
       // The mask's two rows pick x's elements again: their gradients add up.
       single("masked_select_broadcast_x", leaves({{4}}), [mask](In in) { return masked_select(in[0], mask()); }),
+      // Indexing with index tensors (advanced_index.cpp): a gather whose repeats add up, and index_put, whose
+      // overwritten places pass no gradient to x.
+      single("index_rows_repeats", [] { return TensorVec{leaf({4, 3}), int64s({2, -1, 2, 0}, {2, 2})}; },
+             [](In in) { return in[0].index({in[1]}); }),
+      single("index_tensors_apart", leaves({{3, 4, 5}}),
+             [](In in) { return in[0].index({int64s({0, 2, 2}, {3}), Slice(), int64s({4, 1}, {2, 1})}); }),
+      single("index_tensors_side_by_side_transposed", leaves({{5, 3, 4}}),
+             [](In in) { return in[0].transpose(0, 2).index({Slice(), int64s({2, 0, 2}, {3}), int64s({1, 4, 1}, {3})}); }),
+      single("index_mask", leaves({{2, 4}}), [mask](In in) { return in[0][mask()]; }),
+      single("index_put", leaves({{4, 3}, {2, 3}}),
+             [](In in) { return in[0].index_put({int64s({3, 1}, {2})}, in[1]); }),
+      single("index_put_accumulate_repeats", leaves({{4, 3}, {3}}),
+             [](In in) { return in[0].index_put({int64s({1, 3, 1}, {3}), int64s({0, 2, 0}, {3})}, in[1], true); }),
+      single("index_put_inplace_mask_broadcast", leaves({{2, 4}, {1}}), [mask](In in) {
+               Tensor y = in[0] * 2.0;
+               y.index_put_({mask()}, in[1]);
+               return y * in[0];
+             }),
       single("scatter_value", [scatter_idx] { return TensorVec{leaf({3, 4}), scatter_idx()}; },
              [](In in) { return scatter(in[0], 1, in[1], 1.5); }),
       single("scatter_add", [scatter_add_idx] { return TensorVec{leaf({3, 4}), scatter_add_idx(), leaf({3, 2})}; },

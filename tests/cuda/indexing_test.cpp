@@ -241,6 +241,40 @@ TEST_F(CudaTest, NonzeroAndMaskedSelectMatchCpu) {
   }
 }
 
+// Indexing with index tensors is a composite too (nonzero, index_select; index_put: scatter and index_add at
+// computed flat positions): the same values and gradients as on the CPU, with index tensors on either device.
+TEST_F(CudaTest, AdvancedIndexingMatchesCpu) {
+  std::mt19937 rng(108);
+  for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+    const Tensor x = test::random_tensor({6, 7, 8}, kFloat32, rng, layout);
+    const Tensor gx = to_gpu_same_layout(x);
+    const Tensor rows = tensor(std::vector<int64_t>{5, -1, 0, 5}, {2, 2}, kInt64);
+    const Tensor cols = tensor(std::vector<int64_t>{7, 0, 3}, {3}, kInt64);
+    const Tensor mask = gt(x.select(2, 0), 0);  // (6, 7)
+    const std::string what = test::layout_name(layout);
+    expect_matches_cpu(gx.index({rows}), x.index({rows}), "rows " + what, 0);
+    expect_matches_cpu(gx.index({rows.to(Device::cuda()), Slice(), Slice(1, 3)}), x.index({rows, Slice(), Slice(1, 3)}),
+                       "rows, index on the GPU " + what, 0);
+    expect_matches_cpu(gx.index({Slice(), Slice(0, 3), cols}), x.index({Slice(), Slice(0, 3), cols}), "cols " + what, 0);
+    expect_matches_cpu(gx.index({cols.narrow(0, 0, 2), Slice(), cols.narrow(0, 1, 2)}),
+                       x.index({cols.narrow(0, 0, 2), Slice(), cols.narrow(0, 1, 2)}), "apart " + what, 0);
+    expect_matches_cpu(gx[mask.to(Device::cuda())], x[mask], "mask " + what, 0);
+    const Tensor v = test::random_tensor({3}, kFloat32, rng);
+    Tensor cpu = x.clone(), gpu = gx.clone();
+    cpu.index_put_({Slice(), Slice(0, 2), cols}, v, true);
+    gpu.index_put_({Slice(), Slice(0, 2), cols}, v.to(Device::cuda()), true);
+    expect_matches_cpu(gpu, cpu, "index_put_ accumulate " + what);
+    cpu.index_put_({mask}, -1.0);
+    gpu.index_put_({mask}, -1.0);
+    expect_matches_cpu(gpu, cpu, "index_put_ mask " + what, 0);
+    // The gradient: an index_add of the repeated rows.
+    Tensor xr = x.clone().requires_grad_(), gr = gx.clone().requires_grad_();
+    (xr.index({rows}) * 2.0).sum().backward();
+    (gr.index({rows}) * 2.0).sum().backward();
+    expect_matches_cpu(gr.grad(), xr.grad(), "index gradient " + what, 0);
+  }
+}
+
 // ---- index errors ----
 
 // Runs `bad` (an op with an out-of-range index), waits for the device, then `next` (a valid indexing op):

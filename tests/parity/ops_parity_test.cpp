@@ -1,7 +1,9 @@
 // kiln's element-wise rounding, trigonometric and modulo ops, cumsum, sort, topk, isclose, nonzero and
 // masked_select against LibTorch's on the same inputs, in float64 and int64, with the cases where libraries
 // differ drawn on purpose: halves (round), signs of dividend and divisor (fmod, remainder), ties, NaN and signed
-// zeros (sort), infinities (isclose); and the gradients of cumsum, sort, topk and masked_select.
+// zeros (sort), infinities (isclose); and the gradients of cumsum, sort, topk and masked_select. Indexing with
+// index tensors (index, index_put) over every way of mixing them with ints, slices, None and Ellipsis, and
+// einsum over products, diagonals, broadcast dims and implicit outputs, with their gradients.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -149,6 +151,119 @@ TEST(OpsParity, GradientsMatchLibTorch) {
   torch::Tensor tx = to_torch(x0).requires_grad_();
   torch::masked_select(tx, to_torch(mask.to(kFloat64)).to(torch::kBool)).pow(2).sum().backward();
   expect_same(x.grad(), tx.grad(), 1e-12, "masked_select gradient");
+}
+
+// Indexing with index tensors: each case is written once in kiln's terms and translated to LibTorch's.
+torch::indexing::TensorIndex torch_index(const TensorIndex& i) {
+  namespace ti = torch::indexing;
+  if (const int64_t* k = std::get_if<int64_t>(&i.value)) return ti::TensorIndex(*k);
+  auto opt = [](std::optional<int64_t> o) { return o ? c10::optional<int64_t>(*o) : c10::nullopt; };
+  if (const Slice* s = std::get_if<Slice>(&i.value)) return ti::Slice(opt(s->start), opt(s->stop), s->step);
+  if (std::holds_alternative<NoneIndex>(i.value)) return ti::None;
+  if (std::holds_alternative<EllipsisIndex>(i.value)) return ti::Ellipsis;
+  const Tensor& t = std::get<Tensor>(i.value);
+  return to_torch(t.to(kFloat64)).to(t.dtype() == kBool ? torch::kBool : torch::kLong);
+}
+std::vector<torch::indexing::TensorIndex> torch_indices(const std::vector<TensorIndex>& indices) {
+  std::vector<torch::indexing::TensorIndex> out;
+  for (const TensorIndex& i : indices) out.push_back(torch_index(i));
+  return out;
+}
+
+TEST(OpsParity, AdvancedIndexingMatchesLibTorch) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(3 * 4 * 5 * 6);
+  for (double& e : v) e = u(rng);
+  const Tensor x = tensor(v, {3, 4, 5, 6});
+  const torch::Tensor t = to_torch(x);
+  auto ints = [](std::vector<int64_t> p, Shape s) { return tensor(p, s, kInt64); };
+  const Tensor m34 = gt(x.select(2, 0).select(2, 0), 0), m56 = gt(x[0][0], 0.3), m4 = gt(x[0].select(1, 0).select(1, 0), -2);
+  const std::vector<std::pair<std::string, std::vector<TensorIndex>>> cases = {
+      {"rows (2, 2) with repeats", {ints({2, -1, 0, 2}, {2, 2})}},
+      {"dim 1", {Slice(), ints({3, 0, -4}, {3})}},
+      {"apart, broadcast", {ints({0, 2}, {2, 1}), Slice(), ints({4, 0, 1}, {3})}},
+      {"side by side after a slice", {Slice(1, None), ints({1, 2}, {2}), ints({0, 4}, {2})}},
+      {"an int between", {Slice(), ints({1, 3}, {2}), 1, ints({5, 0}, {2})}},
+      {"None between", {ints({1, 2}, {2}), None, ints({3, 0}, {2})}},
+      {"ellipsis, then a slice", {Ellipsis, ints({2, 2, 0}, {3}), Slice(1, None, 2)}},
+      {"mask over the leading dims", {m34}},
+      {"mask in the middle and a tensor", {Slice(), Slice(), m56}},
+      {"mask and positions", {1, m4, ints({0, 4, 2, 1}, {4})}},
+      {"0-dim position", {Slice(), ints({2}, {})}},
+      {"all three kinds", {ints({0, 2}, {2}), Slice(None, None, 2), None, ints({1, 4}, {2}), Ellipsis}},
+  };
+  for (const auto& [name, indices] : cases) {
+    expect_same(x.index(indices), t.index(torch_indices(indices)), 0, "index: " + name);
+    // index_put with accumulate. LibTorch 1.13's C++ API has no accumulating index_put over these indices, so
+    // its side is the gradient of its own index(), which scatter-adds the upstream values the same way.
+    const Tensor target = x.index(indices);
+    std::vector<double> w(static_cast<size_t>(target.numel()));
+    for (double& e : w) e = u(rng);
+    const Tensor values = tensor(w, target.sizes());
+    Tensor ours = x.clone().requires_grad_(), vals = values.clone().requires_grad_();
+    const Tensor put = ours.index_put(indices, vals, true);
+    torch::Tensor scattered = t.clone().requires_grad_();
+    scattered.index(torch_indices(indices)).backward(to_torch(values));
+    const torch::Tensor tput = t + scattered.grad();
+    expect_same(put, tput, 1e-15, "index_put accumulate: " + name);
+    (put * put).sum().backward();
+    expect_same(ours.grad(), 2 * tput, 1e-14, "index_put: gradient of the tensor: " + name);
+    expect_same(vals.grad(), (2 * tput).index(torch_indices(indices)), 1e-14, "index_put: gradient of the values: " + name);
+    // Without accumulate, where every place is written once (LibTorch's in-place index_put_).
+    if (ones_like(x).index_put(indices, ones_like(values), true).max().item<double>() == 1.0) {
+      torch::Tensor tp = t.clone();
+      tp.index_put_(torch_indices(indices), to_torch(values));
+      expect_same(x.index_put(indices, values), tp, 0, "index_put: " + name);
+    }
+    // The gradient of reading, where repeated places add up.
+    Tensor xr = x.clone().requires_grad_();
+    torch::Tensor tr = t.clone().requires_grad_();
+    (xr.index(indices) * values).sum().backward();
+    (tr.index(torch_indices(indices)) * to_torch(values)).sum().backward();
+    expect_same(xr.grad(), tr.grad(), 1e-15, "index: gradient: " + name);
+  }
+}
+
+TEST(OpsParity, EinsumMatchesLibTorch) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  auto random = [&](Shape shape) {
+    std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+    for (double& e : v) e = u(rng);
+    return tensor(v, shape);
+  };
+  const std::vector<std::pair<std::string, std::vector<Shape>>> cases = {
+      {"bhqd,bhkd->bhqk", {{2, 3, 4, 5}, {2, 3, 6, 5}}},
+      {"ij,jk", {{3, 4}, {4, 5}}},
+      {"Ba,aB", {{3, 4}, {4, 3}}},
+      {"ii->i", {{4, 4}}},
+      {"iij->j", {{3, 3, 2}}},
+      {"abc,cd,de->abe", {{2, 3, 4}, {4, 5}, {5, 2}}},
+      {"...ij,...jk->...ik", {{2, 1, 3, 4}, {5, 4, 2}}},
+      {"...ij,...jk", {{2, 1, 3, 4}, {5, 4, 2}}},
+      {"i...->...", {{3, 4, 2}}},
+      {"...ii->...i", {{2, 3, 3}}},
+      {"bn,anm,bm->ba", {{2, 3}, {4, 3, 5}, {2, 5}}},
+      {"ab,ab->ab", {{3, 1}, {1, 4}}},
+  };
+  for (const auto& [eq, shapes] : cases) {
+    std::vector<Tensor> ours;
+    std::vector<torch::Tensor> theirs;
+    for (const Shape& s : shapes) {
+      const Tensor x = random(s);
+      ours.push_back(x.clone().requires_grad_());
+      theirs.push_back(to_torch(x).requires_grad_());
+    }
+    const Tensor y = einsum(eq, ours);
+    const torch::Tensor ty = torch::einsum(eq, theirs);
+    expect_same(y, ty, 1e-14, "einsum " + eq);
+    const Tensor w = random(y.sizes());
+    (y * w).sum().backward();
+    (ty * to_torch(w)).sum().backward();
+    for (size_t i = 0; i < ours.size(); ++i)
+      expect_same(ours[i].grad(), theirs[i].grad(), 1e-14, "einsum " + eq + ": gradient of operand " + std::to_string(i));
+  }
 }
 
 }  // namespace

@@ -128,6 +128,8 @@ Tensor Tensor::index(std::initializer_list<TensorIndex> indices) const {
 }
 
 Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
+  for (const TensorIndex& i : indices)
+    if (std::holds_alternative<Tensor>(i.value)) return kiln::index(*this, indices);  // advanced_index.cpp
   return picking_view("index", *this, ops::index(*this, indices),
                       [indices](const Tensor& t) { return t.index(indices); });
 }
