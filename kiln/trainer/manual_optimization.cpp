@@ -2,6 +2,11 @@
 // TrainModule::manual_backward and ManualOptimizer::step, which do what the Trainer's automatic step does around
 // them (train_batch and optimizer_step in trainer.cpp): the loss scale and its overflow check under 16-mixed,
 // the strategy's gradient averaging under ddp, the backward and optimizer-step hooks, and the step count.
+//
+// Also here: LBFGS, whose step takes a closure that it calls as often as its iterations and line search need.
+// Under manual optimization the module passes its own closure to ManualOptimizer::step; the automatic loop
+// makes the whole training step its closure (closure_batch), as Lightning does.
+#include <algorithm>
 #include <unordered_set>
 
 #include "kiln/optim/clip_grad.h"
@@ -53,13 +58,28 @@ Tensor ManualOptimizer::step(const Closure& closure) { return trainer_->manual_o
 
 // ---- the Trainer's side ----
 
+bool Trainer::steps_by_closure() const {
+  return optimizers_.size() == 1 && dynamic_cast<const optim::LBFGS*>(optimizers_[0].get()) != nullptr;
+}
+
 void Trainer::check_optimization() const {
   if (module_->automatic_optimization()) {
-    for (const auto& opt : optimizers_) {
-      KILN_CHECK(dynamic_cast<const optim::LBFGS*>(opt.get()) == nullptr, "Trainer: configure_optimizers() ",
-                 "returned LBFGS, which evaluates the loss several times per step through a closure; turn ",
-                 "automatic optimization off in the module and call optimizers()[i].step(closure) in training_step");
-    }
+    const bool lbfgs = std::any_of(optimizers_.begin(), optimizers_.end(), [](const auto& opt) {
+      return dynamic_cast<const optim::LBFGS*>(opt.get()) != nullptr;
+    });
+    if (!lbfgs) return;
+    const std::string what = "configure_optimizers() returned LBFGS, whose closure the automatic loop makes of "
+                             "the whole training step";
+    const std::string instead = "; or turn automatic optimization off and call optimizers()[i].step(closure)";
+    KILN_CHECK(optimizers_.size() == 1, "Trainer: ", what, ", so it must be the only optimizer, but there are ",
+               optimizers_.size(), instead);
+    KILN_CHECK(options_.accumulate_grad_batches == 1, "Trainer: ", what, ", which evaluates one batch at a time: ",
+               "accumulate_grad_batches must be 1, not ", options_.accumulate_grad_batches, instead);
+    KILN_CHECK(strategy_->supports_manual_optimization(), "Trainer: ", what, ", which strategy '",
+               strategy_->name(), "' cannot run: its workers step through the servers; use 'ddp' or one process");
+    KILN_CHECK(options_.precision != "16-mixed", "Trainer: ", what, " under precision '16-mixed': its line search ",
+               "compares losses and gradients across calls, which a changing loss scale would break; use ",
+               "'bf16-mixed' or '32'");
     return;
   }
   const std::string who = module_->type_name() + " turned automatic optimization off";
@@ -133,10 +153,72 @@ Tensor Trainer::manual_optimizer_step(optim::Optimizer& optimizer, const std::fu
   KILN_CHECK(!scaler_, "Trainer: LBFGS under precision '16-mixed': its line search compares losses and ",
              "gradients across calls, which a changing loss scale would break; use 'bf16-mixed' or '32'");
   call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, optimizer); });
-  profiler::Range range("optimizer.step");
-  const Tensor loss = lbfgs->step(closure);
+  const Tensor loss = closure_step(*lbfgs, closure);
   ++global_step_;
   return loss;
+}
+
+// LBFGS decides from the loss and the gradients how often it calls the closure, and each call under ddp is an
+// all-reduce round. The gradients are the mean over the ranks already; the loss is each rank's own, so it is
+// averaged here too: every rank then takes the same decisions and makes as many calls (a rank that made one
+// call more would wait on an all-reduce the others never start).
+Tensor Trainer::closure_step(optim::Optimizer& lbfgs, const std::function<Tensor()>& evaluate) {
+  profiler::Range range("optimizer.step");
+  const int world = strategy_->world_size();
+  return static_cast<optim::LBFGS&>(lbfgs).step([&] {
+    const Tensor loss = evaluate();
+    if (world == 1 || !loss.defined() || loss.numel() != 1) return loss;  // LBFGS names what is wrong
+    std::vector<double> sum = {loss.detach().item<double>()};
+    strategy_->all_reduce_sum(sum);
+    return full({}, sum[0] / world, TensorOptions(loss.dtype()).device(loss.device()));
+  });
+}
+
+// The automatic loop's step with LBFGS. Each call of the closure is what one batch of the automatic loop does
+// with accumulate_grad_batches = 1, in Lightning's order: zero_grad, training_step, backward (a whole ddp
+// round), then on_before_optimizer_step and clipping, which LBFGS's direction then uses. training_step's logs
+// come from every call (the step value is the last one's; an epoch mean counts each call), as in Lightning.
+Tensor Trainer::closure_batch(const data::Batch& batch, int64_t batch_idx) {
+  optim::Optimizer& opt = *optimizers_[0];
+  Tensor last;
+  auto evaluate = [&] {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      HookScope scope(*this, LogContext::TrainStep);
+      strategy_->before_training_step();
+      {
+        profiler::Range range("training_step");
+        const auto autocast = autocast_guard();
+        loss = module_->training_step(batch, batch_idx);
+      }
+      KILN_CHECK(loss.defined(), "Trainer: training_step returned no loss at batch ", batch_idx, "; LBFGS ",
+                 "evaluates the training step several times per batch and cannot skip one");
+      strategy_->after_training_step(loss);
+    }
+    check_training_loss(loss, batch_idx);
+    call_hooks("on_before_backward", [&](Callback& c) { c.on_before_backward(*this, *module_, loss); });
+    {
+      profiler::Range range("backward");
+      strategy_->backward(loss, /*sync=*/true);
+    }
+    call_hooks("on_after_backward", [&](Callback& c) { c.on_after_backward(*this, *module_); });
+    strategy_->before_optimizer_step(*module_, /*synced=*/true);
+    call_hooks("on_before_optimizer_step", [&](Callback& c) { c.on_before_optimizer_step(*this, *module_, opt); });
+    if (options_.gradient_clip_val > 0) clip_gradients(opt, options_.gradient_clip_val, options_.gradient_clip_algorithm);
+    last = loss;
+    return loss;
+  };
+  closure_step(opt, evaluate);
+  call_hooks("on_before_zero_grad", [&](Callback& c) { c.on_before_zero_grad(*this, *module_, opt); });
+  {
+    profiler::Range range("zero_grad");
+    opt.zero_grad();
+  }
+  last_backward_synced_ = true;
+  ++global_step_;
+  step_schedulers("step");
+  return last;
 }
 
 #undef KILN_CHECK_MANUAL

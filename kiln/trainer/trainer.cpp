@@ -504,7 +504,10 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     call_hooks("on_train_batch_start", [&](Callback& c) { c.on_train_batch_start(*this, *module_, batch, batch_idx); });
   }
   Tensor loss;
-  {
+  const bool by_closure = automatic && steps_by_closure();
+  if (by_closure) {
+    loss = closure_batch(batch, batch_idx);
+  } else {
     HookScope scope(*this, LogContext::TrainStep);
     strategy_->before_training_step();
     {
@@ -514,11 +517,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     }
     if (automatic) strategy_->after_training_step(loss);
   }
-  if (loss.defined() && automatic) {
-    KILN_CHECK(loss.numel() == 1, "Trainer: training_step returned a tensor of shape ", shape_str(loss.shape()),
-               " at batch ", batch_idx, "; it must return the loss, a single value");
-    KILN_CHECK(loss.requires_grad(), "Trainer: the loss training_step returned at batch ", batch_idx,
-               " does not require grad (computed under NoGradGuard, or only from detached tensors?)");
+  if (loss.defined() && automatic && !by_closure) {
+    check_training_loss(loss, batch_idx);
     const int64_t acc = options_.accumulate_grad_batches;
     // NOTE: dividing by the window keeps an accumulated step equal to one on a batch acc times larger (for
     // losses that are means over the batch).
@@ -536,7 +536,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     call_hooks("on_after_backward", [&](Callback& c) { c.on_after_backward(*this, *module_); });
     ++accumulated_;
   }
-  // Under manual optimization training_step stepped (or not) itself, and accumulated_ stays 0.
+  // Under manual optimization training_step stepped (or not) itself, and by a closure closure_batch stepped;
+  // accumulated_ stays 0.
   if (accumulated_ > 0 && (accumulated_ >= options_.accumulate_grad_batches || last_in_epoch)) optimizer_step();
   batch_in_epoch_ = batch_idx + 1;
   {
@@ -552,6 +553,13 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
     send_to_loggers(pending_step_logs_);
   }
   pending_step_logs_.clear();
+}
+
+void Trainer::check_training_loss(const Tensor& loss, int64_t batch_idx) const {
+  KILN_CHECK(loss.numel() == 1, "Trainer: training_step returned a tensor of shape ", shape_str(loss.shape()),
+             " at batch ", batch_idx, "; it must return the loss, a single value");
+  KILN_CHECK(loss.requires_grad(), "Trainer: the loss training_step returned at batch ", batch_idx,
+             " does not require grad (computed under NoGradGuard, or only from detached tensors?)");
 }
 
 void Trainer::optimizer_step() {

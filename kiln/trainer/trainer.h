@@ -251,14 +251,23 @@ class Trainer {
 
   void train_loop(data::DataLoader& train);
   void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);
+  // The automatic loop's checks on what training_step returned (one value that requires grad).
+  void check_training_loss(const Tensor& loss, int64_t batch_idx) const;
   void optimizer_step();
+  // Whether the automatic loop steps through a closure: its one optimizer is LBFGS.
+  bool steps_by_closure() const;
+  // Automatic optimization with a closure optimizer (LBFGS): the closure is the whole training step, evaluated
+  // as often as the optimizer asks; one step and one global_step. Returns the last evaluation's loss.
+  Tensor closure_batch(const data::Batch& batch, int64_t batch_idx);
+  // LBFGS's step over `evaluate`; under ddp the loss it sees is the mean over the ranks (see the .cpp).
+  Tensor closure_step(optim::Optimizer& lbfgs, const std::function<Tensor()>& evaluate);
   // One optimizer's step in either loop: unscaled under 16-mixed, the on_before_optimizer_step hooks, clipped
   // at clip_val (0: not), then stepped unless a gradient overflowed (or by the strategy, a parameter server).
   void step_one(optim::Optimizer& opt, double clip_val);
   // Clips the gradients of `optimizer`'s parameters by total norm or value (gradient_clip_algorithm's names).
   static void clip_gradients(const optim::Optimizer& optimizer, double max, const std::string& algorithm);
-  // fit(): the optimizers against the loop that will step them (LBFGS needs a closure: manual optimization),
-  // and a module that turned automatic optimization off against the options that need it.
+  // fit(): the optimizers against the loop that will step them (LBFGS steps with a closure: alone, one batch at
+  // a time), and a module that turned automatic optimization off against the options that need it.
   void check_optimization() const;
   void step_schedulers(const std::string& interval);
   bool validation_due(int64_t batches_done) const;

@@ -1,6 +1,7 @@
-// Manual optimization (TrainModule::set_automatic_optimization(false)). The oracles are loops written out by
-// hand with the same ops in the same order, and the automatic Trainer itself: on the CPU both must give the
-// Trainer's weights bit for bit. Two ranks under ddp must train what one process trains on the whole batch.
+// Manual optimization (TrainModule::set_automatic_optimization(false)), and LBFGS's closure steps under either
+// loop. The oracles are loops written out by hand with the same ops in the same order, and the automatic Trainer
+// itself: on the CPU both must give the Trainer's weights bit for bit. Two ranks under ddp must train what one
+// process trains on the whole batch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -191,14 +192,36 @@ TEST(ManualOptimization, OneOptimizerByHandEqualsTheAutomaticLoop) {
   }
 }
 
+// LBFGS by hand: each step's closure zeroes the gradients, runs the loss and backward, and clips them to
+// `clip` (0: not), as the automatic loop's closure does.
+std::vector<std::vector<float>> lbfgs_by_hand(const optim::LBFGSOptions& options, int epochs, double clip = 0) {
+  manual_seed(5);
+  Regressor by_hand;
+  optim::LBFGS opt(by_hand.parameters(), options);
+  auto data = loader(regression_data(32), 8);
+  for (int e = 0; e < epochs; ++e) {
+    for (const data::Batch& b : *data) {
+      opt.step([&] {
+        opt.zero_grad();
+        Tensor loss = nn::F::mse_loss(by_hand.fc(b[0]), b[1]);
+        loss.backward();
+        if (clip > 0) optim::clip_grad_norm_(by_hand.parameters(), clip);
+        return loss;
+      });
+    }
+  }
+  return weights_of(by_hand);
+}
+
+const optim::LBFGSOptions kLBFGS{.max_iter = 4, .history_size = 5, .line_search_fn = "strong_wolfe"};
+
 TEST(ManualOptimization, LBFGSStepsWithAClosureAsInAPlainLoop) {
   TempDir dir;
-  const optim::LBFGSOptions lbfgs{.max_iter = 4, .history_size = 5, .line_search_fn = "strong_wolfe"};
   manual_seed(5);
   ManualRegressor m;
   m.use_closure = true;
   m.make_optim = [&](Regressor& r) -> trainer::OptimizerSetup {
-    return std::make_shared<optim::LBFGS>(r.parameters(), lbfgs);
+    return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
   };
   auto data = loader(regression_data(32), 8);
   trainer::TrainerOptions o = quiet(dir.str());
@@ -206,26 +229,89 @@ TEST(ManualOptimization, LBFGSStepsWithAClosureAsInAPlainLoop) {
   trainer::Trainer t(o);
   t.fit(m, *data);
   EXPECT_EQ(t.global_step(), 8);
+  EXPECT_EQ(weights_of(m), lbfgs_by_hand(kLBFGS, 2));
+}
 
-  manual_seed(5);
-  Regressor by_hand;
-  optim::LBFGS opt(by_hand.parameters(), lbfgs);
-  for (int e = 0; e < 2; ++e) {
-    for (const data::Batch& b : *data) {
-      opt.step([&] {
-        opt.zero_grad();
-        Tensor loss = nn::F::mse_loss(by_hand.fc(b[0]), b[1]);
-        loss.backward();
-        return loss;
-      });
-    }
+// The automatic loop makes the whole training step LBFGS's closure, as Lightning does; with clipping in it too.
+TEST(ManualOptimization, AutomaticLBFGSClosesOverTheTrainingStep) {
+  for (const double clip : {0.0, 0.05}) {
+    TempDir dir;
+    manual_seed(5);
+    Regressor m;
+    m.make_optim = [&](Regressor& r) -> trainer::OptimizerSetup {
+      return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
+    };
+    auto data = loader(regression_data(32), 8);
+    trainer::TrainerOptions o = quiet(dir.str());
+    o.max_epochs = 2;
+    o.gradient_clip_val = clip;
+    trainer::Trainer t(o);
+    t.fit(m, *data);
+    EXPECT_EQ(t.global_step(), 8);
+    EXPECT_GT(m.train_steps, 8) << "the line search evaluates each batch more than once";
+    EXPECT_EQ(weights_of(m), lbfgs_by_hand(kLBFGS, 2, clip)) << "clip " << clip;
+    EXPECT_TRUE(std::isfinite(t.callback_metrics().at("train/loss")));
   }
-  EXPECT_EQ(weights_of(m), weights_of(by_hand));
+}
 
-  // The automatic loop cannot give LBFGS its closure: a clear error before training.
-  Regressor automatic;
-  automatic.make_optim = m.make_optim;
-  expect_error([&] { trainer::Trainer(o).fit(automatic, *data); }, {"LBFGS", "closure", "automatic optimization off"});
+TEST(ManualOptimization, AutomaticLBFGSRefusesWhatItCannotDo) {
+  TempDir dir;
+  auto data = loader(regression_data(32), 8);
+  Regressor m;
+  m.make_optim = [](Regressor& r) -> trainer::OptimizerSetup {
+    return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
+  };
+  trainer::TrainerOptions o = quiet(dir.str());
+  o.max_epochs = 1;
+  o.accumulate_grad_batches = 2;
+  expect_error([&] { trainer::Trainer(o).fit(m, *data); }, {"LBFGS", "accumulate_grad_batches must be 1, not 2"});
+  o.accumulate_grad_batches = 1;
+  o.precision = "16-mixed";
+  expect_error([&] { trainer::Trainer(o).fit(m, *data); }, {"LBFGS", "'16-mixed'", "'bf16-mixed'"});
+  o.precision = "32";
+  m.make_optim = [](Regressor& r) -> trainer::OptimizerSetup {
+    return trainer::OptimizerSetup({std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS),
+                                    std::make_shared<optim::SGD>(r.parameters(), optim::SGDOptions{.lr = 0.1})});
+  };
+  expect_error([&] { trainer::Trainer(o).fit(m, *data); }, {"only optimizer", "there are 2", "step(closure)"});
+}
+
+// Under ddp every evaluation is an all-reduce round, and the loss LBFGS sees is the mean over the ranks, so both
+// ranks take the decisions one process takes on the whole batch: as many evaluations, and its weights. (One
+// epoch: in the second, near the minimum, the line search compares losses that differ by float32 rounding, and
+// the order in which the ranks' gradients were summed can tip a comparison; the ranks still agree.)
+TEST(ManualOptimization, AutomaticLBFGSUnderDDPTrainsWhatOneProcessTrains) {
+  TempDir dir;
+  auto lbfgs_setup = [](Regressor& r) -> trainer::OptimizerSetup {
+    return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
+  };
+  manual_seed(5);
+  Regressor one;
+  one.make_optim = lbfgs_setup;
+  auto data8 = loader(regression_data(32), 8);
+  trainer::TrainerOptions o = quiet(dir.str());
+  o.max_epochs = 1;
+  trainer::Trainer(o).fit(one, *data8);
+  const std::vector<std::vector<float>> want = weights_of(one);
+  const uint16_t port = distributed::find_free_port();
+  const auto results = run_ranks(2, [&](int rank) {
+    set_rank_env(rank, 2, port);
+    manual_seed(rank == 0 ? 5 : 99);  // rank 1 starts elsewhere: DDP copies rank 0's weights
+    Regressor m;
+    m.make_optim = lbfgs_setup;
+    auto data4 = loader(regression_data(32), 4);
+    trainer::TrainerOptions ro = o;
+    ro.strategy = "ddp";
+    ro.process_group_timeout = 30;
+    trainer::Trainer t(ro);
+    t.fit(m, *data4);
+    const std::string who = "rank " + std::to_string(rank);
+    rank_check(m.train_steps == one.train_steps, who + " evaluated the training step " +
+               std::to_string(m.train_steps) + " times, one process " + std::to_string(one.train_steps));
+    const std::string mismatch = weights_mismatch(weights_of(m), want);
+    rank_check(mismatch.empty(), who + " against one process: " + mismatch);
+  }, std::chrono::seconds(60));
+  expect_all_ok(results);
 }
 
 // A loss that overflows once: under 16-mixed that step is skipped (the weights stay) and the scale backs off.
