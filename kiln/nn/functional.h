@@ -116,6 +116,31 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, bool log_target = false,
               bool batchmean = false);
 
+// ---- more activations (activation.cpp), as torch.nn.functional's; at a kink the gradient is PyTorch's where
+// it says which side (elu takes x <= 0's, hardtanh's family passes none at its edges) ----
+Tensor elu(const Tensor& x, double alpha = 1.0);   // x > 0 ? x : alpha (e^x - 1)
+Tensor selu(const Tensor& x);                     // scale elu(x, alpha), SELU's two constants
+Tensor celu(const Tensor& x, double alpha = 1.0);  // x > 0 ? x : alpha (e^(x / alpha) - 1); alpha != 0
+Tensor softsign(const Tensor& x);                 // x / (1 + |x|)
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);  // x clamped to [min, max]
+Tensor relu6(const Tensor& x);                    // hardtanh(x, 0, 6)
+Tensor hardsigmoid(const Tensor& x);              // relu6(x + 3) / 6
+Tensor hardswish(const Tensor& x);                // x relu6(x + 3) / 6
+Tensor mish(const Tensor& x);                     // x tanh(softplus(x))
+Tensor logsigmoid(const Tensor& x);               // log(sigmoid(x)) = min(x, 0) - log1p(e^-|x|), never overflows
+Tensor tanhshrink(const Tensor& x);               // x - tanh(x)
+Tensor softshrink(const Tensor& x, double lambd = 0.5);  // x -+ lambd beyond +-lambd, 0 between; lambd >= 0
+Tensor hardshrink(const Tensor& x, double lambd = 0.5);  // x where |x| > lambd, else 0
+Tensor threshold(const Tensor& x, double threshold, double value);  // x > threshold ? x : value
+Tensor glu(const Tensor& x, int64_t dim = -1);    // a sigmoid(b), where a, b are x's halves along dim
+Tensor softmin(const Tensor& x, int64_t dim);      // softmax(-x, dim)
+// x > 0 ? x : weight x; weight: (1), or (C) for x's dim 1 (the channels of (N, C, ...)).
+Tensor prelu(const Tensor& x, const Tensor& weight);
+// Randomized leaky ReLU: training, each x <= 0 times its own slope drawn uniformly from [lower, upper]; else
+// times (lower + upper) / 2.
+Tensor rrelu(const Tensor& x, double lower = 1.0 / 8, double upper = 1.0 / 3, bool training = false,
+             Generator* gen = nullptr);
+
 // The activations, softmax and padding are autograd's ops themselves (namespace kiln); named here too, so that
 // F::relu(x) and F::softmax(x, 1) read as in PyTorch.
 using kiln::gelu;

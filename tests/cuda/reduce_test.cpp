@@ -67,7 +67,10 @@ std::function<std::vector<double>(int64_t)> random_gen(DType dtype, std::mt19937
 
 std::string dims_str(const std::vector<int64_t>& dims) {
   std::string s = "{";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(dims[i]);  // (appending, not "," + string: GCC 12 warns falsely on that)
+  }
   return s + "}";
 }
 

@@ -315,7 +315,10 @@ TYPED_TEST(StoreTest, ThreadsHammeringOneStoreObject) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kAdds; ++i) {
-        const std::string key = "t" + std::to_string(t) + "/" + std::to_string(i % 5);
+        std::string key = "t";  // appended, not "t" + string: GCC 12 warns falsely on that
+        key += std::to_string(t);
+        key += '/';
+        key += std::to_string(i % 5);
         store->set(key, std::to_string(i));
         if (store->get_string(key) != std::to_string(i)) ++failures;
         if (store->add("total", 1) == kThreads * kAdds) store->set("all-added", std::string("yes"));

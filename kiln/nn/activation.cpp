@@ -1,0 +1,102 @@
+// The activations beyond the ones autograd has kernels for (relu, gelu, silu, sigmoid, tanh, softplus, leaky_relu):
+// each a composite of differentiable element-wise ops, so each runs on every device and has every order of
+// gradient. Where a branch would overflow, its input is clamped first: where() passes no gradient to the branch
+// it did not pick, but 0 times an infinite derivative would still be NaN.
+#include "kiln/nn/activation.h"
+#include "kiln/nn/functional.h"
+
+namespace kiln::nn::functional {
+
+namespace {
+// x for x > 0, else alpha * (e^(x / scale) - 1): elu (scale 1) and celu (scale alpha).
+Tensor exponential_linear(const Tensor& x, double alpha, double scale) {
+  const Tensor negative = clamp(x, std::nullopt, Scalar(0.0));  // e^x of a large x would be inf
+  return where(x > 0.0, x, expm1(negative / scale) * alpha);
+}
+}  // namespace
+
+Tensor elu(const Tensor& x, double alpha) { return exponential_linear(x, alpha, 1.0); }
+
+Tensor selu(const Tensor& x) {
+  // The constants of Klambauer et al. (2017), as PyTorch writes them.
+  constexpr double kAlpha = 1.6732632423543772848170429916717;
+  constexpr double kScale = 1.0507009873554804934193349852946;
+  return exponential_linear(x, kAlpha, 1.0) * kScale;
+}
+
+Tensor celu(const Tensor& x, double alpha) {
+  KILN_CHECK(alpha != 0, "celu: alpha must not be 0");
+  return exponential_linear(x, alpha, alpha);
+}
+
+Tensor softsign(const Tensor& x) { return x / (abs(x) + 1.0); }
+
+// Written as picks rather than clamp: clamp passes the gradient at its bounds, PyTorch's hardtanh does not.
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  KILN_CHECK(min_val <= max_val, "hardtanh: min_val = ", min_val, " is above max_val = ", max_val);
+  return where(x <= min_val, Scalar(min_val), where(x >= max_val, Scalar(max_val), x));
+}
+
+Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
+
+Tensor hardsigmoid(const Tensor& x) { return where(x <= -3.0, Scalar(0.0), where(x >= 3.0, Scalar(1.0), x / 6.0 + 0.5)); }
+
+Tensor hardswish(const Tensor& x) { return x * hardsigmoid(x); }
+
+Tensor mish(const Tensor& x) { return x * tanh(softplus(x)); }
+
+Tensor logsigmoid(const Tensor& x) { return minimum(x, Scalar(0.0)) - log1p(exp(-abs(x))); }
+
+Tensor tanhshrink(const Tensor& x) { return x - tanh(x); }
+
+Tensor softshrink(const Tensor& x, double lambd) {
+  KILN_CHECK(lambd >= 0, "softshrink: lambd = ", lambd, ": expected >= 0");
+  return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, Scalar(0.0)));
+}
+
+Tensor hardshrink(const Tensor& x, double lambd) { return where(abs(x) > lambd, x, Scalar(0.0)); }
+
+Tensor threshold(const Tensor& x, double threshold, double value) { return where(x > threshold, x, Scalar(value)); }
+
+Tensor glu(const Tensor& x, int64_t dim) {
+  KILN_CHECK(x.dim() > 0, "glu: expected at least one dim, got a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, x.dim(), "glu");
+  const int64_t n = x.size(d);
+  KILN_CHECK(n % 2 == 0, "glu: dim ", d, " of the input of shape ", shape_str(x.sizes()),
+             " must have an even size to be halved, got ", n);
+  return x.narrow(d, 0, n / 2) * sigmoid(x.narrow(d, n / 2, n / 2));
+}
+
+Tensor softmin(const Tensor& x, int64_t dim) { return softmax(-x, dim); }
+
+Tensor prelu(const Tensor& x, const Tensor& weight) {
+  KILN_CHECK(weight.defined(), "prelu: the weight is undefined");
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  KILN_CHECK(weight.numel() == 1 || weight.numel() == channels, "prelu: the weight has ", weight.numel(),
+             " elements; expected 1 or the input's channels (dim 1 of ", shape_str(x.sizes()), "): ", channels);
+  Tensor w = weight.reshape({-1});
+  if (weight.numel() > 1) {
+    Shape shape(static_cast<size_t>(x.dim()), 1);
+    shape[1] = channels;
+    w = w.view(shape);
+  }
+  return where(x > 0.0, x, x * w);
+}
+
+Tensor rrelu(const Tensor& x, double lower, double upper, bool training, Generator* gen) {
+  KILN_CHECK(lower <= upper, "rrelu: lower = ", lower, " is above upper = ", upper);
+  if (!training) return where(x > 0.0, x, x * ((lower + upper) / 2));
+  const Tensor slope = rand_like(x, {}, gen) * (upper - lower) + lower;  // no gradient: drawn, not learned
+  return where(x > 0.0, x, x * slope);
+}
+
+}  // namespace kiln::nn::functional
+
+namespace kiln::nn {
+
+PReLUImpl::PReLUImpl(int64_t num_parameters, double init) : Module("PReLU") {
+  KILN_CHECK(num_parameters >= 1, "PReLU: num_parameters = ", num_parameters, ": expected >= 1");
+  weight = register_parameter("weight", full({num_parameters}, init));
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,212 @@
+// The activations of activation.cpp against float64 formulas written here with <cmath>, element by element, over
+// values that reach every branch and sit on the kinks; their gradients by central differences away from the
+// kinks; the modules against their functions. The parity suite compares them with LibTorch's as well.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "tensor/test_util.h"
+
+namespace kiln::test {
+namespace {
+
+namespace F = nn::functional;
+
+struct Activation {
+  std::string name;
+  std::function<Tensor(const Tensor&)> ours;
+  std::function<double(double)> formula;
+};
+
+double act_clamp(double x, double lo, double hi) { return std::min(std::max(x, lo), hi); }
+
+std::vector<Activation> activations() {
+  const double selu_alpha = 1.6732632423543772848170429916717, selu_scale = 1.0507009873554804934193349852946;
+  return {
+      {"elu", [](const Tensor& x) { return F::elu(x, 1.3); }, [](double x) { return x > 0 ? x : 1.3 * std::expm1(x); }},
+      {"selu", [](const Tensor& x) { return F::selu(x); },
+       [=](double x) { return selu_scale * (x > 0 ? x : selu_alpha * std::expm1(x)); }},
+      {"celu", [](const Tensor& x) { return F::celu(x, 0.8); },
+       [](double x) { return x > 0 ? x : 0.8 * std::expm1(x / 0.8); }},
+      {"softsign", [](const Tensor& x) { return F::softsign(x); }, [](double x) { return x / (1 + std::fabs(x)); }},
+      {"hardtanh", [](const Tensor& x) { return F::hardtanh(x, -0.6, 1.4); },
+       [](double x) { return act_clamp(x, -0.6, 1.4); }},
+      {"relu6", [](const Tensor& x) { return F::relu6(x); }, [](double x) { return act_clamp(x, 0, 6); }},
+      {"hardsigmoid", [](const Tensor& x) { return F::hardsigmoid(x); },
+       [](double x) { return act_clamp(x + 3, 0, 6) / 6; }},
+      {"hardswish", [](const Tensor& x) { return F::hardswish(x); },
+       [](double x) { return x * act_clamp(x + 3, 0, 6) / 6; }},
+      {"mish", [](const Tensor& x) { return F::mish(x); }, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }},
+      {"logsigmoid", [](const Tensor& x) { return F::logsigmoid(x); },
+       [](double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }},
+      {"tanhshrink", [](const Tensor& x) { return F::tanhshrink(x); }, [](double x) { return x - std::tanh(x); }},
+      {"softshrink", [](const Tensor& x) { return F::softshrink(x, 0.5); },
+       [](double x) { return x > 0.5 ? x - 0.5 : x < -0.5 ? x + 0.5 : 0.0; }},
+      {"hardshrink", [](const Tensor& x) { return F::hardshrink(x, 0.5); },
+       [](double x) { return std::fabs(x) > 0.5 ? x : 0.0; }},
+      // 0.25: a threshold float32 holds exactly, so the float32 pass takes the same branch at the kink.
+      {"threshold", [](const Tensor& x) { return F::threshold(x, 0.25, -2.0); }, [](double x) { return x > 0.25 ? x : -2.0; }},
+  };
+}
+
+// Every branch, the kinks themselves (-3, -0.6, -0.5, 0, 0.25, 0.5, 1.4, 3, 6), and values whose exponentials
+// overflow.
+const std::vector<double> kActPoints = {-800, -30, -7.5, -3.0, -2.9, -1.2, -0.7, -0.6, -0.5, -0.3, -1e-3, 0.0, 1e-3,
+                                        0.25, 0.3, 0.5, 0.7, 1.0, 1.4, 2.9, 3.0, 3.1, 6.0, 6.5, 25, 80, 800};
+
+TEST(Activations, MatchTheirFormulasInFloat64AndFloat32) {
+  const Tensor x64 = tensor(kActPoints, {}, kFloat64);
+  for (const Activation& a : activations()) {
+    for (DType dtype : {kFloat64, kFloat32}) {
+      const Tensor y = a.ours(x64.to(dtype));
+      ASSERT_EQ(y.dtype(), dtype) << a.name;
+      const std::vector<double> got = values(y);
+      for (size_t i = 0; i < kActPoints.size(); ++i) {
+        // The float32 formula starts from the input rounded to float32.
+        const double x = dtype == kFloat64 ? kActPoints[i] : static_cast<double>(static_cast<float>(kActPoints[i]));
+        const double want = a.formula(x);
+        const double tol = (dtype == kFloat64 ? 1e-14 : 2e-6) * std::max(1.0, std::fabs(want));
+        EXPECT_NEAR(got[i], want, tol) << a.name << " (" << dtype << ") at " << x;
+      }
+    }
+  }
+}
+
+TEST(Activations, GradientsMatchCentralDifferences) {
+  // Away from every kink by at least 0.1.
+  Tensor x = tensor({-3.7, -2.2, -1.1, -0.35, 0.15, 0.85, 1.6, 2.45, 4.1, 7.3}, kFloat64).view({2, 5});
+  x.requires_grad_();
+  for (const Activation& a : activations()) {
+    const auto r = autograd::gradcheck([&](const std::vector<Tensor>& in) { return a.ours(in[0]); }, {x});
+    EXPECT_TRUE(r.ok) << a.name << ": " << r.report;
+  }
+}
+
+TEST(Activations, NoNaNGradientsWhereTheUnpickedBranchOverflows) {
+  for (const Activation& a : activations()) {
+    Tensor x = tensor({-800.0, 800.0}, kFloat64);  // e^800 is inf in float64
+    x.requires_grad_();
+    a.ours(x).sum().backward();
+    for (double g : values(x.grad())) EXPECT_FALSE(std::isnan(g)) << a.name;
+  }
+}
+
+TEST(Activations, GluSoftminAndPrelu) {
+  std::mt19937 rng(21);
+  const Tensor x = random_tensor({3, 4}, kFloat64, rng);
+  const std::vector<double> v = values(x);
+  auto sig = [](double z) { return 1 / (1 + std::exp(-z)); };
+  expect_tensor_near(F::glu(x, 1), {v[0] * sig(v[2]), v[1] * sig(v[3]), v[4] * sig(v[6]), v[5] * sig(v[7]),
+                                    v[8] * sig(v[10]), v[9] * sig(v[11])}, {3, 2}, 1e-14, 1e-14);
+  expect_error([&] { F::glu(x, 0); }, {"glu: dim 0", "even size", "got 3"});
+  std::vector<double> softmin(12);
+  for (int r = 0; r < 3; ++r) {
+    double total = 0;
+    for (int c = 0; c < 4; ++c) total += std::exp(-v[static_cast<size_t>(r * 4 + c)]);
+    for (int c = 0; c < 4; ++c) softmin[static_cast<size_t>(r * 4 + c)] = std::exp(-v[static_cast<size_t>(r * 4 + c)]) / total;
+  }
+  expect_tensor_near(F::softmin(x, 1), softmin, {3, 4}, 1e-14, 1e-14);
+
+  // One slope per channel (dim 1), and one for all.
+  const Tensor images = random_tensor({2, 3, 2}, kFloat64, rng);
+  const Tensor w = tensor({0.1, -0.4, 2.0}, kFloat64);
+  const std::vector<double> iv = values(images);
+  std::vector<double> want(iv.size());
+  for (size_t i = 0; i < iv.size(); ++i) want[i] = iv[i] > 0 ? iv[i] : values(w)[i / 2 % 3] * iv[i];
+  expect_tensor_near(F::prelu(images, w), want, {2, 3, 2}, 1e-14, 1e-14);
+  for (size_t i = 0; i < iv.size(); ++i) want[i] = iv[i] > 0 ? iv[i] : 0.25 * iv[i];
+  nn::PReLU shared;
+  EXPECT_EQ(shared->named_parameters().at(0).first, "weight");
+  expect_tensor_near(shared(images.to(kFloat32)), want, {2, 3, 2}, 1e-6, 1e-6);
+  expect_error([&] { F::prelu(images, tensor({0.1, 0.2})); }, {"prelu: the weight has 2 elements", "channels (dim 1 of (2, 3, 2)): 3"});
+
+  // Gradients reach the input and the slopes.
+  Tensor xi = images.clone().requires_grad_(), wi = w.clone().requires_grad_();
+  const auto r = autograd::gradcheck([](const std::vector<Tensor>& in) { return F::prelu(in[0], in[1]); }, {xi, wi});
+  EXPECT_TRUE(r.ok) << r.report;
+  Tensor xg = x.clone().requires_grad_();
+  EXPECT_TRUE(autograd::gradcheck([](const std::vector<Tensor>& in) { return F::glu(in[0], 1); }, {xg}).ok);
+}
+
+TEST(Activations, ModulesCallTheirFunctionsAndCheckTheirNumbers) {
+  std::mt19937 rng(22);
+  const Tensor x = random_tensor({2, 6}, kFloat32, rng, Layout::Contiguous, -5, 5);
+  auto same = [&](nn::Module& m, const Tensor& want, const std::string& repr) {
+    EXPECT_TRUE(equal(m(x), want)) << m.type_name();
+    EXPECT_EQ(m.extra_repr(), repr) << m.type_name();
+  };
+  same(*nn::ELU(0.5), F::elu(x, 0.5), "alpha=0.5");
+  same(*nn::CELU(2.0), F::celu(x, 2.0), "alpha=2");
+  same(*nn::SELU(), F::selu(x), "");
+  same(*nn::Softsign(), F::softsign(x), "");
+  same(*nn::Hardtanh(-2.0, 3.0), F::hardtanh(x, -2, 3), "min_val=-2, max_val=3");
+  same(*nn::ReLU6(), F::relu6(x), "");
+  same(*nn::Hardsigmoid(), F::hardsigmoid(x), "");
+  same(*nn::Hardswish(), F::hardswish(x), "");
+  same(*nn::Mish(), F::mish(x), "");
+  same(*nn::LogSigmoid(), F::logsigmoid(x), "");
+  same(*nn::Tanhshrink(), F::tanhshrink(x), "");
+  same(*nn::Softshrink(1.5), F::softshrink(x, 1.5), "lambd=1.5");
+  same(*nn::Hardshrink(), F::hardshrink(x, 0.5), "lambd=0.5");
+  same(*nn::Threshold(0.1, 20.0), F::threshold(x, 0.1, 20), "threshold=0.1, value=20");
+  same(*nn::Softplus(2.0, 10.0), softplus(x, 2.0, 10.0), "beta=2, threshold=10");
+  same(*nn::GLU(), F::glu(x, -1), "dim=-1");
+  same(*nn::Softmin(1), F::softmin(x, 1), "dim=1");
+  nn::PReLU per_channel(6, 0.1);
+  same(*per_channel, F::prelu(x, full({6}, 0.1)), "num_parameters=6");
+  expect_error([] { nn::CELU(0.0); }, {"CELU: alpha = 0: expected alpha != 0"});
+  expect_error([] { nn::Softshrink(-1.0); }, {"Softshrink: lambd = -1: expected lambd >= 0"});
+  expect_error([] { nn::Hardtanh(2.0, 1.0); }, {"Hardtanh: min_val = 2 is above max_val = 1"});
+  expect_error([] { nn::PReLU(0); }, {"PReLU: num_parameters = 0"});
+}
+
+TEST(Activations, RReLUDrawsSlopesWhileTrainingAndUsesTheirMeanOtherwise) {
+  std::mt19937 rng(23);
+  const Tensor x0 = random_tensor({4, 50}, kFloat64, rng);
+  const std::vector<double> xv = values(x0);
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) want[i] = xv[i] > 0 ? xv[i] : 0.2 * xv[i];
+  expect_tensor_near(F::rrelu(x0, 0.1, 0.3), want, {4, 50}, 1e-15, 1e-15);
+
+  Tensor x = x0.clone().requires_grad_();
+  manual_seed(4);
+  const Tensor y = F::rrelu(x, 0.1, 0.3, /*training=*/true);
+  y.sum().backward();
+  const std::vector<double> yv = values(y.detach()), gv = values(x.grad());
+  double lo = 1, hi = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    if (xv[i] > 0) {
+      EXPECT_EQ(yv[i], xv[i]);
+      EXPECT_EQ(gv[i], 1.0);
+      continue;
+    }
+    const double slope = yv[i] / xv[i];
+    EXPECT_GE(slope, 0.1);
+    EXPECT_LE(slope, 0.3);
+    EXPECT_NEAR(gv[i], slope, 1e-12) << "the gradient is the slope drawn";
+    lo = std::min(lo, slope), hi = std::max(hi, slope);
+  }
+  EXPECT_GT(hi - lo, 0.1) << "one slope per element, spread over [lower, upper]";
+  manual_seed(4);
+  EXPECT_TRUE(equal(F::rrelu(x0, 0.1, 0.3, true), y.detach())) << "the same seed draws the same slopes";
+
+  nn::RReLU m(0.1, 0.3);
+  m->eval();
+  EXPECT_TRUE(equal(m(x0), F::rrelu(x0, 0.1, 0.3)));
+  EXPECT_EQ(m->extra_repr(), "lower=0.1, upper=0.3");
+  expect_error([] { nn::RReLU(0.5, 0.2); }, {"RReLU: lower = 0.5 is above upper = 0.2"});
+
+  nn::Softmax2d s;
+  const Tensor img = random_tensor({2, 3, 4, 5}, kFloat64, rng);
+  EXPECT_TRUE(equal(s(img), softmax(img, 1)));
+  EXPECT_TRUE(equal(s(img[0]), softmax(img[0], 0)));
+  expect_error([&] { s(img[0][0]); }, {"Softmax2d: expected (N, C, H, W) or (C, H, W), got shape (4, 5)"});
+}
+
+}  // namespace
+}  // namespace kiln::test
