@@ -7,8 +7,7 @@
 
 namespace kiln::nn::functional {
 
-namespace {
-Tensor reduce(const Tensor& loss, Reduction reduction) {
+Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
     case Reduction::None:
       return loss;
@@ -19,6 +18,8 @@ Tensor reduce(const Tensor& loss, Reduction reduction) {
   }
   return loss.mean();
 }
+
+namespace {
 
 void check_same_shape(const char* op, const Tensor& input, const Tensor& target) {
   KILN_CHECK(input.sizes() == target.sizes(), op, ": input of shape ", shape_str(input.sizes()),
@@ -179,7 +180,7 @@ Tensor cross_entropy(const Tensor& input_in, const Tensor& target_in, const Cros
     Tensor loss = -(weighted * target).sum({1});  // (N, d1, ...)
     if (options.reduction == Reduction::Mean) return loss.sum() / static_cast<double>(loss.numel());
     if (options.reduction == Reduction::None && single) return loss.squeeze(0);
-    return reduce(loss, options.reduction);
+    return reduce_loss(loss, options.reduction);
   }
 
   // Class indices: the fused kernel (log_softmax, pick, weights, ignore_index and smoothing in one pass; the
@@ -215,14 +216,14 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     return mse_loss(autocast::float32(input), autocast::float32(target), reduction);
   check_same_shape("mse_loss", input, target);
   Tensor d = input - target;
-  return reduce(d * d, reduction);
+  return reduce_loss(d * d, reduction);
 }
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   if (autocast::wants_float32({&input, &target}))
     return l1_loss(autocast::float32(input), autocast::float32(target), reduction);
   check_same_shape("l1_loss", input, target);
-  return reduce(abs(input - target), reduction);
+  return reduce_loss(abs(input - target), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
@@ -231,8 +232,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   check_same_shape("smooth_l1_loss", input, target);
   KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   Tensor d = abs(input - target);
-  if (beta == 0.0) return reduce(d, reduction);
-  return reduce(where(ops::lt(d, beta), d * d * (0.5 / beta), d - 0.5 * beta), reduction);
+  if (beta == 0.0) return reduce_loss(d, reduction);
+  return reduce_loss(where(ops::lt(d, beta), d * d * (0.5 / beta), d - 0.5 * beta), reduction);
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
@@ -241,7 +242,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
   check_same_shape("huber_loss", input, target);
   KILN_CHECK(delta > 0, "huber_loss: delta must be positive, got ", delta);
   Tensor d = abs(input - target);
-  return reduce(where(ops::le(d, delta), d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
+  return reduce_loss(where(ops::le(d, delta), d * d * 0.5, (d - 0.5 * delta) * delta), reduction);
 }
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
@@ -256,7 +257,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
   Tensor loss = -(target * clamp(log(input), -100.0, std::nullopt) +
                   (1 - target) * clamp(log(1 - input), -100.0, std::nullopt));
   if (weight.defined()) loss = loss * weight;
-  return reduce(loss, reduction);
+  return reduce_loss(loss, reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight,
@@ -271,7 +272,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   Tensor log_weight = pos_weight.defined() ? (pos_weight - 1) * target + 1 : Tensor();
   Tensor loss = (1 - target) * input + (log_weight.defined() ? log_weight * sp : sp);
   if (weight.defined()) loss = loss * weight;
-  return reduce(loss, reduction);
+  return reduce_loss(loss, reduction);
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bool log_target, bool batchmean) {
@@ -282,7 +283,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction, bo
                            // t log t is 0 at t = 0 (its limit), not NaN
                            : where(ops::gt(target, 0), target * (log(where(ops::gt(target, 0), target, 1.0)) - input), 0.0);
   if (batchmean && reduction == Reduction::Mean) return loss.sum() / static_cast<double>(input.dim() > 0 ? input.size(0) : 1);
-  return reduce(loss, reduction);
+  return reduce_loss(loss, reduction);
 }
 
 }  // namespace kiln::nn::functional

@@ -116,6 +116,69 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean, bool log_target = false,
               bool batchmean = false);
 
+// The loss's reduction: the elements themselves (None), their sum, or their mean; for losses written by hand.
+Tensor reduce_loss(const Tensor& loss, Reduction reduction);
+
+// ---- distances, and the margin, embedding and likelihood losses (distance_losses.cpp), as PyTorch's ----
+// x / max(||x||_p, eps) along dim.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// The cosine of the angle between x1 and x2 (broadcast together) along dim, each divided by its 2-norm held at
+// eps or above (the hold passes the gradient, as PyTorch's).
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// ||x1 - x2 + eps||_p along the last dim.
+Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2.0, double eps = 1e-6, bool keepdim = false);
+// y = 1 ranks x1 above x2, y = -1 below: max(0, -y (x1 - x2) + margin). All three of one shape.
+Tensor margin_ranking_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin = 0.0,
+                           Reduction reduction = Reduction::Mean);
+// x: distances; y = 1: x, y = -1: max(0, margin - x) (other values of y: both terms, as PyTorch).
+Tensor hinge_embedding_loss(const Tensor& x, const Tensor& y, double margin = 1.0, Reduction reduction = Reduction::Mean);
+// log(1 + e^(-y x)) for y in {-1, 1}, computed without overflow.
+Tensor soft_margin_loss(const Tensor& x, const Tensor& y, Reduction reduction = Reduction::Mean);
+// x1, x2: (N, D) or (D); y: (N) or 0-dim, in {-1, 1}. y = 1: 1 - cos, y = -1: max(0, cos - margin), with cos
+// computed as PyTorch's cosine_embedding_loss does (1e-12 added to each squared norm).
+Tensor cosine_embedding_loss(const Tensor& x1, const Tensor& x2, const Tensor& y, double margin = 0.0,
+                             Reduction reduction = Reduction::Mean);
+struct TripletMarginOptions {
+  double margin = 1.0;
+  double p = 2.0;
+  double eps = 1e-6;
+  bool swap = false;  // the negative's distance is the smaller of its distances to the anchor and the positive
+  Reduction reduction = Reduction::Mean;
+};
+// max(d(anchor, positive) - d(anchor, negative) + margin, 0), d the pairwise_distance.
+Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                           const TripletMarginOptions& options = {});
+struct PoissonNLLOptions {
+  bool log_input = true;  // the input is the log of the rate
+  bool full = false;      // add Stirling's approximation of log(target!)
+  double eps = 1e-8;      // without log_input: log(input + eps)
+  Reduction reduction = Reduction::Mean;
+};
+// log_input: e^x - y x; else x - y log(x + eps). full adds y log y - y + log(2 pi y) / 2 where y > 1.
+Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, const PoissonNLLOptions& options = {});
+struct GaussianNLLOptions {
+  bool full = false;  // add log(2 pi) / 2
+  double eps = 1e-6;  // the variance is held at eps or above (passing its gradient, as PyTorch's)
+  Reduction reduction = Reduction::Mean;
+};
+// (log(var) + (input - target)^2 / var) / 2. var: input's shape, or input's without its last dim, or with a last
+// dim of 1 (one variance for the features); no entry negative.
+Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                         const GaussianNLLOptions& options = {});
+// x: (N, C) logits, y: (N, C) of 0 and 1: the mean over the C classes of -(y log sigmoid(x) + (1 - y)
+// log sigmoid(-x)), each class times weight (C) when given.
+Tensor multilabel_soft_margin_loss(const Tensor& x, const Tensor& y, const Tensor& weight = {},
+                                   Reduction reduction = Reduction::Mean);
+struct MultiMarginOptions {
+  int64_t p = 1;  // 1 or 2
+  double margin = 1.0;
+  Tensor weight;  // (C) per-class weights, or undefined
+  Reduction reduction = Reduction::Mean;
+};
+// x: (N, C) or (C) scores, y: (N) or 0-dim int64 classes: the sum over classes i != y of
+// max(0, margin - x[y] + x[i])^p, divided by C, times weight[y] when given.
+Tensor multi_margin_loss(const Tensor& x, const Tensor& y, const MultiMarginOptions& options = {});
+
 // ---- more activations (activation.cpp), as torch.nn.functional's; at a kink the gradient is PyTorch's where
 // it says which side (elu takes x <= 0's, hardtanh's family passes none at its edges) ----
 Tensor elu(const Tensor& x, double alpha = 1.0);   // x > 0 ? x : alpha (e^x - 1)

@@ -86,4 +86,56 @@ std::string KLDivLossImpl::extra_repr() const {
                         ", log_target=", options_.log_target ? "true" : "false");
 }
 
+std::string MarginRankingLossImpl::extra_repr() const {
+  return detail::concat("margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
+}
+
+std::string HingeEmbeddingLossImpl::extra_repr() const {
+  return detail::concat("margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
+}
+
+CosineEmbeddingLossImpl::CosineEmbeddingLossImpl(Options options) : Module("CosineEmbeddingLoss"), options_(options) {
+  KILN_CHECK(options.margin >= -1 && options.margin <= 1, "CosineEmbeddingLoss: margin = ", options.margin,
+             ": expected a value in [-1, 1]");
+}
+
+std::string CosineEmbeddingLossImpl::extra_repr() const {
+  return detail::concat("margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
+}
+
+TripletMarginLossImpl::TripletMarginLossImpl(Options options) : Module("TripletMarginLoss"), options_(options) {
+  KILN_CHECK(options.margin > 0, "TripletMarginLoss: margin = ", options.margin, ": expected > 0");
+}
+
+std::string TripletMarginLossImpl::extra_repr() const {
+  return detail::concat("margin=", options_.margin, ", p=", options_.p, ", eps=", options_.eps,
+                        ", swap=", options_.swap ? "true" : "false", ", reduction=", reduction_name(options_.reduction));
+}
+
+std::string PoissonNLLLossImpl::extra_repr() const {
+  return detail::concat("log_input=", options_.log_input ? "true" : "false", ", full=", options_.full ? "true" : "false",
+                        ", eps=", options_.eps, ", reduction=", reduction_name(options_.reduction));
+}
+
+std::string GaussianNLLLossImpl::extra_repr() const {
+  return detail::concat("full=", options_.full ? "true" : "false", ", eps=", options_.eps,
+                        ", reduction=", reduction_name(options_.reduction));
+}
+
+MultiLabelSoftMarginLossImpl::MultiLabelSoftMarginLossImpl(Options options)
+    : Module("MultiLabelSoftMarginLoss"), options_(std::move(options)) {
+  check_class_weight(options_.weight, "MultiLabelSoftMarginLoss");
+  options_.weight = weight_buffer(*this, "weight", options_.weight);
+}
+
+MultiMarginLossImpl::MultiMarginLossImpl(Options options) : Module("MultiMarginLoss"), options_(std::move(options)) {
+  KILN_CHECK(options_.p == 1 || options_.p == 2, "MultiMarginLoss: p = ", options_.p, ": expected 1 or 2");
+  check_class_weight(options_.weight, "MultiMarginLoss");
+  options_.weight = weight_buffer(*this, "weight", options_.weight);
+}
+
+std::string MultiMarginLossImpl::extra_repr() const {
+  return detail::concat("p=", options_.p, ", margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
+}
+
 }  // namespace kiln::nn

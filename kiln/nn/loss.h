@@ -172,4 +172,149 @@ class KLDivLossImpl : public Module {
 };
 using KLDivLoss = ModuleHolder<KLDivLossImpl>;
 
+// ---- the margin, embedding and likelihood losses (functional's of the same names) ----
+
+struct MarginRankingLossOptions {
+  double margin = 0.0;
+  functional::Reduction reduction = functional::Reduction::Mean;
+};
+// Called with (x1, x2, y): y = 1 ranks x1 above x2, y = -1 below.
+class MarginRankingLossImpl : public Module {
+ public:
+  using Options = MarginRankingLossOptions;  // ModuleHolder takes it as a braced list
+  explicit MarginRankingLossImpl(Options options = {}) : Module("MarginRankingLoss"), options_(options) {}
+  Tensor forward(const Tensor& x1, const Tensor& x2, const Tensor& y) const {
+    return functional::margin_ranking_loss(x1, x2, y, options_.margin, options_.reduction);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using MarginRankingLoss = ModuleHolder<MarginRankingLossImpl>;
+
+struct HingeEmbeddingLossOptions {
+  double margin = 1.0;
+  functional::Reduction reduction = functional::Reduction::Mean;
+};
+class HingeEmbeddingLossImpl : public Module {
+ public:
+  using Options = HingeEmbeddingLossOptions;  // ModuleHolder takes it as a braced list
+  explicit HingeEmbeddingLossImpl(Options options = {}) : Module("HingeEmbeddingLoss"), options_(options) {}
+  Tensor forward(const Tensor& x, const Tensor& y) const {
+    return functional::hinge_embedding_loss(x, y, options_.margin, options_.reduction);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using HingeEmbeddingLoss = ModuleHolder<HingeEmbeddingLossImpl>;
+
+class SoftMarginLossImpl : public Module {
+ public:
+  explicit SoftMarginLossImpl(functional::Reduction reduction = functional::Reduction::Mean)
+      : Module("SoftMarginLoss"), reduction_(reduction) {}
+  Tensor forward(const Tensor& x, const Tensor& y) const { return functional::soft_margin_loss(x, y, reduction_); }
+  std::string extra_repr() const override { return "reduction=" + reduction_name(reduction_); }
+
+ private:
+  functional::Reduction reduction_;
+};
+using SoftMarginLoss = ModuleHolder<SoftMarginLossImpl>;
+
+struct CosineEmbeddingLossOptions {
+  double margin = 0.0;  // in [-1, 1]
+  functional::Reduction reduction = functional::Reduction::Mean;
+};
+// Called with (x1, x2, y).
+class CosineEmbeddingLossImpl : public Module {
+ public:
+  using Options = CosineEmbeddingLossOptions;  // ModuleHolder takes it as a braced list
+  explicit CosineEmbeddingLossImpl(Options options = {});
+  Tensor forward(const Tensor& x1, const Tensor& x2, const Tensor& y) const {
+    return functional::cosine_embedding_loss(x1, x2, y, options_.margin, options_.reduction);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using CosineEmbeddingLoss = ModuleHolder<CosineEmbeddingLossImpl>;
+
+// Called with (anchor, positive, negative).
+class TripletMarginLossImpl : public Module {
+ public:
+  using Options = functional::TripletMarginOptions;  // ModuleHolder takes it as a braced list
+  explicit TripletMarginLossImpl(Options options = {});
+  Tensor forward(const Tensor& anchor, const Tensor& positive, const Tensor& negative) const {
+    return functional::triplet_margin_loss(anchor, positive, negative, options_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using TripletMarginLoss = ModuleHolder<TripletMarginLossImpl>;
+
+class PoissonNLLLossImpl : public Module {
+ public:
+  using Options = functional::PoissonNLLOptions;  // ModuleHolder takes it as a braced list
+  explicit PoissonNLLLossImpl(Options options = {}) : Module("PoissonNLLLoss"), options_(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target) const {
+    return functional::poisson_nll_loss(input, target, options_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using PoissonNLLLoss = ModuleHolder<PoissonNLLLossImpl>;
+
+// Called with (input, target, var).
+class GaussianNLLLossImpl : public Module {
+ public:
+  using Options = functional::GaussianNLLOptions;  // ModuleHolder takes it as a braced list
+  explicit GaussianNLLLossImpl(Options options = {}) : Module("GaussianNLLLoss"), options_(options) {}
+  Tensor forward(const Tensor& input, const Tensor& target, const Tensor& var) const {
+    return functional::gaussian_nll_loss(input, target, var, options_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using GaussianNLLLoss = ModuleHolder<GaussianNLLLossImpl>;
+
+struct MultiLabelSoftMarginLossOptions {
+  Tensor weight;  // (C), the buffer "weight", or undefined
+  functional::Reduction reduction = functional::Reduction::Mean;
+};
+class MultiLabelSoftMarginLossImpl : public Module {
+ public:
+  using Options = MultiLabelSoftMarginLossOptions;  // ModuleHolder takes it as a braced list
+  explicit MultiLabelSoftMarginLossImpl(Options options = {});
+  Tensor forward(const Tensor& x, const Tensor& y) const {
+    return functional::multilabel_soft_margin_loss(x, y, options_.weight, options_.reduction);
+  }
+  std::string extra_repr() const override { return "reduction=" + reduction_name(options_.reduction); }
+
+ private:
+  Options options_;
+};
+using MultiLabelSoftMarginLoss = ModuleHolder<MultiLabelSoftMarginLossImpl>;
+
+// Its weight is the buffer "weight".
+class MultiMarginLossImpl : public Module {
+ public:
+  using Options = functional::MultiMarginOptions;  // ModuleHolder takes it as a braced list
+  explicit MultiMarginLossImpl(Options options = {});
+  Tensor forward(const Tensor& x, const Tensor& y) const { return functional::multi_margin_loss(x, y, options_); }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using MultiMarginLoss = ModuleHolder<MultiMarginLossImpl>;
+
 }  // namespace kiln::nn

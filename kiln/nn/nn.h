@@ -5,6 +5,7 @@
 #include "kiln/nn/attention.h"
 #include "kiln/nn/container.h"
 #include "kiln/nn/conv.h"
+#include "kiln/nn/distance.h"
 #include "kiln/nn/dropout.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"

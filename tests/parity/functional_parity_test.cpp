@@ -77,5 +77,79 @@ TEST(FunctionalParity, ActivationsMatchLibTorch) {
   }
 }
 
+// The losses of several inputs: each case builds both sides from the same float64 tensors; the gradients of
+// the float inputs (all of them but the labels) are compared.
+TEST(FunctionalParity, DistancesAndMarginLossesMatchLibTorch) {
+  namespace TF = torch::nn::functional;
+  std::mt19937 rng(32);
+  const Tensor a = uniform_tensor(rng, {5, 4}, -2, 2), b = uniform_tensor(rng, {5, 4}, -2, 2);
+  const Tensor c = uniform_tensor(rng, {5, 4}, -2, 2), pos = uniform_tensor(rng, {5, 4}, 0.2, 3);
+  const Tensor signs = tensor(std::vector<double>{1, -1, -1, 1, -1}, {5});
+  const Tensor signs20 = signs.view({5, 1}).expand({5, 4}).contiguous();
+  const Tensor labels = (uniform_tensor(rng, {5, 4}, -1, 1) > 0).to(kFloat64);
+  const Tensor counts = round(uniform_tensor(rng, {5, 4}, 0, 6));
+  const Tensor classes = tensor(std::vector<int64_t>{3, 0, 1, 1, 2});
+  const Tensor w = tensor(std::vector<double>{0.5, 2, 1, 0.25});
+  auto t = [](const Tensor& x) { return to_torch(x); };
+  const torch::Tensor tclasses = torch::tensor({3, 0, 1, 1, 2}, torch::kLong);
+  struct Case {
+    std::string name;
+    std::function<Tensor(const std::vector<Tensor>&)> ours;
+    std::function<torch::Tensor(const std::vector<torch::Tensor>&)> theirs;
+    std::vector<Tensor> inputs;  // the differentiable ones
+  };
+  const int64_t mean = at::Reduction::Mean, none = at::Reduction::None, sum = at::Reduction::Sum;
+  const std::vector<Case> cases = {
+      {"normalize p=3 dim 0", [](auto& in) { return F::normalize(in[0], 3.0, 0); },
+       [](auto& in) { return TF::normalize(in[0], TF::NormalizeFuncOptions().p(3).dim(0)); }, {a}},
+      {"cosine_similarity", [](auto& in) { return F::cosine_similarity(in[0], in[1]); },
+       [](auto& in) { return torch::cosine_similarity(in[0], in[1], 1, 1e-8); }, {a, b}},
+      {"cosine_similarity broadcast dim 0", [](auto& in) { return F::cosine_similarity(in[0], in[1].narrow(1, 0, 1), 0); },
+       [](auto& in) { return torch::cosine_similarity(in[0], in[1].narrow(1, 0, 1), 0, 1e-8); }, {a, b}},
+      {"pairwise_distance p=1.5 keepdim", [](auto& in) { return F::pairwise_distance(in[0], in[1], 1.5, 1e-6, true); },
+       [](auto& in) { return torch::pairwise_distance(in[0], in[1], 1.5, 1e-6, true); }, {a, b}},
+      {"margin_ranking", [&](auto& in) { return F::margin_ranking_loss(in[0], in[1], signs20, 0.4); },
+       [&](auto& in) { return torch::margin_ranking_loss(in[0], in[1], t(signs20), 0.4, mean); }, {a, b}},
+      {"hinge_embedding", [&](auto& in) { return F::hinge_embedding_loss(in[0], signs20, 0.6, F::Reduction::Sum); },
+       [&](auto& in) { return torch::hinge_embedding_loss(in[0], t(signs20), 0.6, sum); }, {a}},
+      {"soft_margin", [&](auto& in) { return F::soft_margin_loss(in[0], signs20); },
+       [&](auto& in) { return torch::soft_margin_loss(in[0], t(signs20), mean); }, {a}},
+      {"cosine_embedding", [&](auto& in) { return F::cosine_embedding_loss(in[0], in[1], signs, 0.1, F::Reduction::None); },
+       [&](auto& in) { return torch::cosine_embedding_loss(in[0], in[1], t(signs), 0.1, none); }, {a, b}},
+      {"triplet swap p=3", [](auto& in) {
+         return F::triplet_margin_loss(in[0], in[1], in[2], {.margin = 0.7, .p = 3, .swap = true});
+       },
+       [](auto& in) { return torch::triplet_margin_loss(in[0], in[1], in[2], 0.7, 3, 1e-6, true, mean); }, {a, b, c}},
+      {"poisson log_input", [&](auto& in) { return F::poisson_nll_loss(in[0], counts, {.full = true}); },
+       [&](auto& in) { return torch::poisson_nll_loss(in[0], t(counts), true, true, 1e-8, mean); }, {a}},
+      {"poisson rates", [&](auto& in) { return F::poisson_nll_loss(in[0], counts, {.log_input = false, .reduction = F::Reduction::None}); },
+       [&](auto& in) { return torch::poisson_nll_loss(in[0], t(counts), false, false, 1e-8, none); }, {pos}},
+      {"multilabel_soft_margin", [&](auto& in) { return F::multilabel_soft_margin_loss(in[0], labels, w); },
+       [&](auto& in) {
+         return TF::multilabel_soft_margin_loss(in[0], t(labels), TF::MultilabelSoftMarginLossFuncOptions().weight(t(w)));
+       }, {a}},
+      {"multi_margin p=2", [&](auto& in) { return F::multi_margin_loss(in[0], classes, {.p = 2, .margin = 0.9, .weight = w}); },
+       [&](auto& in) { return torch::multi_margin_loss(in[0], tclasses, 2, 0.9, t(w), mean); }, {a}},
+      {"multi_margin p=1 none", [&](auto& in) { return F::multi_margin_loss(in[0], classes, {.reduction = F::Reduction::None}); },
+       [&](auto& in) { return torch::multi_margin_loss(in[0], tclasses, 1, 1.0, {}, none); }, {a}},
+  };
+  for (const Case& k : cases) {
+    std::vector<Tensor> ours;
+    std::vector<torch::Tensor> theirs;
+    for (const Tensor& x : k.inputs) {
+      ours.push_back(x.clone().requires_grad_());
+      theirs.push_back(to_torch(x).requires_grad_());
+    }
+    const Tensor y = k.ours(ours);
+    const torch::Tensor ty = k.theirs(theirs);
+    expect_same(y, ty, 1e-14, k.name);
+    const Tensor g = uniform_tensor(rng, y.sizes(), -1, 1);
+    (y * g).sum().backward();
+    (ty * to_torch(g)).sum().backward();
+    for (size_t i = 0; i < ours.size(); ++i)
+      expect_same(ours[i].grad(), theirs[i].grad(), 1e-13, k.name + ": gradient of input " + std::to_string(i));
+  }
+}
+
 }  // namespace
 }  // namespace kiln::parity
