@@ -214,15 +214,14 @@ std::vector<std::vector<float>> lbfgs_by_hand(const optim::LBFGSOptions& options
 }
 
 const optim::LBFGSOptions kLBFGS{.max_iter = 4, .history_size = 5, .line_search_fn = "strong_wolfe"};
+trainer::OptimizerSetup lbfgs_setup(Regressor& r) { return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS); }
 
 TEST(ManualOptimization, LBFGSStepsWithAClosureAsInAPlainLoop) {
   TempDir dir;
   manual_seed(5);
   ManualRegressor m;
   m.use_closure = true;
-  m.make_optim = [&](Regressor& r) -> trainer::OptimizerSetup {
-    return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
-  };
+  m.make_optim = lbfgs_setup;
   auto data = loader(regression_data(32), 8);
   trainer::TrainerOptions o = quiet(dir.str());
   o.max_epochs = 2;
@@ -238,9 +237,7 @@ TEST(ManualOptimization, AutomaticLBFGSClosesOverTheTrainingStep) {
     TempDir dir;
     manual_seed(5);
     Regressor m;
-    m.make_optim = [&](Regressor& r) -> trainer::OptimizerSetup {
-      return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
-    };
+    m.make_optim = lbfgs_setup;
     auto data = loader(regression_data(32), 8);
     trainer::TrainerOptions o = quiet(dir.str());
     o.max_epochs = 2;
@@ -258,9 +255,7 @@ TEST(ManualOptimization, AutomaticLBFGSRefusesWhatItCannotDo) {
   TempDir dir;
   auto data = loader(regression_data(32), 8);
   Regressor m;
-  m.make_optim = [](Regressor& r) -> trainer::OptimizerSetup {
-    return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
-  };
+  m.make_optim = lbfgs_setup;
   trainer::TrainerOptions o = quiet(dir.str());
   o.max_epochs = 1;
   o.accumulate_grad_batches = 2;
@@ -282,9 +277,6 @@ TEST(ManualOptimization, AutomaticLBFGSRefusesWhatItCannotDo) {
 // the order in which the ranks' gradients were summed can tip a comparison; the ranks still agree.)
 TEST(ManualOptimization, AutomaticLBFGSUnderDDPTrainsWhatOneProcessTrains) {
   TempDir dir;
-  auto lbfgs_setup = [](Regressor& r) -> trainer::OptimizerSetup {
-    return std::make_shared<optim::LBFGS>(r.parameters(), kLBFGS);
-  };
   manual_seed(5);
   Regressor one;
   one.make_optim = lbfgs_setup;
