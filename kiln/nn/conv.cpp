@@ -100,10 +100,15 @@ std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + 
 
 std::string UpsampleImpl::extra_repr() const {
   const auto& o = options_;
-  std::string what;
-  if (o.size) what = "size=" + pair_str(*o.size);
-  else if (o.scale_factor) what = detail::concat("scale_factor=(", o.scale_factor->first, ", ", o.scale_factor->second,
-                                                 ")");
+  auto list = [](const auto& values) {
+    std::string s = values.size() == 1 ? "" : "(";
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) s += ", ";
+      s += detail::concat(values[i]);
+    }
+    return values.size() == 1 ? s : s + ")";
+  };
+  const std::string what = o.size.empty() ? "scale_factor=" + list(o.scale_factor) : "size=" + list(o.size);
   return detail::concat(what, ", mode='", o.mode, "'", o.align_corners ? ", align_corners=true" : "");
 }
 

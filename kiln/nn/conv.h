@@ -110,7 +110,8 @@ class AdaptiveAvgPool2dImpl : public Module {
 using AdaptiveAvgPool2d = ModuleHolder<AdaptiveAvgPool2dImpl>;
 
 using UpsampleOptions = functional::InterpolateOptions;
-// Resizes (N, C, H, W) to a size or by a scale factor, nearest or bilinear: functional::interpolate as a layer.
+// Resizes (N, C, ...) to a size or by a scale factor, in any of interpolate's modes: functional::interpolate as a
+// layer.
 class UpsampleImpl : public Module {
  public:
   using Options = UpsampleOptions;  // ModuleHolder takes it as a braced list

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kiln/autograd/autograd.h"
 
@@ -54,15 +55,20 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std
 // Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)).
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
 struct InterpolateOptions {
-  std::optional<Pair> size;                            // the output's (H, W); or
-  std::optional<std::pair<double, double>> scale_factor;  // H and W scaled by these, rounded down
-  std::string mode = "nearest";                        // "nearest" or "bilinear"
-  bool align_corners = false;                          // bilinear: corner pixels' centres map onto each other
+  // The output's spatial sizes, one per spatial dim (L; H, W; or D, H, W) or one for all of them; or
+  std::vector<int64_t> size;
+  // each spatial dim scaled by its factor (one for all, or one per dim) and rounded down; the factors also place
+  // the source positions, as PyTorch's do (recompute_scale_factor unset).
+  std::vector<double> scale_factor;
+  // nearest, nearest-exact, linear (N, C, L), bilinear or bicubic (N, C, H, W), trilinear (N, C, D, H, W), area.
+  std::string mode = "nearest";
+  bool align_corners = false;  // linear modes and bicubic: the corner pixels' centres map onto each other
 };
-// Resizes x (N, C, H, W) as torch.nn.functional.interpolate: nearest reads input position
-// floor(out position * in / out) (PyTorch's arithmetic, in single precision); bilinear weighs the two nearest
-// input pixels of each output pixel, centres aligned (half-pixel) or corners aligned. Any device; its gradient
-// sums each output's share back into the pixels it read.
+// Resizes x (N, C, ...) over its 1 to 3 spatial dims as torch.nn.functional.interpolate, with PyTorch's source
+// positions: nearest reads floor(out position * in / out) (in single precision), nearest-exact the pixel whose
+// centre is nearest; linear weighs the two nearest positions per dim (bilinear, trilinear: per dim in turn),
+// bicubic the four nearest with Keys' cubic (a = -0.75, edges repeated); area averages adaptive pooling's bins.
+// Any device; its gradient sums each output's share back into the positions it read.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.

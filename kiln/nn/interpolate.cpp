@@ -1,9 +1,12 @@
-// interpolate: resizing (N, C, H, W) by nearest neighbour or bilinearly, as torch.nn.functional.interpolate.
+// interpolate: resizing (N, C, ...) over its 1 to 3 spatial dims, as torch.nn.functional.interpolate.
 //
-// Each output row (column) reads one or two input rows (columns): the positions are computed here, on the
-// host, the way PyTorch computes them, and the resize is index_select along H and then W, with a lerp between
-// the two for bilinear. So it runs on every device and its gradient is index_select's (summed where outputs
-// share an input).
+// Every mode resizes one spatial dim at a time; their filters are separable, so this is the sum PyTorch computes
+// (rounded in another order). Along one dim each output position reads a few input positions (taps) with weights
+// computed here, on the host, the way PyTorch's kernels compute them: nearest and nearest-exact one tap, linear
+// two, cubic four (clamped at the edges), area the whole bin adaptive average pooling would average. The resize
+// is then a weighted sum of index_selects, so it runs on every device and its gradient is index_select's (summed
+// where outputs share an input).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -13,85 +16,161 @@ namespace kiln::nn::functional {
 
 namespace {
 
-// The input position each output position along one dim reads (nearest), in PyTorch's single-precision
-// arithmetic: src = min(floor(dst * scale), in - 1), scale = 1 / scale_factor when one was given, else in / out.
-std::vector<int64_t> nearest_sources(int64_t in, int64_t out, std::optional<double> scale_factor) {
-  std::vector<int64_t> src(static_cast<size_t>(out));
-  const float scale = scale_factor ? static_cast<float>(1.0 / *scale_factor)
-                                   : static_cast<float>(in) / static_cast<float>(out);
+// One dim's taps: output position d reads input position idx[k][d] with weight w[k][d], for each tap k.
+struct Taps {
+  std::vector<std::vector<int64_t>> idx;
+  std::vector<std::vector<double>> w;
+  Taps(size_t taps, int64_t out)
+      : idx(taps, std::vector<int64_t>(static_cast<size_t>(out))), w(taps, std::vector<double>(static_cast<size_t>(out))) {}
+  void set(size_t k, int64_t d, int64_t i, double weight) {
+    idx[k][static_cast<size_t>(d)] = i;
+    w[k][static_cast<size_t>(d)] = weight;
+  }
+};
+
+// nearest: src = min(floor(dst * scale), in - 1); nearest-exact: min(floor((dst + 0.5) * scale), in - 1). Both
+// in single precision, as PyTorch's kernels, with scale = 1 / scale_factor when one was given, else in / out
+// (and nearest's two shortcuts for equal and doubled sizes).
+Taps nearest_taps(int64_t in, int64_t out, std::optional<double> factor, bool exact) {
+  Taps t(1, out);
+  const float scale = factor ? static_cast<float>(1.0 / *factor) : static_cast<float>(in) / static_cast<float>(out);
   for (int64_t d = 0; d < out; ++d) {
-    int64_t& s = src[static_cast<size_t>(d)];
-    if (out == in) s = d;
+    int64_t s;
+    if (exact) s = std::min(static_cast<int64_t>(std::floor((static_cast<float>(d) + 0.5f) * scale)), in - 1);
+    else if (out == in) s = d;
     else if (out == 2 * in) s = d / 2;
     else s = std::min(static_cast<int64_t>(std::floor(static_cast<float>(d) * scale)), in - 1);
+    t.set(0, d, s, 1.0);
   }
-  return src;
+  return t;
 }
 
-// Bilinear: output position dst reads i0 and i1 = min(i0 + 1, in - 1) with weight w on i1. The source
-// coordinate is dst * (in - 1) / (out - 1) with align_corners, else (dst + 0.5) * scale - 0.5 clamped at 0.
-struct LinearSources {
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w;
-};
-LinearSources linear_sources(int64_t in, int64_t out, std::optional<double> scale_factor, bool align_corners) {
-  LinearSources s;
-  double scale;
-  if (align_corners) scale = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
-  else scale = scale_factor ? 1.0 / *scale_factor : static_cast<double>(in) / static_cast<double>(out);
+// Where output position dst sits in the input: dst * (in - 1) / (out - 1) with align_corners, else the
+// half-pixel centre (dst + 0.5) * scale - 0.5, which linear holds at 0 and cubic does not.
+double source_position(int64_t in, int64_t out, int64_t dst, std::optional<double> factor, bool align_corners,
+                       bool cubic) {
+  if (align_corners) return out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) * static_cast<double>(dst) : 0.0;
+  const double scale = factor ? 1.0 / *factor : static_cast<double>(in) / static_cast<double>(out);
+  const double real = scale * (static_cast<double>(dst) + 0.5) - 0.5;
+  return !cubic && real < 0 ? 0.0 : real;
+}
+
+// linear: the two input positions around the source, weighted by distance.
+Taps linear_taps(int64_t in, int64_t out, std::optional<double> factor, bool align_corners) {
+  Taps t(2, out);
   for (int64_t d = 0; d < out; ++d) {
-    double real = align_corners ? scale * static_cast<double>(d) : scale * (static_cast<double>(d) + 0.5) - 0.5;
-    if (real < 0) real = 0;
+    const double real = source_position(in, out, d, factor, align_corners, false);
     const auto i0 = static_cast<int64_t>(real);  // real >= 0: truncation is floor
-    s.i0.push_back(i0);
-    s.i1.push_back(i0 < in - 1 ? i0 + 1 : i0);
-    s.w.push_back(real - static_cast<double>(i0));
+    const double lambda = real - static_cast<double>(i0);
+    t.set(0, d, i0, 1.0 - lambda);
+    t.set(1, d, i0 < in - 1 ? i0 + 1 : i0, lambda);
   }
-  return s;
+  return t;
 }
 
-Tensor indices_on(const std::vector<int64_t>& v, const Tensor& like) {
-  return tensor(v).to(like.device());
+// cubic: Keys' cubic convolution with a = -0.75 (PyTorch's) over the four positions around the source, those
+// past an edge read the edge.
+Taps cubic_taps(int64_t in, int64_t out, std::optional<double> factor, bool align_corners) {
+  constexpr double a = -0.75;
+  auto near = [](double x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };          // |x| <= 1
+  auto far = [](double x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };  // 1 < |x| < 2
+  Taps t(4, out);
+  for (int64_t d = 0; d < out; ++d) {
+    const double real = source_position(in, out, d, factor, align_corners, true);
+    const auto i = static_cast<int64_t>(std::floor(real));
+    const double f = real - static_cast<double>(i);
+    const double w[4] = {far(f + 1), near(f), near(1 - f), far(2 - f)};
+    for (int64_t k = 0; k < 4; ++k) t.set(static_cast<size_t>(k), d, std::clamp(i - 1 + k, int64_t{0}, in - 1), w[k]);
+  }
+  return t;
 }
 
-// x resized along dim (2 or 3) to `out` positions.
-Tensor resize_dim(const Tensor& x, int64_t dim, int64_t out, std::optional<double> scale_factor,
-                  const InterpolateOptions& o) {
+// area: output position d averages input bin [floor(d in / out), ceil((d + 1) in / out)), as adaptive average
+// pooling; bins shorter than the longest pad with weight 0.
+Taps area_taps(int64_t in, int64_t out) {
+  auto start = [&](int64_t d) { return d * in / out; };
+  auto end = [&](int64_t d) { return ((d + 1) * in + out - 1) / out; };
+  int64_t longest = 0;
+  for (int64_t d = 0; d < out; ++d) longest = std::max(longest, end(d) - start(d));
+  Taps t(static_cast<size_t>(longest), out);
+  for (int64_t d = 0; d < out; ++d) {
+    const int64_t s = start(d), n = end(d) - s;
+    for (int64_t k = 0; k < longest; ++k) t.set(static_cast<size_t>(k), d, k < n ? s + k : s, k < n ? 1.0 / static_cast<double>(n) : 0.0);
+  }
+  return t;
+}
+
+// x resized along dim to `out` positions: the weighted sum of its taps.
+Tensor resize_dim(const Tensor& x, int64_t dim, int64_t out, std::optional<double> factor, const InterpolateOptions& o) {
   const int64_t in = x.size(dim);
-  if (o.mode == "nearest") return index_select(x, dim, indices_on(nearest_sources(in, out, scale_factor), x));
-  const LinearSources s = linear_sources(in, out, scale_factor, o.align_corners);
-  const Tensor a = index_select(x, dim, indices_on(s.i0, x));
-  const Tensor b = index_select(x, dim, indices_on(s.i1, x));
-  Shape wshape{1, 1, 1, 1};
+  Taps taps = o.mode == "nearest" || o.mode == "nearest-exact" ? nearest_taps(in, out, factor, o.mode != "nearest")
+              : o.mode == "bicubic"                             ? cubic_taps(in, out, factor, o.align_corners)
+              : o.mode == "area"                                ? area_taps(in, out)
+                                                                : linear_taps(in, out, factor, o.align_corners);
+  auto read = [&](size_t k) { return index_select(x, dim, tensor(taps.idx[k]).to(x.device())); };
+  if (taps.idx.size() == 1) return read(0);  // nearest: a pick, in any dtype
+  Shape wshape(static_cast<size_t>(x.dim()), 1);
   wshape[static_cast<size_t>(dim)] = out;
-  const Tensor w = tensor(s.w).to(x.device(), x.dtype()).view(wshape);
-  return a + (b - a) * w;
+  Tensor y;
+  for (size_t k = 0; k < taps.idx.size(); ++k) {
+    const Tensor term = read(k) * tensor(taps.w[k]).to(x.device(), x.dtype()).view(wshape);
+    y = k == 0 ? term : y + term;
+  }
+  return y;
+}
+
+// The modes each input rank allows, as PyTorch's: linear is 1-d, bilinear and bicubic 2-d, trilinear 3-d.
+int64_t spatial_dims_of(const std::string& mode) {
+  if (mode == "linear") return 1;
+  if (mode == "bilinear" || mode == "bicubic") return 2;
+  if (mode == "trilinear") return 3;
+  return 0;  // any
 }
 
 }  // namespace
 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
-  KILN_CHECK(x.dim() == 4, "interpolate: expected input (N, C, H, W), got ", shape_str(x.sizes()));
-  KILN_CHECK(o.mode == "nearest" || o.mode == "bilinear",
-             "interpolate: mode must be \"nearest\" or \"bilinear\", got \"", o.mode, "\"");
-  KILN_CHECK(o.size.has_value() != o.scale_factor.has_value(),
-             "interpolate: give exactly one of size and scale_factor");
-  KILN_CHECK(o.mode == "bilinear" || !o.align_corners, "interpolate: align_corners is for bilinear, not nearest");
-  KILN_CHECK(o.mode == "nearest" || is_floating(x.dtype()), "interpolate: bilinear needs a floating input, got ",
-             x.dtype());
-  std::optional<double> sh, sw;
-  int64_t oh, ow;
-  if (o.size) {
-    oh = o.size->h, ow = o.size->w;
-  } else {
-    sh = o.scale_factor->first, sw = o.scale_factor->second;
-    KILN_CHECK(*sh > 0 && *sw > 0, "interpolate: scale_factor must be positive, got (", *sh, ", ", *sw, ")");
-    oh = static_cast<int64_t>(std::floor(static_cast<double>(x.size(2)) * *sh));
-    ow = static_cast<int64_t>(std::floor(static_cast<double>(x.size(3)) * *sw));
+  KILN_CHECK(x.defined(), "interpolate: the input is undefined");
+  const std::vector<std::string> modes = {"nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area"};
+  KILN_CHECK(std::find(modes.begin(), modes.end(), o.mode) != modes.end(), "interpolate: mode must be one of nearest, ",
+             "nearest-exact, linear, bilinear, bicubic, trilinear, area; got \"", o.mode, "\"");
+  const int64_t spatial = x.dim() - 2;
+  KILN_CHECK(spatial >= 1 && spatial <= 3, "interpolate: expected (N, C, L), (N, C, H, W) or (N, C, D, H, W), got ",
+             shape_str(x.sizes()));
+  const int64_t wanted = spatial_dims_of(o.mode);
+  KILN_CHECK(wanted == 0 || wanted == spatial, "interpolate: mode \"", o.mode, "\" resizes ", wanted,
+             " spatial dim", wanted > 1 ? "s" : "", " (an input of ", wanted + 2, " dims), but the input has shape ",
+             shape_str(x.sizes()));
+  const bool interpolating = wanted > 0;
+  KILN_CHECK(interpolating || !o.align_corners, "interpolate: align_corners is for linear, bilinear, bicubic and ",
+             "trilinear, not ", o.mode);
+  KILN_CHECK(o.mode == "nearest" || o.mode == "nearest-exact" || is_floating(x.dtype()), "interpolate: mode \"",
+             o.mode, "\" needs a floating input, got ", x.dtype());
+  KILN_CHECK(o.size.empty() != o.scale_factor.empty(), "interpolate: give exactly one of size and scale_factor");
+  auto per_dim = [&](size_t n, const char* what) {
+    KILN_CHECK(n == 1 || n == static_cast<size_t>(spatial), "interpolate: ", what, " has ", n, " values for ",
+               spatial, " spatial dim", spatial > 1 ? "s" : "", "; give one, or one per dim");
+  };
+  std::vector<int64_t> out(static_cast<size_t>(spatial));
+  std::vector<std::optional<double>> factors(static_cast<size_t>(spatial));
+  for (int64_t i = 0; i < spatial; ++i) {
+    const auto s = static_cast<size_t>(i);
+    if (!o.size.empty()) {
+      per_dim(o.size.size(), "size");
+      out[s] = o.size[o.size.size() == 1 ? 0 : s];
+    } else {
+      per_dim(o.scale_factor.size(), "scale_factor");
+      const double f = o.scale_factor[o.scale_factor.size() == 1 ? 0 : s];
+      KILN_CHECK(f > 0, "interpolate: scale_factor must be positive, got ", f);
+      factors[s] = f;
+      out[s] = static_cast<int64_t>(std::floor(static_cast<double>(x.size(i + 2)) * f));
+    }
+    KILN_CHECK(out[s] > 0, "interpolate: the output's spatial dim ", i, " is ", out[s], " for input ",
+               shape_str(x.sizes()), "; every spatial dim needs at least one position");
   }
-  KILN_CHECK(oh > 0 && ow > 0, "interpolate: the output of ", oh, " x ", ow, " for input ", shape_str(x.sizes()),
-             " is empty");
-  return resize_dim(resize_dim(x, 2, oh, sh, o), 3, ow, sw, o);
+  Tensor y = x;
+  for (int64_t i = 0; i < spatial; ++i) y = resize_dim(y, i + 2, out[static_cast<size_t>(i)], factors[static_cast<size_t>(i)], o);
+  return y;
 }
 
 }  // namespace kiln::nn::functional

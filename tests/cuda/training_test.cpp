@@ -117,7 +117,7 @@ TEST_F(CudaTest, TransposedConvUpsampleAndNAdamTrainOnTheGpu) {
   auto make = [] {
     return nn::Sequential(nn::Conv2d(1, 4, 3, nn::Conv2dOptions{.stride = 2, .padding = 1}), nn::ReLU(),
                           nn::ConvTranspose2d(4, 3, 4, nn::ConvTranspose2dOptions{.stride = 2, .padding = 1}),
-                          nn::Upsample(nn::UpsampleOptions{.scale_factor = std::pair{0.5, 0.5}, .mode = "bilinear"}),
+                          nn::Upsample(nn::UpsampleOptions{.scale_factor = {0.5, 0.5}, .mode = "bilinear"}),
                           nn::Flatten(), nn::Linear(3 * 4 * 4, 10));
   };
   Tensor x = randn({6, 1, 8, 8});

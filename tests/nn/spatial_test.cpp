@@ -143,34 +143,136 @@ TEST(Interpolate, NearestAndBilinearMatchTheirDefinitions) {
         }
     const Shape out{2, 3, oh, ow};
     const std::string what = shape_str(size);
-    test::expect_tensor_near(nn::F::interpolate(x, {.size = Pair{oh, ow}}), nearest, out, 0, 0, "nearest " + what);
-    test::expect_tensor_near(nn::F::interpolate(x, {.size = Pair{oh, ow}, .mode = "bilinear"}), linear, out, 1e-14,
+    test::expect_tensor_near(nn::F::interpolate(x, {.size = {oh, ow}}), nearest, out, 0, 0, "nearest " + what);
+    test::expect_tensor_near(nn::F::interpolate(x, {.size = {oh, ow}, .mode = "bilinear"}), linear, out, 1e-14,
                              1e-14, "bilinear " + what);
-    test::expect_tensor_near(nn::F::interpolate(x, {.size = Pair{oh, ow}, .mode = "bilinear", .align_corners = true}),
+    test::expect_tensor_near(nn::F::interpolate(x, {.size = {oh, ow}, .mode = "bilinear", .align_corners = true}),
                              corners, out, 1e-14, 1e-14, "bilinear align_corners " + what);
   }
 }
 
 TEST(Interpolate, ScaleFactorsGradientsUpsampleAndErrors) {
   const Tensor x = arange(0, 4, 1, TensorOptions(kFloat64)).view({1, 1, 2, 2});
-  EXPECT_EQ(test::values(nn::F::interpolate(x, {.scale_factor = std::pair{2.0, 2.0}})),
+  EXPECT_EQ(test::values(nn::F::interpolate(x, {.scale_factor = {2.0, 2.0}})),
             (std::vector<double>{0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3}));
   // Bilinear doubling of [0, 1]: (0.5 - 0.5 clamped) 0, then 0.25, 0.75, 1 (PyTorch's half-pixel centres).
-  EXPECT_EQ(test::values(nn::F::interpolate(x.narrow(2, 0, 1), {.scale_factor = std::pair{1.0, 2.0},
+  EXPECT_EQ(test::values(nn::F::interpolate(x.narrow(2, 0, 1), {.scale_factor = {1.0, 2.0},
                                                                 .mode = "bilinear"})),
             (std::vector<double>{0, 0.25, 0.75, 1}));
   const Tensor y = randn64({1, 2, 3, 4}, 9).requires_grad_();
   for (const char* mode : {"nearest", "bilinear"}) {
     gradcheck([&](const std::vector<Tensor>& t) {
-      return nn::F::interpolate(t[0], {.size = Pair{5, 7}, .mode = mode});
+      return nn::F::interpolate(t[0], {.size = {5, 7}, .mode = mode});
     }, {y});
   }
-  auto up = nn::Upsample(nn::UpsampleOptions{.scale_factor = std::pair{2.0, 3.0}, .mode = "bilinear"});
+  auto up = nn::Upsample(nn::UpsampleOptions{.scale_factor = {2.0, 3.0}, .mode = "bilinear"});
   EXPECT_EQ(up(zeros({2, 3, 4, 5})).sizes(), (Shape{2, 3, 8, 15}));
   expect_error([&] { (void)nn::F::interpolate(x, {}); }, {"interpolate", "exactly one of size and scale_factor"});
-  expect_error([&] { (void)nn::F::interpolate(x, {.size = Pair{3, 3}, .mode = "bicubic"}); },
-               {"interpolate", "mode", "bicubic"});
-  expect_error([&] { (void)nn::F::interpolate(x.view({4}), {.size = Pair{3, 3}}); }, {"interpolate", "(N, C, H, W)"});
+  expect_error([&] { (void)nn::F::interpolate(x, {.size = {3, 3}, .mode = "bogus"}); },
+               {"interpolate: mode must be one of", "\"bogus\""});
+  expect_error([&] { (void)nn::F::interpolate(x.view({4}), {.size = {3, 3}}); }, {"interpolate", "(N, C, H, W)"});
+  expect_error([&] { (void)nn::F::interpolate(x[0], {.size = {3}, .mode = "bilinear"}); },
+               {"mode \"bilinear\" resizes 2 spatial dims (an input of 4 dims)", "(1, 2, 2)"});
+  expect_error([&] { (void)nn::F::interpolate(x, {.size = {3, 3}, .align_corners = true}); },
+               {"align_corners is for linear", "not nearest"});
+  expect_error([&] { (void)nn::F::interpolate(x, {.size = {3, 3, 3}}); }, {"size has 3 values for 2 spatial dims"});
+}
+
+// The modes beyond nearest and bilinear, and inputs with one and three spatial dims, against loops written from
+// the definitions: a 2-d bicubic sum over the 4 x 4 clamped neighbourhood (not the separable passes the code
+// makes), trilinear's 8 corners, area's bins, nearest-exact's half-pixel centres.
+TEST(Interpolate, EveryModeAgainstLoops) {
+  const Tensor x = randn64({2, 3, 5, 6}, 21);
+  const std::vector<double> xv = test::values(x);
+  auto at = [&](int64_t nc, int64_t h, int64_t w) { return xv[static_cast<size_t>((nc * 5 + h) * 6 + w)]; };
+  auto keys = [](double t) {  // Keys' cubic kernel, a = -0.75
+    const double a = -0.75, u = std::fabs(t);
+    return u <= 1 ? ((a + 2) * u - (a + 3)) * u * u + 1 : u < 2 ? ((a * u - 5 * a) * u + 8 * a) * u - 4 * a : 0.0;
+  };
+  for (bool align : {false, true}) {
+    const int64_t oh = 8, ow = 4;
+    std::vector<double> bicubic;
+    for (int64_t nc = 0; nc < 6; ++nc)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const double ry = align ? i * 4.0 / (oh - 1) : (i + 0.5) * 5 / oh - 0.5;
+          const double rx = align ? j * 5.0 / (ow - 1) : (j + 0.5) * 6 / ow - 0.5;
+          double v = 0;
+          for (int64_t a = -1; a <= 2; ++a)
+            for (int64_t b = -1; b <= 2; ++b) {
+              const auto yi = static_cast<int64_t>(std::floor(ry)) + a, xi = static_cast<int64_t>(std::floor(rx)) + b;
+              v += keys(ry - static_cast<double>(yi)) * keys(rx - static_cast<double>(xi)) *
+                   at(nc, std::clamp<int64_t>(yi, 0, 4), std::clamp<int64_t>(xi, 0, 5));
+            }
+          bicubic.push_back(v);
+        }
+    test::expect_tensor_near(nn::F::interpolate(x, {.size = {oh, ow}, .mode = "bicubic", .align_corners = align}),
+                             bicubic, {2, 3, oh, ow}, 1e-13, 1e-13, align ? "bicubic align_corners" : "bicubic");
+  }
+  // nearest-exact: source floor((d + 0.5) * in / out), in single precision.
+  std::vector<double> exact;
+  for (int64_t nc = 0; nc < 6; ++nc)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 10; ++j) {
+        const auto h = std::min<int64_t>(static_cast<int64_t>(std::floor((i + 0.5f) * (5.0f / 3.0f))), 4);
+        const auto w = std::min<int64_t>(static_cast<int64_t>(std::floor((j + 0.5f) * (6.0f / 10.0f))), 5);
+        exact.push_back(at(nc, h, w));
+      }
+  test::expect_tensor_near(nn::F::interpolate(x, {.size = {3, 10}, .mode = "nearest-exact"}), exact, {2, 3, 3, 10},
+                           0, 0, "nearest-exact");
+  // area is adaptive average pooling: the same as the pooling kernel, down and up.
+  for (const Shape& out : {Shape{2, 4}, Shape{7, 9}, Shape{5, 1}}) {
+    const Tensor want = nn::F::adaptive_avg_pool2d(x, {out[0], out[1]});
+    test::expect_tensor_near(nn::F::interpolate(x, {.size = {out[0], out[1]}, .mode = "area"}), test::values(want),
+                             want.sizes(), 1e-14, 1e-14, "area to " + shape_str(out));
+  }
+  // One spatial dim: linear; three: trilinear against its 8 corners.
+  const Tensor line = x.reshape({2, 3, 30});
+  const std::vector<double> lv = test::values(line);
+  std::vector<double> linear;
+  for (int64_t nc = 0; nc < 6; ++nc)
+    for (int64_t d = 0; d < 11; ++d) {
+      const double r = std::max(0.0, (d + 0.5) * 30.0 / 11 - 0.5);
+      const auto i0 = static_cast<int64_t>(r);
+      const int64_t i1 = std::min<int64_t>(i0 + 1, 29);
+      linear.push_back((1 - (r - i0)) * lv[static_cast<size_t>(nc * 30 + i0)] + (r - i0) * lv[static_cast<size_t>(nc * 30 + i1)]);
+    }
+  test::expect_tensor_near(nn::F::interpolate(line, {.size = {11}, .mode = "linear"}), linear, {2, 3, 11}, 1e-14, 1e-14,
+                           "linear");
+  const Tensor vol = x.reshape({1, 2, 3, 5, 6});
+  const std::vector<double> vv = test::values(vol);
+  std::vector<double> trilinear;
+  auto src = [](int64_t d, int64_t in, int64_t out) {
+    const double r = d * double(in - 1) / double(out - 1);  // align_corners
+    const auto i0 = static_cast<int64_t>(r);
+    return std::tuple{i0, std::min<int64_t>(i0 + 1, in - 1), r - double(i0)};
+  };
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        for (int64_t k = 0; k < 7; ++k) {
+          const auto [d0, d1, a] = src(i, 3, 4);
+          const auto [h0, h1, b] = src(j, 5, 2);
+          const auto [w0, w1, e] = src(k, 6, 7);
+          auto v = [&](int64_t d, int64_t h, int64_t w) { return vv[static_cast<size_t>(((c * 3 + d) * 5 + h) * 6 + w)]; };
+          double s = 0;
+          for (auto [dd, wd] : {std::pair{d0, 1 - a}, std::pair{d1, a}})
+            for (auto [hh, wh] : {std::pair{h0, 1 - b}, std::pair{h1, b}})
+              for (auto [ww, ww_] : {std::pair{w0, 1 - e}, std::pair{w1, e}}) s += wd * wh * ww_ * v(dd, hh, ww);
+          trilinear.push_back(s);
+        }
+  test::expect_tensor_near(nn::F::interpolate(vol, {.size = {4, 2, 7}, .mode = "trilinear", .align_corners = true}),
+                           trilinear, {1, 2, 4, 2, 7}, 1e-14, 1e-14, "trilinear");
+  // One size or factor for every spatial dim.
+  EXPECT_EQ(nn::F::interpolate(vol, {.scale_factor = {2.0}}).sizes(), (Shape{1, 2, 6, 10, 12}));
+  EXPECT_EQ(nn::F::interpolate(vol, {.size = {3}, .mode = "area"}).sizes(), (Shape{1, 2, 3, 3, 3}));
+  // Gradients of every mode.
+  const Tensor g = randn64({1, 2, 4, 5}, 22).requires_grad_();
+  for (const char* mode : {"nearest-exact", "bicubic", "area"}) {
+    gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {6, 3}, .mode = mode}); }, {g});
+  }
+  const Tensor g3 = randn64({1, 2, 5}, 23).requires_grad_();
+  gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {8}, .mode = "linear"}); }, {g3});
 }
 
 }  // namespace

@@ -48,38 +48,56 @@ TEST(SpatialParity, ConvTranspose2dMatchesLibTorch) {
   }
 }
 
+torch::nn::functional::InterpolateFuncOptions::mode_t torch_mode(const std::string& m) {
+  if (m == "nearest") return torch::kNearest;
+  if (m == "nearest-exact") return torch::kNearestExact;
+  if (m == "linear") return torch::kLinear;
+  if (m == "bilinear") return torch::kBilinear;
+  if (m == "bicubic") return torch::kBicubic;
+  if (m == "trilinear") return torch::kTrilinear;
+  return torch::kArea;
+}
+
 TEST(SpatialParity, InterpolateMatchesLibTorch) {
   namespace tf = torch::nn::functional;
-  const Tensor x0 = test::randn64({2, 3, 5, 7}, 11);
   struct Case {
-    std::optional<Pair> size;
-    std::optional<std::pair<double, double>> scale;
+    Shape input;
+    std::vector<int64_t> size;
+    std::vector<double> scale;
+    std::vector<std::string> modes;
   };
+  const std::vector<std::string> planar = {"nearest", "nearest-exact", "bilinear", "bicubic", "area"};
+  const std::vector<std::string> line = {"nearest", "nearest-exact", "linear", "area"};
+  const std::vector<std::string> volume = {"nearest", "nearest-exact", "trilinear", "area"};
   // Sizes up and down, factors whole and not (the float arithmetic of nearest shows at 10 from 6: 0.6 * 5).
-  const std::vector<Case> cases = {{Pair{10, 14}, {}}, {Pair{3, 4}, {}}, {Pair{6, 10}, {}}, {Pair{5, 7}, {}},
-                                   {{}, std::pair{2.0, 3.0}}, {{}, std::pair{1.5, 0.75}}, {{}, std::pair{0.5, 2.5}}};
+  const std::vector<Case> cases = {
+      {{2, 3, 5, 7}, {10, 14}, {}, planar}, {{2, 3, 5, 7}, {3, 4}, {}, planar},
+      {{2, 3, 5, 7}, {6, 10}, {}, planar},  {{2, 3, 5, 7}, {5, 7}, {}, planar},
+      {{2, 3, 5, 7}, {}, {2.0, 3.0}, planar}, {{2, 3, 5, 7}, {}, {1.5, 0.75}, planar},
+      {{2, 3, 5, 7}, {}, {0.5, 2.5}, planar}, {{2, 3, 9}, {4}, {}, line},
+      {{2, 3, 9}, {13}, {}, line},           {{2, 3, 9}, {}, {1.7}, line},
+      {{1, 2, 3, 4, 5}, {5, 2, 7}, {}, volume}, {{1, 2, 3, 4, 5}, {}, {1.5, 0.5, 2.0}, volume},
+  };
   for (const Case& c : cases) {
-    for (const std::string& mode : {std::string("nearest"), std::string("bilinear")}) {
+    const Tensor x0 = test::randn64(c.input, 11);
+    for (const std::string& mode : c.modes) {
+      const bool interpolating = mode != "nearest" && mode != "nearest-exact" && mode != "area";
       for (bool align : {false, true}) {
-        if (align && mode == "nearest") continue;
+        if (align && !interpolating) continue;
         Tensor x = x0.clone().requires_grad_();
-        Tensor y = nn::F::interpolate(x, {.size = c.size, .scale_factor = c.scale, .mode = mode,
-                                          .align_corners = align});
+        Tensor y = nn::F::interpolate(x, {.size = c.size, .scale_factor = c.scale, .mode = mode, .align_corners = align});
         const Tensor probe = test::randn64(y.sizes(), 12);
         (y * probe).sum().backward();
-        auto o = tf::InterpolateFuncOptions().mode(mode == "nearest" ? torch::enumtype::kNearest()
-                                                                     : tf::InterpolateFuncOptions::mode_t(
-                                                                           torch::enumtype::kBilinear()));
-        if (c.size) o.size(std::vector<int64_t>{c.size->h, c.size->w});
-        else o.scale_factor(std::vector<double>{c.scale->first, c.scale->second});
-        if (mode == "bilinear") o.align_corners(align);
+        auto o = tf::InterpolateFuncOptions().mode(torch_mode(mode));
+        if (!c.size.empty()) o.size(c.size);
+        else o.scale_factor(c.scale);
+        if (interpolating) o.align_corners(align);
         torch::Tensor tx = to_torch(x0).requires_grad_();
         torch::Tensor ty = tf::interpolate(tx, o);
         (ty * to_torch(probe)).sum().backward();
-        const std::string what = mode + (align ? " align_corners" : "") + " to " +
-                                 (c.size ? shape_str({c.size->h, c.size->w})
-                                         : "x(" + std::to_string(c.scale->first) + ", " +
-                                               std::to_string(c.scale->second) + ")");
+        std::string what = mode + (align ? " align_corners" : "") + " " + shape_str(c.input) + " to ";
+        if (!c.size.empty()) what += shape_str(c.size);
+        for (double f : c.scale) what += " x" + std::to_string(f);
         expect_same(y, ty, 1e-13, what);
         expect_same(x.grad(), tx.grad(), 1e-12, what + ": gradient");
       }
