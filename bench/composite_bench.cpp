@@ -1,0 +1,146 @@
+// The ops kiln builds from other ops, with no kernel of their own, against LibTorch's (which has kernels for
+// most of them), on the CPU, forward + backward through autograd where they are differentiable: indexing with
+// index tensors (a row gather, a mask, an accumulating write), einsum (attention scores, a chain of three),
+// three activations (mish, hardswish, elu) and interpolate (bicubic up, area down).
+// Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
+// agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
+//
+//   composite_bench [reps]
+#include <kiln/kiln.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#ifdef KILN_BENCH_WITH_TORCH
+#include <torch/torch.h>
+#endif
+
+#include "bench_util.h"
+
+namespace {
+
+using kiln::Tensor;
+namespace F = kiln::nn::functional;
+
+#ifdef KILN_BENCH_WITH_TORCH
+torch::Tensor to_torch(const Tensor& t) {
+  const Tensor c = t.detach().contiguous();
+  std::vector<int64_t> shape(c.sizes().begin(), c.sizes().end());
+  const auto dtype = c.dtype() == kiln::kInt64 ? torch::kInt64 : c.dtype() == kiln::kBool ? torch::kBool : torch::kFloat32;
+  return torch::from_blob(c.raw_data_ptr(), shape, dtype).clone();
+}
+
+// The two sums agree before they are timed: a fast wrong answer is not a figure.
+void check(const std::string& what, double ours, double theirs) {
+  if (std::abs(ours - theirs) > 1e-3 * std::max(1.0, std::abs(theirs))) {
+    std::fprintf(stderr, "composite_bench: %s: %g against LibTorch's %g\n", what.c_str(), ours, theirs);
+    std::exit(1);
+  }
+}
+#endif
+
+struct Row {
+  std::string op, shape;
+  std::function<Tensor()> ours;  // returns the value whose sum backward runs on (undefined: no backward)
+#ifdef KILN_BENCH_WITH_TORCH
+  std::function<torch::Tensor()> theirs;
+#endif
+};
+
+void run(const Row& row, int reps, bool backward) {
+  std::vector<std::function<void()>> variants = {[&] {
+    const Tensor y = row.ours();
+    if (backward) y.sum().backward();
+    kiln::bench::do_not_optimize(y.impl());
+  }};
+#ifdef KILN_BENCH_WITH_TORCH
+  check(row.op + " " + row.shape, row.ours().sum().item<double>(), row.theirs().sum().item<double>());
+  variants.push_back([&] {
+    const torch::Tensor y = row.theirs();
+    if (backward) y.sum().backward();
+    kiln::bench::do_not_optimize(y.data_ptr());
+  });
+#endif
+  const std::vector<double> t = kiln::bench::time_interleaved(variants, reps);
+  std::printf("| %s | %s | %.1f |", row.op.c_str(), row.shape.c_str(), t[0] * 1e6);
+  if (t.size() > 1) std::printf(" %.1f | %.2f |", t[1] * 1e6, t[0] / t[1]);
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  kiln::manual_seed(1);
+  bool torch = false;
+#ifdef KILN_BENCH_WITH_TORCH
+  torch = true;
+  torch::set_num_threads(kiln::get_num_threads());
+#endif
+  std::printf("composite_bench on cpu, %d threads, medians of %d interleaved runs, us per forward + backward\n\n",
+              kiln::get_num_threads(), reps);
+  std::printf("| op | shape | kiln |%s\n", torch ? " LibTorch | kiln / LibTorch |" : "");
+  std::printf("|---|---|---|%s\n", torch ? "---|---|" : "");
+
+  // Leaves that require grad, and LibTorch's copies of them.
+  Tensor rows = kiln::randn({65536, 256}).requires_grad_();
+  Tensor idx = kiln::randint(0, 65536, {16384});
+  Tensor wide = kiln::randn({4096, 1024}).requires_grad_();
+  Tensor mask = kiln::rand({4096, 1024}) > 0.5;
+  Tensor updates = kiln::randn({16384, 256});
+  Tensor q = kiln::randn({8, 8, 128, 64}).requires_grad_(), k = kiln::randn({8, 8, 128, 64}).requires_grad_();
+  Tensor a = kiln::randn({256, 512}).requires_grad_(), b = kiln::randn({512, 384}).requires_grad_(),
+         c = kiln::randn({384, 128}).requires_grad_();
+  Tensor act = kiln::randn({1 << 20}).requires_grad_();
+  Tensor image = kiln::randn({8, 16, 64, 64}).requires_grad_(), big = kiln::randn({8, 16, 128, 128}).requires_grad_();
+#ifdef KILN_BENCH_WITH_TORCH
+  // LibTorch 1.13's accumulating index_put_ takes its indices as a list of optional tensors.
+  auto torch_put = [](const torch::Tensor& positions, const torch::Tensor& values) {
+    torch::Tensor z = torch::zeros({65536, 256});
+    c10::List<c10::optional<torch::Tensor>> indices;
+    indices.push_back(positions);
+    return z.index_put_(indices, values, true);
+  };
+  auto leaf = [](const Tensor& t) { return to_torch(t).requires_grad_(); };
+  torch::Tensor trows = leaf(rows), tidx = to_torch(idx), twide = leaf(wide), tmask = to_torch(mask);
+  torch::Tensor tupdates = to_torch(updates), tq = leaf(q), tk = leaf(k), ta = leaf(a), tb = leaf(b), tc = leaf(c);
+  torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big);
+  namespace tf = torch::nn::functional;
+#define THEIRS(...) , [&] { return __VA_ARGS__; }
+#else
+#define THEIRS(...)
+#endif
+  const std::vector<Row> differentiable = {
+      {"x[idx] (rows)", "(65536, 256)[16384]", [&] { return rows[idx]; } THEIRS(trows.index({tidx}))},
+      {"x[mask]", "(4096, 1024), half true", [&] { return wide[mask]; } THEIRS(twide.index({tmask}))},
+      {"einsum bhqd,bhkd->bhqk", "(8, 8, 128, 64) x2", [&] { return kiln::einsum("bhqd,bhkd->bhqk", {q, k}); }
+       THEIRS(torch::einsum("bhqd,bhkd->bhqk", {tq, tk}))},
+      {"einsum ij,jk,kl->il", "256x512x384x128", [&] { return kiln::einsum("ij,jk,kl->il", {a, b, c}); }
+       THEIRS(torch::einsum("ij,jk,kl->il", {ta, tb, tc}))},
+      {"mish", "(1M)", [&] { return F::mish(act); } THEIRS(torch::mish(tact))},
+      {"hardswish", "(1M)", [&] { return F::hardswish(act); } THEIRS(torch::hardswish(tact))},
+      {"elu", "(1M)", [&] { return F::elu(act); } THEIRS(torch::elu(tact))},
+      {"interpolate bicubic", "(8, 16, 64, 64) to 128", [&] { return F::interpolate(image, {.size = {128, 128}, .mode = "bicubic"}); }
+       THEIRS(tf::interpolate(timage, tf::InterpolateFuncOptions().size(std::vector<int64_t>{128, 128}).mode(torch::kBicubic).align_corners(false)))},
+      {"interpolate area", "(8, 16, 128, 128) to 32", [&] { return F::interpolate(big, {.size = {32, 32}, .mode = "area"}); }
+       THEIRS(tf::interpolate(tbig, tf::InterpolateFuncOptions().size(std::vector<int64_t>{32, 32}).mode(torch::kArea)))},
+  };
+  for (const Row& row : differentiable) run(row, reps, true);
+  // A write without autograd: index_put_ with accumulate into a fresh zero tensor each time.
+  const Row put = {"index_put_ accumulate", "(65536, 256)[16384] +=", [&] {
+                     Tensor z = kiln::zeros({65536, 256});
+                     z.index_put_({idx}, updates, true);
+                     return z;
+                   } THEIRS(torch_put(tidx, tupdates))};
+  {
+    kiln::NoGradGuard no_grad;
+    run(put, reps, false);
+  }
+#undef THEIRS
+  return 0;
+}
