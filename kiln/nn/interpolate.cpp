@@ -5,7 +5,7 @@
 // computed here, on the host, the way PyTorch's kernels compute them: nearest and nearest-exact one tap, linear
 // two, cubic four (clamped at the edges), area the whole bin adaptive average pooling would average. The resize
 // is then a weighted sum of index_selects, so it runs on every device and its gradient is index_select's (summed
-// where outputs share an input).
+// where outputs share an input). (area with bins of one length is a mean over a reshaped dim instead.)
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -103,6 +103,8 @@ Taps area_taps(int64_t in, int64_t out) {
 // x resized along dim to `out` positions: the weighted sum of its taps.
 Tensor resize_dim(const Tensor& x, int64_t dim, int64_t out, std::optional<double> factor, const InterpolateOptions& o) {
   const int64_t in = x.size(dim);
+  // area over bins of one length (in a multiple of out): a reshape and one mean, not a tap per bin position.
+  if (o.mode == "area" && in % out == 0) return x.unflatten(dim, {out, in / out}).mean({dim + 1});
   Taps taps = o.mode == "nearest" || o.mode == "nearest-exact" ? nearest_taps(in, out, factor, o.mode != "nearest")
               : o.mode == "bicubic"                             ? cubic_taps(in, out, factor, o.align_corners)
               : o.mode == "area"                                ? area_taps(in, out)

@@ -221,7 +221,7 @@ TEST(Interpolate, EveryModeAgainstLoops) {
   test::expect_tensor_near(nn::F::interpolate(x, {.size = {3, 10}, .mode = "nearest-exact"}), exact, {2, 3, 3, 10},
                            0, 0, "nearest-exact");
   // area is adaptive average pooling: the same as the pooling kernel, down and up.
-  for (const Shape& out : {Shape{2, 4}, Shape{7, 9}, Shape{5, 1}}) {
+  for (const Shape& out : {Shape{2, 4}, Shape{7, 9}, Shape{5, 1}, Shape{5, 3}}) {  // the last two: bins of one length
     const Tensor want = nn::F::adaptive_avg_pool2d(x, {out[0], out[1]});
     test::expect_tensor_near(nn::F::interpolate(x, {.size = {out[0], out[1]}, .mode = "area"}), test::values(want),
                              want.sizes(), 1e-14, 1e-14, "area to " + shape_str(out));
@@ -271,6 +271,8 @@ TEST(Interpolate, EveryModeAgainstLoops) {
   for (const char* mode : {"nearest-exact", "bicubic", "area"}) {
     gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {6, 3}, .mode = mode}); }, {g});
   }
+  // area with bins of one length takes the reshape-and-mean path.
+  gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {2, 5}, .mode = "area"}); }, {g});
   const Tensor g3 = randn64({1, 2, 5}, 23).requires_grad_();
   gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {8}, .mode = "linear"}); }, {g3});
 }
