@@ -86,29 +86,6 @@ class SoftplusImpl : public Module {
 };
 using Softplus = ModuleHolder<SoftplusImpl>;
 
-// GLU(dim) halves its input along dim; Softmin(dim) is softmax(-x, dim).
-class GLUImpl : public Module {
- public:
-  explicit GLUImpl(int64_t dim = -1) : Module("GLU"), dim_(dim) {}
-  Tensor forward(const Tensor& x) override { return functional::glu(x, dim_); }
-  std::string extra_repr() const override { return detail::concat("dim=", dim_); }
-
- private:
-  int64_t dim_;
-};
-using GLU = ModuleHolder<GLUImpl>;
-
-class SoftminImpl : public Module {
- public:
-  explicit SoftminImpl(int64_t dim) : Module("Softmin"), dim_(dim) {}
-  Tensor forward(const Tensor& x) override { return functional::softmin(x, dim_); }
-  std::string extra_repr() const override { return detail::concat("dim=", dim_); }
-
- private:
-  int64_t dim_;
-};
-using Softmin = ModuleHolder<SoftminImpl>;
-
 // softmax over the channels of (N, C, H, W) or (C, H, W): dim -3.
 class Softmax2dImpl : public Module {
  public:
@@ -170,26 +147,23 @@ class GELUImpl : public Module {
 };
 using GELU = ModuleHolder<GELUImpl>;
 
-class SoftmaxImpl : public Module {
- public:
-  explicit SoftmaxImpl(int64_t dim) : Module("Softmax"), dim_(dim) {}
-  Tensor forward(const Tensor& x) override { return softmax(x, dim_); }
-  std::string extra_repr() const override { return detail::concat("dim=", dim_); }
-
- private:
-  int64_t dim_;
-};
-using Softmax = ModuleHolder<SoftmaxImpl>;
-
-class LogSoftmaxImpl : public Module {
- public:
-  explicit LogSoftmaxImpl(int64_t dim) : Module("LogSoftmax"), dim_(dim) {}
-  Tensor forward(const Tensor& x) override { return log_softmax(x, dim_); }
-  std::string extra_repr() const override { return detail::concat("dim=", dim_); }
-
- private:
-  int64_t dim_;
-};
-using LogSoftmax = ModuleHolder<LogSoftmaxImpl>;
+// The ones along a dim: Softmax(dim), LogSoftmax(dim), Softmin(dim) (softmax(-x, dim)), GLU(dim = -1) (halves
+// its input along dim).
+#define KILN_DIM_ACTIVATION(Name, fn, ...)                                                        \
+  class Name##Impl : public Module {                                                              \
+   public:                                                                                        \
+    explicit Name##Impl(int64_t dim __VA_OPT__(= __VA_ARGS__)) : Module(#Name), dim_(dim) {}      \
+    Tensor forward(const Tensor& x) override { return fn(x, dim_); }                              \
+    std::string extra_repr() const override { return detail::concat("dim=", dim_); }             \
+                                                                                                  \
+   private:                                                                                       \
+    int64_t dim_;                                                                                 \
+  };                                                                                              \
+  using Name = ModuleHolder<Name##Impl>;
+KILN_DIM_ACTIVATION(Softmax, softmax)
+KILN_DIM_ACTIVATION(LogSoftmax, log_softmax)
+KILN_DIM_ACTIVATION(Softmin, functional::softmin)
+KILN_DIM_ACTIVATION(GLU, functional::glu, -1)
+#undef KILN_DIM_ACTIVATION
 
 }  // namespace kiln::nn

@@ -20,6 +20,11 @@ Tensor weight_buffer(Module& m, const std::string& name, const Tensor& weight) {
   return m.register_buffer(name, weight.detach());
 }
 
+// The printed options of the losses that take a margin and a reduction.
+std::string margin_repr(double margin, functional::Reduction reduction) {
+  return detail::concat("margin=", margin, ", reduction=", reduction_name(reduction));
+}
+
 void check_class_weight(const Tensor& weight, const char* loss) {
   KILN_CHECK(!weight.defined() || weight.dim() == 1, loss, ": weight must be a 1-D tensor of one weight per class, ",
              "got shape ", shape_str(weight.shape()));
@@ -86,22 +91,16 @@ std::string KLDivLossImpl::extra_repr() const {
                         ", log_target=", options_.log_target ? "true" : "false");
 }
 
-std::string MarginRankingLossImpl::extra_repr() const {
-  return detail::concat("margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
-}
+std::string MarginRankingLossImpl::extra_repr() const { return margin_repr(options_.margin, options_.reduction); }
 
-std::string HingeEmbeddingLossImpl::extra_repr() const {
-  return detail::concat("margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
-}
+std::string HingeEmbeddingLossImpl::extra_repr() const { return margin_repr(options_.margin, options_.reduction); }
 
 CosineEmbeddingLossImpl::CosineEmbeddingLossImpl(Options options) : Module("CosineEmbeddingLoss"), options_(options) {
   KILN_CHECK(options.margin >= -1 && options.margin <= 1, "CosineEmbeddingLoss: margin = ", options.margin,
              ": expected a value in [-1, 1]");
 }
 
-std::string CosineEmbeddingLossImpl::extra_repr() const {
-  return detail::concat("margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
-}
+std::string CosineEmbeddingLossImpl::extra_repr() const { return margin_repr(options_.margin, options_.reduction); }
 
 TripletMarginLossImpl::TripletMarginLossImpl(Options options) : Module("TripletMarginLoss"), options_(options) {
   KILN_CHECK(options.margin > 0, "TripletMarginLoss: margin = ", options.margin, ": expected > 0");

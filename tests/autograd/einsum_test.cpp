@@ -115,7 +115,7 @@ TEST(Einsum, MatchesTheBruteForceSum) {
 TEST(Einsum, ImplicitOutputIsTheSubscriptsSeenOnceInOrder) {
   std::mt19937 rng(12);
   const std::vector<Tensor> ab = randoms(rng, {{3, 4}, {4, 5}});
-  expect_close(einsum("ij,jk", ab), einsum("ij->ij", {brute_einsum("ij,jk->ik", ab)}), "ij,jk");
+  expect_close(einsum("ij,jk", ab), brute_einsum("ij,jk->ik", ab), "ij,jk");
   const Tensor x = random_tensor({3, 4}, kFloat64, rng);
   expect_close(einsum("ba", {x}), x.t(), "ba is a transpose");
   expect_close(einsum("aB", {x}), x.t(), "upper case comes first");
