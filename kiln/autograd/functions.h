@@ -54,6 +54,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
+// The activations with fused kernels (activation_kind.h); nn::functional's elu, selu, celu, hardtanh, relu6,
+// hardsigmoid, hardswish and mish are these.
+Tensor activation(const Tensor& x, Activation kind, const ActivationParams& params = {});
 Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor& pow_(Tensor& x, const Scalar& exponent);
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max);

@@ -1,49 +1,49 @@
-// The activations beyond the ones autograd has kernels for (relu, gelu, silu, sigmoid, tanh, softplus, leaky_relu):
-// each a composite of differentiable element-wise ops, so each runs on every device and has every order of
-// gradient. Where a branch would overflow, its input is clamped first: where() passes no gradient to the branch
-// it did not pick, but 0 times an infinite derivative would still be NaN.
+// torch.nn's activations beyond the ones autograd has always had (relu, gelu, silu, sigmoid, tanh, softplus,
+// leaky_relu). elu (with selu and celu), hardtanh (with relu6), hardsigmoid, hardswish and mish have fused kernels
+// for their value and gradient (kiln::activation, kiln/tensor/ops/activation_kind.h). The rest are composites of
+// differentiable element-wise ops, so they run on every device and have every order of gradient; where a branch
+// would overflow, its input is clamped first: where() passes no gradient to the branch it did not pick, but 0
+// times an infinite derivative would still be NaN.
 #include "kiln/nn/activation.h"
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional {
 
 namespace {
-// x for x > 0, else alpha * (e^(x / scale) - 1): elu (scale 1) and celu (scale alpha).
-Tensor exponential_linear(const Tensor& x, double alpha, double scale) {
-  const Tensor negative = clamp(x, std::nullopt, Scalar(0.0));  // e^x of a large x would be inf
-  return where(x > 0.0, x, expm1(negative / scale) * alpha);
+// scale x for x > 0, else scale alpha (e^(x input_scale) - 1).
+Tensor exponential_linear(const Tensor& x, double alpha, double scale, double input_scale) {
+  return activation(x, Activation::elu, {.a = alpha, .b = scale, .c = input_scale});
 }
 }  // namespace
 
-Tensor elu(const Tensor& x, double alpha) { return exponential_linear(x, alpha, 1.0); }
+Tensor elu(const Tensor& x, double alpha) { return exponential_linear(x, alpha, 1.0, 1.0); }
 
 Tensor selu(const Tensor& x) {
   // The constants of Klambauer et al. (2017), as PyTorch writes them.
   constexpr double kAlpha = 1.6732632423543772848170429916717;
   constexpr double kScale = 1.0507009873554804934193349852946;
-  return exponential_linear(x, kAlpha, 1.0) * kScale;
+  return exponential_linear(x, kAlpha, kScale, 1.0);
 }
 
 Tensor celu(const Tensor& x, double alpha) {
   KILN_CHECK(alpha != 0, "celu: alpha must not be 0");
-  return exponential_linear(x, alpha, alpha);
+  return exponential_linear(x, alpha, 1.0, 1.0 / alpha);
 }
 
 Tensor softsign(const Tensor& x) { return x / (abs(x) + 1.0); }
 
-// Written as picks rather than clamp: clamp passes the gradient at its bounds, PyTorch's hardtanh does not.
+// Not clamp: clamp passes the gradient at its bounds, PyTorch's hardtanh does not.
 Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
-  KILN_CHECK(min_val <= max_val, "hardtanh: min_val = ", min_val, " is above max_val = ", max_val);
-  return where(x <= min_val, Scalar(min_val), where(x >= max_val, Scalar(max_val), x));
+  return activation(x, Activation::hardtanh, {.a = min_val, .b = max_val});
 }
 
 Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
 
-Tensor hardsigmoid(const Tensor& x) { return where(x <= -3.0, Scalar(0.0), where(x >= 3.0, Scalar(1.0), x / 6.0 + 0.5)); }
+Tensor hardsigmoid(const Tensor& x) { return activation(x, Activation::hardsigmoid); }
 
-Tensor hardswish(const Tensor& x) { return x * hardsigmoid(x); }
+Tensor hardswish(const Tensor& x) { return activation(x, Activation::hardswish); }
 
-Tensor mish(const Tensor& x) { return x * tanh(softplus(x)); }
+Tensor mish(const Tensor& x) { return activation(x, Activation::mish); }
 
 Tensor logsigmoid(const Tensor& x) { return minimum(x, Scalar(0.0)) - log1p(exp(-abs(x))); }
 

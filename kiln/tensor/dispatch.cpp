@@ -28,6 +28,7 @@ void install_builtin_kernels() {
   detail::register_random_cpu_kernels();
   detail::register_unary_cpu_kernels();
   detail::register_binary_cpu_kernels();
+  detail::register_activation_cpu_kernels();
   detail::register_reduce_cpu_kernels();
   detail::register_softmax_cpu_kernels();
   detail::register_along_dim_cpu_kernels();

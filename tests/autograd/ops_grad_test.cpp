@@ -53,6 +53,16 @@ std::vector<GradCase> unary_cases() {
        Domain::Any},
       {"clamp_min", [](const Tensor& x) { return clamp(x, 0.2, std::nullopt); }, nullptr, Domain::Any},
       {"clamp_max", [](const Tensor& x) { return clamp(x, std::nullopt, -0.2); }, nullptr, Domain::Any},
+      // The fused activations (their one-pass backward; the twins check the form create_graph switches to).
+      {"elu", [](const Tensor& x) { return activation(x, Activation::elu, {1.3, 1.0, 1.0}); }, nullptr,
+       Domain::AwayFromZero},
+      {"celu_negative_alpha", [](const Tensor& x) { return activation(x, Activation::elu, {-0.8, 1.0, -1.25}); },
+       nullptr, Domain::AwayFromZero},
+      {"hardtanh", [](const Tensor& x) { return activation(x, Activation::hardtanh, {-0.6, 1.4}); }, nullptr,
+       Domain::Any},
+      {"hardsigmoid", [](const Tensor& x) { return activation(x, Activation::hardsigmoid); }, nullptr, Domain::Any},
+      {"hardswish", [](const Tensor& x) { return activation(x, Activation::hardswish); }, nullptr, Domain::Any},
+      {"mish", [](const Tensor& x) { return activation(x, Activation::mish); }, nullptr, Domain::Any},
   };
   std::vector<GradCase> cases;
   for (const UnaryOp& op : ops_) {
@@ -71,6 +81,11 @@ std::vector<GradCase> unary_cases() {
   cases.push_back(single("softplus_beta_threshold",
                          [] { return TensorVec{leaf_of({-1.3, 0.4, 1.0, 2.1, 3.0, -0.2}, {2, 3})}; },
                          [](In in) { return softplus(in[0], 2.0, 3.0); }));
+  // hardsigmoid and hardswish beyond +-3, where their other branches are.
+  cases.push_back(single("hard_activations_every_branch",
+                         [] { return TensorVec{leaf_of({-4.1, -2.2, 0.3, 2.9, 3.4, 5.0}, {2, 3})}; }, [](In in) {
+                           return activation(in[0], Activation::hardswish) * 2 + activation(in[0], Activation::hardsigmoid);
+                         }));
   // The Tensor methods of the same ops (a wrong one shows as a wrong sum).
   cases.push_back(single("methods_unary", leaves({{2, 3}}, Domain::Positive), [](In in) {
     const Tensor& x = in[0];

@@ -52,6 +52,11 @@ std::vector<Unary> unary_ops() {
       {"silu", [](const Tensor& x) { return silu(x); }},
       {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 4.0); }},
       {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }},
+      {"elu", [](const Tensor& x) { return activation(x, Activation::elu, {1.3, 1.05, 0.8}); }},
+      {"hardtanh", [](const Tensor& x) { return activation(x, Activation::hardtanh, {-0.6, 1.4}); }},
+      {"hardsigmoid", [](const Tensor& x) { return activation(x, Activation::hardsigmoid); }},
+      {"hardswish", [](const Tensor& x) { return activation(x, Activation::hardswish); }},
+      {"mish", [](const Tensor& x) { return activation(x, Activation::mish); }},
       {"pow_2.5", [](const Tensor& x) { return pow(x, 2.5); }},
       {"pow_3", [](const Tensor& x) { return pow(x, 3); }},
       {"clamp", [](const Tensor& x) { return clamp(x, -1.0, 0.5); }},
@@ -159,6 +164,26 @@ TEST_F(CudaTest, GeluBackwardMatchesTheCpu) {
       Tensor g = test::random_tensor({11, 6}, d, rng, test::Layout::Transposed), x = test::random_tensor({11, 6}, d, rng);
       compare(std::string("gelu_backward ") + form + " " + dtype_name(d) + " seed " + std::to_string(seed),
               [form](const std::vector<Tensor>& in) { return ops::gelu_backward(in[0], in[1], form); }, {g, x});
+    }
+  }
+}
+
+TEST_F(CudaTest, ActivationBackwardMatchesTheCpu) {
+  uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  const std::pair<Activation, ActivationParams> kinds[] = {{Activation::elu, {1.3, 1.05, 0.8}},
+                                                           {Activation::hardtanh, {-0.6, 1.4}},
+                                                           {Activation::hardsigmoid, {}},
+                                                           {Activation::hardswish, {}},
+                                                           {Activation::mish, {}}};
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (const auto& [kind, params] : kinds) {
+      // Inputs over [-5, 5): every branch of the hard ones.
+      Tensor g = test::random_tensor({11, 6}, d, rng, test::Layout::Transposed);
+      Tensor x = test::random_tensor({11, 6}, d, rng, test::Layout::Contiguous, -5, 5);
+      compare(std::string(activation_name(kind)) + "_backward " + dtype_name(d) + " seed " + std::to_string(seed),
+              [kind, params](const std::vector<Tensor>& in) { return ops::activation_backward(in[0], in[1], kind, params); },
+              {g, x});
     }
   }
 }

@@ -96,6 +96,89 @@ TEST(Activations, NoNaNGradientsWhereTheUnpickedBranchOverflows) {
   }
 }
 
+// The activations with fused kernels: their one-pass gradient and the differentiable form create_graph
+// switches to, both against PyTorch's derivative rules written here, on every branch and on the kinks, where
+// the rules say which side the gradient takes. Parameters float32 holds exactly, so that a float32 input on a
+// kink is on it in both.
+struct FusedActivation {
+  std::string name;
+  std::function<Tensor(const Tensor&)> ours;
+  std::function<double(double)> derivative;
+};
+
+std::vector<FusedActivation> fused_activations() {
+  const double selu_alpha = 1.6732632423543772848170429916717, selu_scale = 1.0507009873554804934193349852946;
+  auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  return {
+      {"elu", [](const Tensor& x) { return F::elu(x, 1.25); }, [](double x) { return x > 0 ? 1 : 1.25 * std::exp(x); }},
+      {"selu", [](const Tensor& x) { return F::selu(x); },
+       [=](double x) { return selu_scale * (x > 0 ? 1 : selu_alpha * std::exp(x)); }},
+      {"celu", [](const Tensor& x) { return F::celu(x, 0.75); }, [](double x) { return x > 0 ? 1 : std::exp(x / 0.75); }},
+      {"hardtanh", [](const Tensor& x) { return F::hardtanh(x, -0.5, 1.5); },
+       [](double x) { return x <= -0.5 || x >= 1.5 ? 0.0 : 1.0; }},
+      {"relu6", [](const Tensor& x) { return F::relu6(x); }, [](double x) { return x <= 0 || x >= 6 ? 0.0 : 1.0; }},
+      {"hardsigmoid", [](const Tensor& x) { return F::hardsigmoid(x); },
+       [](double x) { return x > -3 && x < 3 ? 1.0 / 6 : 0.0; }},
+      {"hardswish", [](const Tensor& x) { return F::hardswish(x); },
+       [](double x) { return x < -3 ? 0.0 : x <= 3 ? x / 3 + 0.5 : 1.0; }},
+      {"mish", [](const Tensor& x) { return F::mish(x); },
+       [=](double x) {
+         const double t = std::tanh(std::log1p(std::exp(x)));
+         return t + x * sigmoid(x) * (1 - t * t);
+       }},
+  };
+}
+
+TEST(Activations, FusedGradientsFollowPyTorchsRulesInBothForms) {
+  std::vector<double> points = kActPoints;
+  points.push_back(1.5);
+  for (const FusedActivation& a : fused_activations()) {
+    for (DType dtype : {kFloat64, kFloat32}) {
+      for (bool create_graph : {false, true}) {
+        Tensor x = tensor(points, {}, kFloat64).to(dtype);
+        x.requires_grad_();
+        const Tensor g = autograd::grad({a.ours(x).sum()}, {x}, {}, std::nullopt, create_graph).at(0);
+        const std::vector<double> xs = values(x.detach()), got = values(g);
+        for (size_t i = 0; i < xs.size(); ++i) {
+          const double want = a.derivative(xs[i]);
+          const double tol = (dtype == kFloat64 ? 1e-14 : 2e-6) * std::max(1.0, std::fabs(want));
+          EXPECT_NEAR(got[i], want, tol) << a.name << " (" << dtype << (create_graph ? ", create_graph" : "")
+                                         << ") at " << xs[i];
+        }
+      }
+    }
+  }
+}
+
+TEST(Activations, FusedOnesComputeHalfPrecisionInFloat) {
+  const Tensor x32 = tensor({-4.0, -2.5, -0.75, -0.125, 0.0, 0.375, 1.0, 2.75, 5.0}, kFloat32);
+  for (const FusedActivation& a : fused_activations()) {
+    for (DType dtype : {kFloat16, kBFloat16}) {
+      Tensor x = x32.to(dtype);
+      x.requires_grad_();
+      const Tensor y = a.ours(x);
+      ASSERT_EQ(y.dtype(), dtype) << a.name;
+      y.sum().backward();
+      // The reference: the same rounded inputs in float32, its results rounded to the dtype once.
+      Tensor xf = x.detach().to(kFloat32);
+      xf.requires_grad_();
+      const Tensor yf = a.ours(xf);
+      yf.sum().backward();
+      EXPECT_TRUE(equal(y.detach(), yf.detach().to(dtype))) << a.name << " (" << dtype << ")";
+      EXPECT_TRUE(equal(x.grad(), xf.grad().to(dtype))) << a.name << " gradient (" << dtype << ")";
+    }
+  }
+}
+
+TEST(Activations, FusedBackwardChecksItsInputs) {
+  const Tensor x = ones({2, 3});
+  expect_error([&] { ops::activation_backward(ones({3, 2}), x, kiln::Activation::mish); },
+               {"mish_backward: the gradient has shape (3, 2), the input (2, 3)"});
+  expect_error([&] { F::hardtanh(x, 1.0, -1.0); }, {"hardtanh: min_val = 1 is above max_val = -1"});
+  // Integer inputs compute in the default float dtype.
+  EXPECT_EQ(F::hardswish(arange(-4, 5)).dtype(), default_dtype());
+}
+
 TEST(Activations, GluSoftminAndPrelu) {
   std::mt19937 rng(21);
   const Tensor x = random_tensor({3, 4}, kFloat64, rng);

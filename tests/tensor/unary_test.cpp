@@ -233,6 +233,23 @@ TEST(FastExp, WithinTwoUlpOfFloat64ExpOverTheWholeRange) {
   EXPECT_GT(fast_math::exp(-103.0f), 0.0f);  // a denormal, not flushed to zero
 }
 
+TEST(FastExpm1, WithinOneUlpOfFloat64Expm1) {
+  // |x| < 110 covers the switch to exp at 20, its overflow, and the rounding to -1 below -17.
+  UlpError e =
+      max_ulp_error([](float x) { return fast_math::expm1(x); }, [](double x) { return std::expm1(x); }, 110.0f);
+  EXPECT_LE(e.ulps, 1) << "at x = " << e.at;
+  // Near 0, where e^x - 1 computed directly would lose most digits.
+  for (float x : {1e-3f, -1e-3f, 3e-6f, -3e-6f, 1e-9f, 0.3465f, -0.3466f, 19.99f, 20.0f, 20.01f}) {
+    EXPECT_LE(ulp_distance(fast_math::expm1(x), static_cast<float>(std::expm1(static_cast<double>(x)))), 1) << x;
+  }
+  EXPECT_EQ(fast_math::expm1(-INFINITY), -1.0f);
+  EXPECT_EQ(fast_math::expm1(INFINITY), INFINITY);
+  EXPECT_EQ(fast_math::expm1(89.0f), INFINITY);
+  EXPECT_EQ(fast_math::expm1(1e-30f), 1e-30f);
+  EXPECT_EQ(std::signbit(fast_math::expm1(-0.0f)), true);
+  EXPECT_TRUE(std::isnan(fast_math::expm1(NAN)));
+}
+
 TEST(FastErf, WithinThreeUlpOfFloat64Erf) {
   // Beyond |x| = 3.92, erf is +-1 in float; the polynomials change at |x| = 1 and 4.
   UlpError e = max_ulp_error([](float x) { return fast_math::erf(x); }, [](double x) { return std::erf(x); }, 6.0f);

@@ -290,6 +290,50 @@ Tensor& leaky_relu_(Tensor& x, double slope) {
   return record_inplace("leaky_relu_", x, [slope](const Tensor& old) { return leaky_relu(old, slope); });
 }
 
+// The fused activations (activation_kind.h): dx = g f'(x) in one pass (ops::activation_backward), or, when a
+// second derivative is wanted (create_graph), from differentiable ops that compute the same thing:
+//   elu:         g scale for x > 0, else g scale alpha input_scale e^(input_scale x)
+//   hardtanh:    g strictly between the bounds, else 0
+//   hardsigmoid: g / 6 strictly between -3 and 3, else 0
+//   hardswish:   0 below -3, g (x / 3 + 1/2) from -3 to 3, g above
+//   mish:        g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x))
+namespace {
+Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation kind, const ActivationParams& p) {
+  switch (kind) {
+    case Activation::elu: {
+      // The exponential's input held at 0 where x > 0: e^(input_scale x) of a large x would be inf there, and
+      // where() passes 0 times that to it.
+      const Tensor negative = clamp(x, std::nullopt, Scalar(0.0));
+      return where(ops::gt(x, 0.0), g * p.b, g * exp(negative * p.c) * (p.a * p.b * p.c));
+    }
+    case Activation::hardtanh:
+      return where(ops::logical_or(ops::le(x, p.a), ops::ge(x, p.b)), Scalar(0.0), g);
+    case Activation::hardsigmoid:
+      return where(ops::logical_and(ops::gt(x, -3.0), ops::lt(x, 3.0)), g / 6.0, Scalar(0.0));
+    case Activation::hardswish:
+      return where(ops::lt(x, -3.0), Scalar(0.0), where(ops::le(x, 3.0), g * (x / 3.0 + 0.5), g));
+    case Activation::mish: {
+      const Tensor t = tanh(softplus(x));
+      return g * (t + x * sigmoid(x) * (1 - t * t));
+    }
+  }
+  KILN_CHECK(false, "activation: unknown kind ", static_cast<int>(kind));
+  return {};
+}
+}  // namespace
+
+Tensor activation(const Tensor& x, Activation kind, const ActivationParams& params) {
+  Tensor y = ops::activation(x, kind, params);
+  if (should_record(x)) {
+    record(activation_name(kind), y, {x}, [sx = SavedTensor(x, false), kind, params](const Tensor& g, const OpNode& n) {
+      const Tensor x = sx.get(n);
+      if (!autograd::GradMode::is_enabled()) return TensorList{ops::activation_backward(g, x, kind, params)};
+      return TensorList{activation_gradient_graph(g, x, kind, params)};
+    });
+  }
+  return y;
+}
+
 // pow(x, e): dx = g e x^(e-1) (0 for e == 0)
 Tensor pow(const Tensor& x, const Scalar& exponent) {
   Tensor y = ops::pow(x, exponent);

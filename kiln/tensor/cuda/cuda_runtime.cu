@@ -341,10 +341,12 @@ void register_cuda_conv_kernels();         // conv_cuda.cu
 void register_cuda_optim_kernels();        // optim_cuda.cu
 void register_cuda_cross_entropy_kernels(); // cross_entropy_cuda.cu
 void register_cuda_normalization_kernels(); // normalization_cuda.cu
+void register_cuda_activation_kernels();   // activation_cuda.cu
 
 void register_cuda_kernels() {
   register_cuda_copy_kernels();
   register_cuda_elementwise_kernels();
+  register_cuda_activation_kernels();
   register_cuda_reduce_kernels();
   register_cuda_softmax_kernels();
   register_cuda_along_dim_kernels();

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kiln/tensor/macros.h"
+#include "kiln/tensor/ops/activation_kind.h"
 #include "kiln/tensor/ops/fast_math.h"
 
 namespace kiln::functors {
@@ -46,7 +47,15 @@ struct Sign {
 struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp_of(x); } };
 struct Log { template <class T> KILN_INLINE T operator()(T x) const { return std::log(x); } };
 struct Log1p { template <class T> KILN_INLINE T operator()(T x) const { return std::log1p(x); } };
-struct Expm1 { template <class T> KILN_INLINE T operator()(T x) const { return std::expm1(x); } };
+// e^x - 1, the same way.
+template <class T>
+KILN_INLINE T expm1_of(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return fast_math::expm1(x);
+#endif
+  return std::expm1(x);
+}
+struct Expm1 { template <class T> KILN_INLINE T operator()(T x) const { return expm1_of(x); } };
 // erf: for float on the CPU, the vectorizable polynomial of fast_math.h; elsewhere the math library.
 template <class T>
 KILN_INLINE T erf_of(T x) {
@@ -166,9 +175,10 @@ struct Clamp {  // min/max absent are -inf/+inf; NaN input stays NaN
   double lo, hi;
   template <class T> KILN_INLINE T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (x != x) return x;
-      T y = x < T(lo) ? T(lo) : x;
-      return y > T(hi) ? T(hi) : y;
+      const T l = T(lo), h = T(hi);  // read before the selects, so that the loop vectorizes (see Elu)
+      const T low_clamped = x < l ? l : x;
+      const T y = low_clamped > h ? h : low_clamped;
+      return x != x ? x : y;
     } else {
       // Compare in double but return x itself when inside, so int64 values beyond 2^53 pass unchanged.
       if (static_cast<double>(x) < lo) return static_cast<T>(lo);
@@ -179,7 +189,97 @@ struct Clamp {  // min/max absent are -inf/+inf; NaN input stays NaN
 };
 struct LeakyRelu {
   double slope;
-  template <class T> KILN_INLINE T operator()(T x) const { return x > T(0) ? x : x * T(slope); }
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T s = T(slope);  // read before the branch: see Elu
+    return x > T(0) ? x : x * s;
+  }
+};
+
+// ---- the activations of activation_kind.h: each value, and its gradient g f'(x) from the input ----
+// The branches, the kinks and which side of a kink the gradient takes are PyTorch's, so that the numbers
+// match its kernels; a NaN input gives NaN (a NaN gradient for elu and mish, g for the piecewise-linear ones,
+// as there).
+// The parameters are read into locals before any branch: a member read in one arm only is a conditional load,
+// which keeps GCC from vectorizing the loop (elu ran one element at a time until it read them first).
+struct Elu {  // scale x for x > 0, else scale alpha (e^(input_scale x) - 1)
+  double alpha, scale, input_scale;
+  explicit Elu(const ActivationParams& p) : alpha(p.a), scale(p.b), input_scale(p.c) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T positive = T(scale), negative = T(alpha * scale), inner = T(input_scale);
+    return x > T(0) ? x * positive : expm1_of(x * inner) * negative;
+  }
+};
+struct EluBackward {
+  double alpha, scale, input_scale;
+  explicit EluBackward(const ActivationParams& p) : alpha(p.a), scale(p.b), input_scale(p.c) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    const T positive = T(scale), negative = T(alpha * scale * input_scale), inner = T(input_scale);
+    return x > T(0) ? g * positive : g * negative * exp_of(x * inner);
+  }
+};
+struct Hardtanh {  // x clamped to [min_val, max_val]
+  double min_val, max_val;
+  explicit Hardtanh(const ActivationParams& p) : min_val(p.a), max_val(p.b) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T lo = T(min_val), hi = T(max_val);
+    return x <= lo ? lo : (x >= hi ? hi : x);
+  }
+};
+struct HardtanhBackward {  // no gradient at the bounds themselves, unlike clamp's
+  double min_val, max_val;
+  explicit HardtanhBackward(const ActivationParams& p) : min_val(p.a), max_val(p.b) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    const T lo = T(min_val), hi = T(max_val);
+    return (x <= lo || x >= hi) ? T(0) : g;
+  }
+};
+// min(max(x + 3, 0), 6): the ternaries keep NaN, as std::min and std::max in this order do.
+template <class T> KILN_INLINE T relu6_of(T x) {
+  const T lower = x < T(0) ? T(0) : x;
+  return lower > T(6) ? T(6) : lower;
+}
+struct Hardsigmoid {  // relu6(x + 3) / 6
+  explicit Hardsigmoid(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T x) const { return relu6_of(x + T(3)) / T(6); }
+};
+struct HardsigmoidBackward {
+  explicit HardsigmoidBackward(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    return (x > T(-3) && x < T(3)) ? g * T(1.0 / 6.0) : T(0);
+  }
+};
+struct Hardswish {  // x relu6(x + 3) / 6
+  explicit Hardswish(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T x) const { return x * relu6_of(x + T(3)) / T(6); }
+};
+struct HardswishBackward {  // 0 below -3, x / 3 + 1/2 up to 3 (both ends included), 1 above
+  explicit HardswishBackward(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    return x < T(-3) ? T(0) : (x <= T(3) ? g * (x / T(3) + T(0.5)) : g);
+  }
+};
+// mish(x) = x tanh(softplus(x)). With n = e^x, tanh(log(1 + n)) = n (n + 2) / (n (n + 2) + 2): one exp and no
+// log. Past x = 40 that ratio is 1 in float64 too, so x is held there and n (n + 2) never overflows.
+template <class T> KILN_INLINE T tanh_softplus_of(T x, T& n) {
+  n = exp_of(x < T(40) ? x : T(40));  // NaN takes the second arm; the product with x makes it NaN again
+  const T a = n * (n + T(2));
+  return a / (a + T(2));
+}
+struct Mish {
+  explicit Mish(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    T n;
+    return x * tanh_softplus_of(x, n);
+  }
+};
+// d/dx x tanh(softplus(x)) = t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)), sigmoid(x) = n / (n + 1).
+struct MishBackward {
+  explicit MishBackward(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    T n;
+    const T t = tanh_softplus_of(x, n);
+    return g * (t + x * (n / (n + T(1))) * (T(1) - t * t));
+  }
 };
 
 // ---- binary ----

@@ -1,12 +1,12 @@
-// exp, tanh and erf for float written so that loops over them vectorize on the CPU (std::exp, std::tanh and
-// std::erf do not without -ffast-math, and cost ten to fifty times more per element). Used by the element-wise
-// functors (exp, sigmoid, silu, tanh, erf, gelu and its gradient) and by softmax. On the GPU the functors call
-// the CUDA math library instead.
+// exp, expm1, tanh and erf for float written so that loops over them vectorize on the CPU (std::exp, std::tanh
+// and the others do not without -ffast-math, and cost ten to fifty times more per element). Used by the
+// element-wise functors (exp, expm1, sigmoid, silu, tanh, erf, gelu and its gradient, elu, mish) and by softmax.
+// On the GPU the functors call the CUDA math library instead.
 //
 // Accuracy: exp within 2 ulp of the exact value over the whole float range, denormal results included;
-// exp(-inf) = 0, exp(+inf) = inf, exp(NaN) = NaN, overflow gives inf. tanh and erf within 3 ulp (erf within 2 where
-// the compiler fuses multiply-adds, as -march=native does). All
-// checked against float64 in tests/tensor/unary_test.cpp.
+// exp(-inf) = 0, exp(+inf) = inf, exp(NaN) = NaN, overflow gives inf. expm1 within 1 ulp. tanh and erf within
+// 3 ulp (erf within 2 where the compiler fuses multiply-adds, as -march=native does). All checked against
+// float64 in tests/tensor/unary_test.cpp.
 #pragma once
 
 #include <bit>
@@ -60,7 +60,34 @@ inline __attribute__((always_inline)) float tanh(float x) {
   return x != x ? x : std::copysign(r, x);  // copysign keeps tanh(-0) = -0
 }
 
-// erf for float, branch-free like the two above. |x| <= 1: x P(x^2), P of degree 6, relative error 1.2e-9
+// e^x - 1 for float, branch-free like exp above, within 1 ulp: x = n ln2 + r as in exp, then
+// e^x - 1 = 2^n (e^r - 1) + (2^n - 1), with e^r - 1 from its Taylor series to r^9 (|r| <= ln2 / 2: the
+// first term left out is below 2e-10 of the result). Both parts are exact or nearly so, which keeps the
+// digits that e^x - 1 computed directly loses near 0. Beyond |x| = 20 the result is e^x, or -1 in float.
+// Keeps NaN and -0.
+inline __attribute__((always_inline)) float expm1(float arg) {
+  float x = arg > -20.0f ? arg : -20.0f;
+  x = x < 20.0f ? x : 20.0f;
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float q = 1.0f / 362880.0f;
+  q = q * r + 1.0f / 40320.0f;
+  q = q * r + 1.0f / 5040.0f;
+  q = q * r + 1.0f / 720.0f;
+  q = q * r + 1.0f / 120.0f;
+  q = q * r + 1.0f / 24.0f;
+  q = q * r + 1.0f / 6.0f;
+  q = q * r + 0.5f;
+  const float em1_r = r + r * r * q;
+  const float two_n = std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  const float moderate = two_n * em1_r + (two_n - 1.0f);
+  const float result = arg > 20.0f ? exp(arg) : moderate;  // exp overflows to inf past FLT_MAX
+  const float a = arg < 0.0f ? -arg : arg;
+  return (arg != arg || a < 1e-10f) ? arg : result;  // below 1e-10, e^x - 1 rounds to x (and -0 stays -0)
+}
+
+// erf for float, branch-free like the ones above. |x| <= 1: x P(x^2), P of degree 6, relative error 1.2e-9
 // before rounding. 1 < |x| < 4: 1 - e^(-x^2) Q(1 / |x|), where Q(u) approximates erfc(x) e^(x^2) (smooth,
 // between 0.14 and 0.43 there) by a degree-8 polynomial, relative error 6.5e-8; that term is below 0.16, so
 // erf's error is a few 1e-8 at most. From |x| = 3.92 on, erf rounds to +-1 in float. Both polynomials were

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kiln/tensor/ops/activation_kind.h"
 #include "kiln/tensor/scalar.h"
 #include "kiln/tensor/shape.h"
 
@@ -23,6 +24,11 @@ class Tensor;
 using UnaryKernel = void(const Tensor& out, const Tensor& x);
 // out = f(x; p0, p1), e.g. clamp(x, lo, hi), pow(x, e), leaky_relu(x, slope).
 using UnaryParamKernel = void(const Tensor& out, const Tensor& x, double p0, double p1);
+// out = f(x) for one of the activations of activation_kind.h.
+using ActivationKernel = void(const Tensor& out, const Tensor& x, Activation kind, const ActivationParams& p);
+// grad_x = grad_y * f'(x) for one of those activations; all three have one shape.
+using ActivationBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_y, const Tensor& x, Activation kind,
+                                      const ActivationParams& p);
 // out = f(a, b); all three have one shape.
 using BinaryKernel = void(const Tensor& out, const Tensor& a, const Tensor& b);
 // out = a + alpha * b (and a - alpha * b).
@@ -193,6 +199,8 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(pow_scalar, UnaryParamKernel)          \
   X(clamp, UnaryParamKernel)               \
   X(leaky_relu, UnaryParamKernel)          \
+  X(activation, ActivationKernel)          \
+  X(activation_backward, ActivationBackwardKernel) \
   /* element-wise binary */                \
   X(add, BinaryAlphaKernel)                \
   X(sub, BinaryAlphaKernel)                \

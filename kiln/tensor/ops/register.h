@@ -8,6 +8,7 @@ void register_copy_cpu_kernels();
 void register_random_cpu_kernels();
 void register_unary_cpu_kernels();
 void register_binary_cpu_kernels();
+void register_activation_cpu_kernels();
 void register_reduce_cpu_kernels();
 void register_softmax_cpu_kernels();
 void register_along_dim_cpu_kernels();

@@ -103,6 +103,26 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   return unary<Op::softplus>(x, Kind::FloatMath, beta, threshold);
 }
 
+Tensor activation(const Tensor& x, Activation kind, const ActivationParams& params) {
+  if (kind == Activation::hardtanh) {
+    KILN_CHECK(params.a <= params.b, "hardtanh: min_val = ", params.a, " is above max_val = ", params.b);
+  }
+  return unary<Op::activation>(x, Kind::FloatMath, kind, params);
+}
+
+Tensor activation_backward(const Tensor& grad, const Tensor& x, Activation kind, const ActivationParams& params) {
+  const char* name = activation_name(kind);
+  KILN_CHECK(grad.defined() && x.defined(), name, "_backward: an input tensor is undefined");
+  KILN_CHECK(grad.sizes() == x.sizes(), name, "_backward: the gradient has shape ", shape_str(grad.sizes()),
+             ", the input ", shape_str(x.sizes()), "; expected one shape");
+  KILN_CHECK(grad.device() == x.device(), name, "_backward: the gradient is on ", grad.device(), ", the input on ",
+             x.device());
+  const DType d = compute_dtype(x.dtype(), Kind::FloatMath);
+  Tensor out = empty(x.sizes(), TensorOptions(d).device(x.device()));
+  call_kernel<Op::activation_backward>(x.device(), out, ops::to(grad, d), ops::to(x, d), kind, params);
+  return out;
+}
+
 Tensor leaky_relu(const Tensor& x, double slope) { return unary<Op::leaky_relu>(x, Kind::FloatMath, slope, 0.0); }
 Tensor& leaky_relu_(Tensor& x, double slope) { return unary_<Op::leaky_relu>(x, Kind::FloatMath, slope, 0.0); }
 

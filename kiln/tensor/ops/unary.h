@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include "kiln/tensor/ops/activation_kind.h"
 #include "kiln/tensor/tensor.h"
 
 namespace kiln::ops {
@@ -48,6 +49,11 @@ Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
+// One of the activations of activation_kind.h (elu, hardtanh, hardsigmoid, hardswish, mish), in one pass;
+// integer inputs compute in the default float dtype. activation_backward is its gradient, grad * f'(x), from
+// the input x (grad: x's shape), also in one pass.
+Tensor activation(const Tensor& x, Activation kind, const ActivationParams& params = {});
+Tensor activation_backward(const Tensor& grad, const Tensor& x, Activation kind, const ActivationParams& params = {});
 // x ** exponent. An integer tensor with an integer exponent stays integer (a negative one is an error).
 Tensor pow(const Tensor& x, const Scalar& exponent);
 Tensor& pow_(Tensor& x, const Scalar& exponent);

@@ -1,0 +1,48 @@
+// The activations that have fused kernels for their value and for their gradient (ops::activation,
+// ops::activation_backward): one op with a kind, rather than two ops each, so that adding one is a line in the
+// list below and a pair of functors in elementwise_functors.h.
+//
+// Without them each was a composite of element-wise ops: elu was six passes forward and as many back, each
+// with a temporary the size of the input. torch.nn's other activations stay composites (activation.cpp in
+// kiln/nn) until a benchmark shows one worth a kernel.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+// X(kind, forward functor, backward functor); the functors live in elementwise_functors.h and take the
+// parameters below.
+#define KILN_FORALL_ACTIVATIONS(X)                \
+  X(elu, Elu, EluBackward)                        \
+  X(hardtanh, Hardtanh, HardtanhBackward)         \
+  X(hardsigmoid, Hardsigmoid, HardsigmoidBackward) \
+  X(hardswish, Hardswish, HardswishBackward)      \
+  X(mish, Mish, MishBackward)
+
+enum class Activation : uint8_t {
+#define KILN_ACTIVATION_ENUM(kind, ...) kind,
+  KILN_FORALL_ACTIVATIONS(KILN_ACTIVATION_ENUM)
+#undef KILN_ACTIVATION_ENUM
+};
+
+// The parameters of a kind, by position:
+//   elu:      a = alpha, b = scale, c = input_scale: scale x for x > 0, else scale alpha (e^(input_scale x) - 1)
+//             (selu and celu are elus with particular parameters, as in PyTorch);
+//   hardtanh: a = min_val, b = max_val;
+//   the others take none.
+struct ActivationParams {
+  double a = 0, b = 0, c = 0;
+};
+
+inline const char* activation_name(Activation kind) {
+  switch (kind) {
+#define KILN_ACTIVATION_NAME(k, ...) \
+  case Activation::k: return #k;
+    KILN_FORALL_ACTIVATIONS(KILN_ACTIVATION_NAME)
+#undef KILN_ACTIVATION_NAME
+  }
+  return "activation";
+}
+
+}  // namespace kiln
