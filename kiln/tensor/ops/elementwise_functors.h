@@ -282,6 +282,20 @@ struct MishBackward {
   }
 };
 
+// Calls run(functor, name) with the value functor of `kind` (Backward false) or its gradient's (true): the one
+// switch the CPU and CUDA kernels of ops::activation share.
+template <bool Backward, class Run>
+void visit_activation(Activation kind, const ActivationParams& p, Run&& run) {
+  switch (kind) {
+#define KILN_ACTIVATION_CASE(k, Forward, Gradient)                   \
+  case Activation::k:                                                \
+    if constexpr (Backward) return run(Gradient(p), #k "_backward"); \
+    else return run(Forward(p), #k);
+    KILN_FORALL_ACTIVATIONS(KILN_ACTIVATION_CASE)
+#undef KILN_ACTIVATION_CASE
+  }
+}
+
 // ---- binary ----
 template <class T> struct AddAlpha {
   T alpha;
