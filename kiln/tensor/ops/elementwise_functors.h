@@ -197,8 +197,8 @@ struct LeakyRelu {
 
 // ---- the activations of activation_kind.h: each value, and its gradient g f'(x) from the input ----
 // The branches, the kinks and which side of a kink the gradient takes are PyTorch's, so that the numbers
-// match its kernels; a NaN input gives NaN (a NaN gradient for elu and mish, g for the piecewise-linear ones,
-// as there).
+// match its kernels. A NaN input gives NaN; its gradient is NaN for elu and mish, and for the piecewise-linear
+// ones whatever PyTorch's conditions give (g for hardtanh and hardswish, 0 for hardsigmoid).
 // The parameters are read into locals before any branch: a member read in one arm only is a conditional load,
 // which keeps GCC from vectorizing the loop (elu ran one element at a time until it read them first).
 struct Elu {  // scale x for x > 0, else scale alpha (e^(input_scale x) - 1)
