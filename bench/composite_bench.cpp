@@ -1,7 +1,9 @@
-// The ops kiln builds from other ops, with no kernel of their own, against LibTorch's (which has kernels for
-// most of them), on the CPU, forward + backward through autograd where they are differentiable: indexing with
-// index tensors (a row gather, a mask, an accumulating write), einsum (attention scores, a chain of three),
-// three activations (mish, hardswish, elu) and interpolate (bicubic up, area down).
+// The ops kiln builds from other ops against LibTorch's (which has kernels for most of them), on the CPU,
+// forward + backward through autograd where they are differentiable: indexing with index tensors (a row gather,
+// a mask, an accumulating write), einsum (attention scores, a chain of three), torch.nn's activations beyond
+// relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
+// tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log) and interpolate
+// (bicubic up, area down).
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -125,6 +127,14 @@ int main(int argc, char** argv) {
       {"mish", "(1M)", [&] { return F::mish(act); } THEIRS(torch::mish(tact))},
       {"hardswish", "(1M)", [&] { return F::hardswish(act); } THEIRS(torch::hardswish(tact))},
       {"elu", "(1M)", [&] { return F::elu(act); } THEIRS(torch::elu(tact))},
+      {"softplus", "(1M)", [&] { return F::softplus(act); } THEIRS(tf::softplus(tact))},
+      {"logsigmoid", "(1M)", [&] { return F::logsigmoid(act); } THEIRS(tf::logsigmoid(tact))},
+      {"softsign", "(1M)", [&] { return F::softsign(act); } THEIRS(tf::softsign(tact))},
+      {"tanhshrink", "(1M)", [&] { return F::tanhshrink(act); } THEIRS(tf::tanhshrink(tact))},
+      {"softshrink", "(1M)", [&] { return F::softshrink(act, 0.5); } THEIRS(tf::softshrink(tact, 0.5))},
+      {"hardshrink", "(1M)", [&] { return F::hardshrink(act, 0.5); } THEIRS(tf::hardshrink(tact, 0.5))},
+      {"threshold", "(1M)", [&] { return F::threshold(act, 0.1, 20.0); } THEIRS(torch::threshold(tact, 0.1, 20.0))},
+      {"log(abs)", "(1M)", [&] { return kiln::log(kiln::abs(act)); } THEIRS(torch::log(torch::abs(tact)))},
       {"interpolate bicubic", "(8, 16, 64, 64) to 128", [&] { return F::interpolate(image, {.size = {128, 128}, .mode = "bicubic"}); }
        THEIRS(tf::interpolate(timage, tf::InterpolateFuncOptions().size(std::vector<int64_t>{128, 128}).mode(torch::kBicubic).align_corners(false)))},
       {"interpolate area", "(8, 16, 128, 128) to 32", [&] { return F::interpolate(big, {.size = {32, 32}, .mode = "area"}); }

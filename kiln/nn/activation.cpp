@@ -1,9 +1,8 @@
 // torch.nn's activations beyond the ones autograd has always had (relu, gelu, silu, sigmoid, tanh, softplus,
-// leaky_relu). elu (with selu and celu), hardtanh (with relu6), hardsigmoid, hardswish and mish have fused kernels
-// for their value and gradient (kiln::activation, kiln/tensor/ops/activation_kind.h). The rest are composites of
-// differentiable element-wise ops, so they run on every device and have every order of gradient; where a branch
-// would overflow, its input is clamped first: where() passes no gradient to the branch it did not pick, but 0
-// times an infinite derivative would still be NaN.
+// leaky_relu). elu (with selu and celu), hardtanh (with relu6), hardsigmoid, hardswish, mish, logsigmoid and the
+// two shrinks have fused kernels for their value and gradient (kiln::activation,
+// kiln/tensor/ops/activation_kind.h), as softplus does. The rest are composites of differentiable element-wise
+// ops, so they run on every device and have every order of gradient.
 #include "kiln/nn/activation.h"
 #include "kiln/nn/functional.h"
 
@@ -45,16 +44,13 @@ Tensor hardswish(const Tensor& x) { return activation(x, Activation::hardswish);
 
 Tensor mish(const Tensor& x) { return activation(x, Activation::mish); }
 
-Tensor logsigmoid(const Tensor& x) { return minimum(x, Scalar(0.0)) - log1p(exp(-abs(x))); }
+Tensor logsigmoid(const Tensor& x) { return activation(x, Activation::logsigmoid); }
 
 Tensor tanhshrink(const Tensor& x) { return x - tanh(x); }
 
-Tensor softshrink(const Tensor& x, double lambd) {
-  KILN_CHECK(lambd >= 0, "softshrink: lambd = ", lambd, ": expected >= 0");
-  return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, Scalar(0.0)));
-}
+Tensor softshrink(const Tensor& x, double lambd) { return activation(x, Activation::softshrink, {.a = lambd}); }
 
-Tensor hardshrink(const Tensor& x, double lambd) { return where(abs(x) > lambd, x, Scalar(0.0)); }
+Tensor hardshrink(const Tensor& x, double lambd) { return activation(x, Activation::hardshrink, {.a = lambd}); }
 
 Tensor threshold(const Tensor& x, double threshold, double value) { return where(x > threshold, x, Scalar(value)); }
 

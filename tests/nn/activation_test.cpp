@@ -49,6 +49,8 @@ std::vector<Activation> activations() {
        [](double x) { return x > 0.5 ? x - 0.5 : x < -0.5 ? x + 0.5 : 0.0; }},
       {"hardshrink", [](const Tensor& x) { return F::hardshrink(x, 0.5); },
        [](double x) { return std::fabs(x) > 0.5 ? x : 0.0; }},
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 3.0); },
+       [](double x) { return 2 * x > 3 ? x : (std::max(2 * x, 0.0) + std::log1p(std::exp(-std::fabs(2 * x)))) / 2; }},
       // 0.25: a threshold float32 holds exactly, so the float32 pass takes the same branch at the kink.
       {"threshold", [](const Tensor& x) { return F::threshold(x, 0.25, -2.0); }, [](double x) { return x > 0.25 ? x : -2.0; }},
   };
@@ -126,6 +128,14 @@ std::vector<FusedActivation> fused_activations() {
          const double t = std::tanh(std::log1p(std::exp(x)));
          return t + x * sigmoid(x) * (1 - t * t);
        }},
+      // beta 2, threshold 3: the switch to x at 1.5, one of the points.
+      {"softplus", [](const Tensor& x) { return softplus(x, 2.0, 3.0); },
+       [=](double x) { return 2 * x > 3 ? 1.0 : sigmoid(2 * x); }},
+      {"logsigmoid", [](const Tensor& x) { return F::logsigmoid(x); }, [=](double x) { return sigmoid(-x); }},
+      {"softshrink", [](const Tensor& x) { return F::softshrink(x, 0.5); },
+       [](double x) { return x >= -0.5 && x <= 0.5 ? 0.0 : 1.0; }},
+      {"hardshrink", [](const Tensor& x) { return F::hardshrink(x, 0.5); },
+       [](double x) { return x >= -0.5 && x <= 0.5 ? 0.0 : 1.0; }},
   };
 }
 
@@ -183,6 +193,8 @@ TEST(Activations, FusedBackwardChecksItsInputs) {
   expect_error([&] { ops::activation_backward(ones({3, 2}), x, kiln::Activation::mish); },
                {"mish_backward: the gradient has shape (3, 2), the input (2, 3)"});
   expect_error([&] { F::hardtanh(x, 1.0, -1.0); }, {"hardtanh: min_val = 1 is above max_val = -1"});
+  expect_error([&] { softplus(x, 0.0); }, {"softplus: beta must be nonzero"});
+  expect_error([&] { F::softshrink(x, -0.5); }, {"softshrink: lambd = -0.5: expected >= 0"});
   // Integer inputs compute in the default float dtype.
   EXPECT_EQ(F::hardswish(arange(-4, 5)).dtype(), default_dtype());
 }

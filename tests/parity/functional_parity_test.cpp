@@ -47,6 +47,8 @@ TEST(FunctionalParity, ActivationsMatchLibTorch) {
       {"hardswish", [](const Tensor& x) { return F::hardswish(x); },
        [](const torch::Tensor& x) { return torch::hardswish(x); }},
       {"mish", [](const Tensor& x) { return F::mish(x); }, [](const torch::Tensor& x) { return torch::mish(x); }},
+      {"softplus", [](const Tensor& x) { return F::softplus(x, 1.5, 4.0); },
+       [](const torch::Tensor& x) { return torch::softplus(x, 1.5, 4.0); }},
       {"logsigmoid", [](const Tensor& x) { return F::logsigmoid(x); },
        [](const torch::Tensor& x) { return torch::log_sigmoid(x); }},
       {"softshrink", [](const Tensor& x) { return F::softshrink(x, 0.7); },

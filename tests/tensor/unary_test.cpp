@@ -1,6 +1,7 @@
 // Element-wise unary ops against float64 references computed here with <cmath>, for every float dtype, every
 // memory layout, and the edge shapes (0-dim, empty, one element).
 #include <cstring>
+#include <limits>
 
 #include "kiln/tensor/ops/fast_math.h"
 #include "test_util.h"
@@ -199,18 +200,21 @@ int64_t ulp_distance(float a, float b) {
 }
 
 // The largest ulp error of f against float64 `ref` rounded to float, over every 1009th float bit pattern
-// of magnitude below `limit`, both signs (about a million values per sign for the ranges below).
+// of magnitude from `from` up to (not including) `to`, with both signs unless `positive_only`: about a million
+// values per sign for |x| < 110, two million from the smallest denormal to the largest float.
 struct UlpError {
   int64_t ulps = 0;
   float at = 0;
 };
 template <typename F, typename R>
-UlpError max_ulp_error(F f, R ref, float limit) {
-  uint32_t end;
-  std::memcpy(&end, &limit, 4);
+UlpError max_ulp_error(F f, R ref, float from, float to, bool positive_only = false) {
+  uint32_t begin, end;
+  std::memcpy(&begin, &from, 4);
+  std::memcpy(&end, &to, 4);
   UlpError worst;
-  for (uint32_t bits = 0; bits < end; bits += 1009) {
+  for (uint32_t bits = begin; bits < end; bits += 1009) {
     for (uint32_t sign : {0u, 0x80000000u}) {
+      if (sign != 0 && positive_only) continue;
       uint32_t b = bits | sign;
       float x;
       std::memcpy(&x, &b, 4);
@@ -219,6 +223,10 @@ UlpError max_ulp_error(F f, R ref, float limit) {
     }
   }
   return worst;
+}
+template <typename F, typename R>
+UlpError max_ulp_error(F f, R ref, float limit) {
+  return max_ulp_error(f, ref, 0.0f, limit);
 }
 
 TEST(FastExp, WithinTwoUlpOfFloat64ExpOverTheWholeRange) {
@@ -248,6 +256,43 @@ TEST(FastExpm1, WithinOneUlpOfFloat64Expm1) {
   EXPECT_EQ(fast_math::expm1(1e-30f), 1e-30f);
   EXPECT_EQ(std::signbit(fast_math::expm1(-0.0f)), true);
   EXPECT_TRUE(std::isnan(fast_math::expm1(NAN)));
+}
+
+TEST(FastLog, WithinOneUlpOfFloat64LogOnEveryPositiveFloat) {
+  UlpError e = max_ulp_error([](float x) { return fast_math::log(x); }, [](double x) { return std::log(x); },
+                              std::numeric_limits<float>::denorm_min(), INFINITY, /*positive_only=*/true);
+  EXPECT_LE(e.ulps, 1) << "at x = " << e.at;
+  // Where the mantissa's range wraps (sqrt(1/2) and its neighbours), powers of two, denormals.
+  for (float x : {0.70710677f, 0.70710671f, 0.70710683f, 1.4142135f, 1.0f, 2.0f, 0.5f, 1.0000001f, 0.99999994f,
+                  3e-39f, 1e-45f, 3.4e38f}) {
+    EXPECT_LE(ulp_distance(fast_math::log(x), static_cast<float>(std::log(static_cast<double>(x)))), 1) << x;
+  }
+  EXPECT_EQ(fast_math::log(1.0f), 0.0f);
+  EXPECT_EQ(fast_math::log(0.0f), -INFINITY);
+  EXPECT_EQ(fast_math::log(-0.0f), -INFINITY);
+  EXPECT_EQ(fast_math::log(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(fast_math::log(-1.0f)));
+  EXPECT_TRUE(std::isnan(fast_math::log(-INFINITY)));
+  EXPECT_TRUE(std::isnan(fast_math::log(NAN)));
+}
+
+TEST(FastLog1p, WithinOneUlpOfFloat64Log1p) {
+  // -1 < x < 1 (both signs), then every positive float from 1 up.
+  auto f = [](float x) { return fast_math::log1p(x); };
+  auto ref = [](double x) { return std::log1p(x); };
+  UlpError near = max_ulp_error(f, ref, 1.0f);
+  EXPECT_LE(near.ulps, 1) << "at x = " << near.at;
+  UlpError far = max_ulp_error(f, ref, 1.0f, INFINITY, /*positive_only=*/true);
+  EXPECT_LE(far.ulps, 1) << "at x = " << far.at;
+  // Near 0, where log(1 + x) computed directly would lose most digits, and near -1.
+  for (float x : {1e-3f, -1e-3f, 3e-8f, -3e-8f, 1e-30f, -0.99999994f, -0.5f, 0.5f}) {
+    EXPECT_LE(ulp_distance(fast_math::log1p(x), static_cast<float>(std::log1p(static_cast<double>(x)))), 1) << x;
+  }
+  EXPECT_EQ(fast_math::log1p(-1.0f), -INFINITY);
+  EXPECT_EQ(fast_math::log1p(INFINITY), INFINITY);
+  EXPECT_EQ(std::signbit(fast_math::log1p(-0.0f)), true);
+  EXPECT_TRUE(std::isnan(fast_math::log1p(-2.0f)));
+  EXPECT_TRUE(std::isnan(fast_math::log1p(NAN)));
 }
 
 TEST(FastErf, WithinThreeUlpOfFloat64Erf) {

@@ -263,16 +263,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   return y;
 }
 
-// softplus: y = log(1 + exp(beta x)) / beta, linear above the threshold; dx = g sigmoid(beta x) below it, g above.
+// softplus: y = log(1 + exp(beta x)) / beta, x itself above the threshold: one of the fused activations below.
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  Tensor y = ops::softplus(x, beta, threshold);
-  if (should_record(x)) {
-    record("softplus", y, {x}, [sx = SavedTensor(x, false), beta, threshold](const Tensor& g, const OpNode& n) {
-      Tensor bx = sx.get(n) * beta;
-      return TensorList{where(ops::gt(bx, threshold), g, g * sigmoid(bx))};
-    });
-  }
-  return y;
+  return activation(x, Activation::softplus, {.a = beta, .b = threshold});
 }
 
 // leaky_relu: dx = g for x > 0, g * slope otherwise
@@ -297,6 +290,9 @@ Tensor& leaky_relu_(Tensor& x, double slope) {
 //   hardsigmoid: g / 6 strictly between -3 and 3, else 0
 //   hardswish:   0 below -3, g (x / 3 + 1/2) from -3 to 3, g above
 //   mish:        g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x))
+//   softplus:    g sigmoid(beta x) where beta x <= threshold, else g
+//   logsigmoid:  g sigmoid(-x)
+//   the shrinks: 0 from -lambd to lambd (both included), else g
 namespace {
 Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation kind, const ActivationParams& p) {
   switch (kind) {
@@ -316,6 +312,15 @@ Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation ki
       const Tensor t = tanh(softplus(x));
       return g * (t + x * sigmoid(x) * (1 - t * t));
     }
+    case Activation::softplus: {
+      const Tensor bx = x * p.a;
+      return where(ops::gt(bx, p.b), g, g * sigmoid(bx));
+    }
+    case Activation::logsigmoid:
+      return g * sigmoid(-x);
+    case Activation::softshrink:
+    case Activation::hardshrink:
+      return where(ops::logical_and(ops::ge(x, -p.a), ops::le(x, p.a)), Scalar(0.0), g);
   }
   KILN_CHECK(false, "activation: unknown kind ", static_cast<int>(kind));
   return {};

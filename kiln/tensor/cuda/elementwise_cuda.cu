@@ -27,9 +27,6 @@ KILN_FORALL_UNARY_FUNCTORS(KILN_UNARY_CUDA)
 KILN_FORALL_UNARY_BOOL_FUNCTORS(KILN_UNARY_BOOL_CUDA)
 #undef KILN_UNARY_BOOL_CUDA
 
-void softplus_cuda(const Tensor& out, const Tensor& x, double beta, double threshold) {
-  same_dtype<kFloatingSet>("softplus", out, x, functors::Softplus{beta, threshold});
-}
 void pow_scalar_cuda(const Tensor& out, const Tensor& x, double exponent, double) {
   same_dtype<kNumericSet>("pow", out, x, functors::PowScalar{exponent});
 }
@@ -49,7 +46,6 @@ void register_cuda_elementwise_kernels() {
 #define KILN_REGISTER(op, ...) register_kernel<Op::op>(DeviceType::CUDA, op##_cuda);
   KILN_FORALL_UNARY_FUNCTORS(KILN_REGISTER)
   KILN_FORALL_UNARY_BOOL_FUNCTORS(KILN_REGISTER)
-  KILN_REGISTER(softplus)
   KILN_REGISTER(pow_scalar)
   KILN_REGISTER(clamp)
   KILN_REGISTER(leaky_relu)

@@ -45,8 +45,23 @@ struct Sign {
   }
 };
 struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp_of(x); } };
-struct Log { template <class T> KILN_INLINE T operator()(T x) const { return std::log(x); } };
-struct Log1p { template <class T> KILN_INLINE T operator()(T x) const { return std::log1p(x); } };
+// log and log(1 + x): for float on the CPU, the vectorizable forms of fast_math.h; elsewhere the math library.
+template <class T>
+KILN_INLINE T log_of(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return fast_math::log(x);
+#endif
+  return std::log(x);
+}
+template <class T>
+KILN_INLINE T log1p_of(T x) {
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) return fast_math::log1p(x);
+#endif
+  return std::log1p(x);
+}
+struct Log { template <class T> KILN_INLINE T operator()(T x) const { return log_of(x); } };
+struct Log1p { template <class T> KILN_INLINE T operator()(T x) const { return log1p_of(x); } };
 // e^x - 1, the same way.
 template <class T>
 KILN_INLINE T expm1_of(T x) {
@@ -146,13 +161,6 @@ struct IsInf {
 };
 
 // ---- unary with parameters ----
-struct Softplus {  // log(1 + exp(beta x)) / beta, linear above threshold (as PyTorch)
-  double beta, threshold;
-  template <class T> KILN_INLINE T operator()(T x) const {
-    T bx = x * T(beta);
-    return bx > T(threshold) ? x : std::log1p(std::exp(bx)) / T(beta);
-  }
-};
 struct PowScalar {
   double exponent;
   template <class T> KILN_INLINE T operator()(T x) const {
@@ -197,8 +205,9 @@ struct LeakyRelu {
 
 // ---- the activations of activation_kind.h: each value, and its gradient g f'(x) from the input ----
 // The branches, the kinks and which side of a kink the gradient takes are PyTorch's, so that the numbers
-// match its kernels. A NaN input gives NaN; its gradient is NaN for elu and mish, and for the piecewise-linear
-// ones whatever PyTorch's conditions give (g for hardtanh and hardswish, 0 for hardsigmoid).
+// match its kernels. A NaN input gives NaN; its gradient is NaN for elu, mish, softplus and logsigmoid, and for
+// the piecewise-linear ones whatever PyTorch's conditions give (g for hardtanh, hardswish and the shrinks, 0
+// for hardsigmoid).
 // The parameters are read into locals before any branch: a member read in one arm only is a conditional load,
 // which keeps GCC from vectorizing the loop (elu ran one element at a time until it read them first).
 struct Elu {  // scale x for x > 0, else scale alpha (e^(input_scale x) - 1)
@@ -279,6 +288,65 @@ struct MishBackward {
     T n;
     const T t = tanh_softplus_of(x, n);
     return g * (t + x * (n / (n + T(1))) * (T(1) - t * t));
+  }
+};
+
+// log(1 + e^z) as max(z, 0) + log(1 + e^-|z|), which never overflows; NaN stays NaN.
+template <class T> KILN_INLINE T log1p_exp_of(T z) {
+  const T a = z < T(0) ? -z : z;
+  return (z > T(0) ? z : T(0)) + log1p_of(exp_of(-a));
+}
+struct Softplus {  // log(1 + e^(beta x)) / beta, x itself where beta x > threshold
+  double beta, threshold;
+  explicit Softplus(const ActivationParams& p) : beta(p.a), threshold(p.b) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T b = T(beta), t = T(threshold);
+    const T bx = x * b;
+    return bx > t ? x : log1p_exp_of(bx) / b;
+  }
+};
+struct SoftplusBackward {  // g sigmoid(beta x), g where beta x > threshold
+  double beta, threshold;
+  explicit SoftplusBackward(const ActivationParams& p) : beta(p.a), threshold(p.b) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    const T b = T(beta), t = T(threshold);
+    const T bx = x * b;
+    return bx > t ? g : g / (T(1) + exp_of(-bx));
+  }
+};
+struct Logsigmoid {  // log(1 / (1 + e^-x)) = min(x, 0) - log(1 + e^-|x|)
+  explicit Logsigmoid(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T a = x < T(0) ? -x : x;
+    return (x < T(0) ? x : T(0)) - log1p_of(exp_of(-a));
+  }
+};
+struct LogsigmoidBackward {  // g sigmoid(-x) = g / (1 + e^x): 0 where e^x overflows
+  explicit LogsigmoidBackward(const ActivationParams&) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const { return g / (T(1) + exp_of(x)); }
+};
+struct Softshrink {  // x - lambd above lambd, x + lambd below -lambd, 0 between (x 0, which keeps NaN)
+  double lambd;
+  explicit Softshrink(const ActivationParams& p) : lambd(p.a) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T l = T(lambd);
+    return x > l ? x - l : (x < -l ? x + l : x * T(0));
+  }
+};
+struct Hardshrink {  // 0 from -lambd to lambd (both included), else x
+  double lambd;
+  explicit Hardshrink(const ActivationParams& p) : lambd(p.a) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T l = T(lambd);
+    return (x >= -l && x <= l) ? T(0) : x;
+  }
+};
+struct ShrinkBackward {  // both shrinks: 0 from -lambd to lambd (both included), else g
+  double lambd;
+  explicit ShrinkBackward(const ActivationParams& p) : lambd(p.a) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    const T l = T(lambd);
+    return (x >= -l && x <= l) ? T(0) : g;
   }
 };
 

@@ -1,12 +1,13 @@
-// exp, expm1, tanh and erf for float written so that loops over them vectorize on the CPU (std::exp, std::tanh
-// and the others do not without -ffast-math, and cost ten to fifty times more per element). Used by the
-// element-wise functors (exp, expm1, sigmoid, silu, tanh, erf, gelu and its gradient, elu, mish) and by softmax.
-// On the GPU the functors call the CUDA math library instead.
+// exp, expm1, log, log1p, tanh and erf for float written so that loops over them vectorize on the CPU
+// (std::exp, std::log and the others do not without -ffast-math, and cost ten to fifty times more per
+// element). Used by the element-wise functors (exp, expm1, log, log1p, sigmoid, silu, tanh, erf, gelu and its
+// gradient, the activations) and by softmax. On the GPU the functors call the CUDA math library instead.
 //
 // Accuracy: exp within 2 ulp of the exact value over the whole float range, denormal results included;
-// exp(-inf) = 0, exp(+inf) = inf, exp(NaN) = NaN, overflow gives inf. expm1 within 1 ulp. tanh and erf within
-// 3 ulp (erf within 2 where the compiler fuses multiply-adds, as -march=native does). All checked against
-// float64 in tests/tensor/unary_test.cpp.
+// exp(-inf) = 0, exp(+inf) = inf, exp(NaN) = NaN, overflow gives inf. expm1 within 1 ulp. log and log1p within
+// 1 ulp on every positive float (log1p: above -1), denormals included. tanh and erf within 3 ulp (erf within 2 where
+// the compiler fuses multiply-adds, as -march=native does). All checked against float64 in
+// tests/tensor/unary_test.cpp.
 #pragma once
 
 #include <bit>
@@ -85,6 +86,45 @@ inline __attribute__((always_inline)) float expm1(float arg) {
   const float result = arg > 20.0f ? exp(arg) : moderate;  // exp overflows to inf past FLT_MAX
   const float a = arg < 0.0f ? -arg : arg;
   return (arg != arg || a < 1e-10f) ? arg : result;  // below 1e-10, e^x - 1 rounds to x (and -0 stays -0)
+}
+
+// Natural log for float, branch-free like exp above. x = 2^k m with m in [sqrt(1/2), sqrt(2)), read off the
+// bits: subtracting the bits of sqrt(1/2) makes the exponent field k, and taking k back off the exponent leaves
+// m. Then log x = k ln2 + log(1 + f), f = m - 1 in [-0.293, 0.414], with log(1 + f) = f - f^2/2 + f^3 P(f)
+// (Cephes' logf coefficients) and ln2 split in two parts as in exp. Denormals are scaled by 2^23 first. log(0)
+// = -inf, log(inf) = inf, log of a negative number or NaN is NaN.
+inline __attribute__((always_inline)) float log(float arg) {
+  const bool denormal = arg < 1.17549435e-38f;  // also true for 0 and negatives, whose results are set below
+  const float x = denormal ? arg * 8388608.0f : arg;
+  const int32_t bits = std::bit_cast<int32_t>(x);
+  const int32_t k = (bits - 0x3f3504f3) >> 23;  // 0x3f3504f3: the bits of sqrt(1/2)
+  const float f = std::bit_cast<float>(bits - (k << 23)) - 1.0f;
+  const float e = static_cast<float>(denormal ? k - 23 : k);
+  const float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = f * z * p + e * -2.12194440e-4f - 0.5f * z;
+  y = (f + y) + e * 0.693359375f;
+  y = arg == 0.0f ? -INFINITY : y;
+  y = arg == INFINITY ? arg : y;
+  return arg < 0.0f ? NAN : (arg != arg ? arg : y);
+}
+
+// log(1 + x) for float, branch-free: with u = 1 + x rounded, log1p(x) = log(u) + (x - (u - 1)) / u,
+// the second term putting back the part of x that the rounding of u dropped (u - 1 is exact). Keeps -0 and NaN;
+// log1p(-1) = -inf, log1p(inf) = inf, below -1 NaN.
+inline __attribute__((always_inline)) float log1p(float x) {
+  const float u = 1.0f + x;
+  const float r = log(u) + (x - (u - 1.0f)) / u;
+  const float special = x == -1.0f ? -INFINITY : x;  // -1, inf and +-0 are their own results, or -inf
+  return (x == 0.0f || x == -1.0f || x == INFINITY) ? special : r;
 }
 
 // erf for float, branch-free like the ones above. |x| <= 1: x P(x^2), P of degree 6, relative error 1.2e-9

@@ -195,7 +195,6 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(logical_not, UnaryKernel)              \
   X(isnan, UnaryKernel)                    \
   X(isinf, UnaryKernel)                    \
-  X(softplus, UnaryParamKernel)            \
   X(pow_scalar, UnaryParamKernel)          \
   X(clamp, UnaryParamKernel)               \
   X(leaky_relu, UnaryParamKernel)          \

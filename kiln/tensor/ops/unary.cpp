@@ -99,13 +99,18 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 }
 
 Tensor softplus(const Tensor& x, double beta, double threshold) {
-  KILN_CHECK(beta != 0, "softplus: beta must be nonzero");
-  return unary<Op::softplus>(x, Kind::FloatMath, beta, threshold);
+  return activation(x, Activation::softplus, {.a = beta, .b = threshold});
 }
 
 Tensor activation(const Tensor& x, Activation kind, const ActivationParams& params) {
   if (kind == Activation::hardtanh) {
     KILN_CHECK(params.a <= params.b, "hardtanh: min_val = ", params.a, " is above max_val = ", params.b);
+  }
+  if (kind == Activation::softplus) {
+    KILN_CHECK(params.a != 0, "softplus: beta must be nonzero");
+  }
+  if (kind == Activation::softshrink) {
+    KILN_CHECK(params.a >= 0, "softshrink: lambd = ", params.a, ": expected >= 0");
   }
   return unary<Op::activation>(x, Kind::FloatMath, kind, params);
 }

@@ -30,9 +30,6 @@ KILN_FORALL_UNARY_FUNCTORS(KILN_UNARY_CPU)
 KILN_FORALL_UNARY_BOOL_FUNCTORS(KILN_UNARY_BOOL_CPU)
 #undef KILN_UNARY_BOOL_CPU
 
-void softplus_cpu(const Tensor& out, const Tensor& x, double beta, double threshold) {
-  same_dtype<kFloatingSet>("softplus", out, x, functors::Softplus{beta, threshold});
-}
 void pow_scalar_cpu(const Tensor& out, const Tensor& x, double exponent, double) {
   same_dtype<kNumericSet>("pow", out, x, functors::PowScalar{exponent});
 }
@@ -50,7 +47,6 @@ void register_unary_cpu_kernels() {
 #define KILN_REGISTER(op, ...) register_kernel<Op::op>(DeviceType::CPU, op##_cpu);
   KILN_FORALL_UNARY_FUNCTORS(KILN_REGISTER)
   KILN_FORALL_UNARY_BOOL_FUNCTORS(KILN_REGISTER)
-  KILN_REGISTER(softplus)
   KILN_REGISTER(pow_scalar)
   KILN_REGISTER(clamp)
   KILN_REGISTER(leaky_relu)
