@@ -96,9 +96,10 @@ inline __attribute__((always_inline)) float expm1(float arg) {
 inline __attribute__((always_inline)) float log(float arg) {
   const bool denormal = arg < 1.17549435e-38f;  // also true for 0 and negatives, whose results are set below
   const float x = denormal ? arg * 8388608.0f : arg;
-  const int32_t bits = std::bit_cast<int32_t>(x);
-  const int32_t k = (bits - 0x3f3504f3) >> 23;  // 0x3f3504f3: the bits of sqrt(1/2)
-  const float f = std::bit_cast<float>(bits - (k << 23)) - 1.0f;
+  // Unsigned arithmetic: a negative input's bits would overflow an int (its result is NaN in any case).
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const int32_t k = static_cast<int32_t>(bits - 0x3f3504f3u) >> 23;  // 0x3f3504f3: the bits of sqrt(1/2)
+  const float f = std::bit_cast<float>(bits - (static_cast<uint32_t>(k) << 23)) - 1.0f;
   const float e = static_cast<float>(denormal ? k - 23 : k);
   const float z = f * f;
   float p = 7.0376836292e-2f;
