@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
        THEIRS(tf::interpolate(timage, tf::InterpolateFuncOptions().size(std::vector<int64_t>{128, 128}).mode(torch::kBicubic).align_corners(false)))},
       {"interpolate area", "(8, 16, 128, 128) to 32", [&] { return F::interpolate(big, {.size = {32, 32}, .mode = "area"}); }
        THEIRS(tf::interpolate(tbig, tf::InterpolateFuncOptions().size(std::vector<int64_t>{32, 32}).mode(torch::kArea)))},
+      {"interpolate area, uneven", "(8, 16, 128, 128) to 30", [&] { return F::interpolate(big, {.size = {30, 30}, .mode = "area"}); }
+       THEIRS(tf::interpolate(tbig, tf::InterpolateFuncOptions().size(std::vector<int64_t>{30, 30}).mode(torch::kArea)))},
+      {"adaptive_avg_pool2d, uneven", "(8, 16, 64, 64) to 7", [&] { return F::adaptive_avg_pool2d(image, {7, 7}); }
+       THEIRS(tf::adaptive_avg_pool2d(timage, tf::AdaptiveAvgPool2dFuncOptions({7, 7})))},
   };
   for (const Row& row : differentiable) run(row, reps, true);
   // A write without autograd: index_put_ with accumulate into a fresh zero tensor each time.

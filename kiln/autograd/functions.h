@@ -174,6 +174,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         IntArrayRef out_shape);
 // x (N, C, H, W) -> {out (N, C, OH, OW), int64 indices of each max in its plane}; differentiable in out
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dParams& p);
+// x's last output_size.size() dims (one to three) averaged over adaptive bins (ops::adaptive_avg_pool)
+Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size);
 
 // ---- fused loss and normalization (functions/cross_entropy.cpp, functions/normalization.cpp) ----
 // Each backward rule calls its fused backward kernel; under create_graph it computes the same gradient from

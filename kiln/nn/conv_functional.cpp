@@ -193,24 +193,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, Pair output_size) {
   Tensor x = batched(x_in, &added);
   KILN_CHECK(x.dim() == 4 && output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: expected input (N, C, H, W) "
              "and a positive output size, got ", shape_str(x_in.sizes()));
-  int64_t H = x.size(2), W = x.size(3);
-  Tensor y;
-  if (H % output_size.h == 0 && W % output_size.w == 0) {
-    Pair k{H / output_size.h, W / output_size.w};
-    y = avg_pool2d(x, k, k);
-  } else {  // uneven bins: one mean per output cell
-    std::vector<Tensor> rows;
-    for (int64_t i = 0; i < output_size.h; ++i) {
-      int64_t h0 = i * H / output_size.h, h1 = ((i + 1) * H + output_size.h - 1) / output_size.h;
-      std::vector<Tensor> cells;
-      for (int64_t j = 0; j < output_size.w; ++j) {
-        int64_t w0 = j * W / output_size.w, w1 = ((j + 1) * W + output_size.w - 1) / output_size.w;
-        cells.push_back(x.narrow(2, h0, h1 - h0).narrow(3, w0, w1 - w0).mean({2, 3}));
-      }
-      rows.push_back(stack(cells, 2));  // (N, C, OW)
-    }
-    y = stack(rows, 2);  // (N, C, OH, OW)
-  }
+  Tensor y = kiln::adaptive_avg_pool(x, {output_size.h, output_size.w});
   return added ? y.squeeze(0) : y;
 }
 

@@ -1,11 +1,11 @@
 // interpolate: resizing (N, C, ...) over its 1 to 3 spatial dims, as torch.nn.functional.interpolate.
 //
-// Every mode resizes one spatial dim at a time; their filters are separable, so this is the sum PyTorch computes
-// (rounded in another order). Along one dim each output position reads a few input positions (taps) with weights
-// computed here, on the host, the way PyTorch's kernels compute them: nearest and nearest-exact one tap, linear
-// two, cubic four (clamped at the edges), area the whole bin adaptive average pooling would average. The resize
-// is then a weighted sum of index_selects, so it runs on every device and its gradient is index_select's (summed
-// where outputs share an input). (area with bins of one length is a mean over a reshaped dim instead.)
+// area is adaptive average pooling (kiln::adaptive_avg_pool, a kernel of its own). The other modes resize one
+// spatial dim at a time; their filters are separable, so this is the sum PyTorch computes (rounded in another
+// order). Along one dim each output position reads a few input positions (taps) with weights computed here, on
+// the host, the way PyTorch's kernels compute them: nearest and nearest-exact one tap, linear two, cubic four
+// (clamped at the edges). The resize is then a weighted sum of index_selects, so it runs on every device and its
+// gradient is index_select's (summed where outputs share an input).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -85,29 +85,11 @@ Taps cubic_taps(int64_t in, int64_t out, std::optional<double> factor, bool alig
   return t;
 }
 
-// area: output position d averages input bin [floor(d in / out), ceil((d + 1) in / out)), as adaptive average
-// pooling; bins shorter than the longest pad with weight 0.
-Taps area_taps(int64_t in, int64_t out) {
-  auto start = [&](int64_t d) { return d * in / out; };
-  auto end = [&](int64_t d) { return ((d + 1) * in + out - 1) / out; };
-  int64_t longest = 0;
-  for (int64_t d = 0; d < out; ++d) longest = std::max(longest, end(d) - start(d));
-  Taps t(static_cast<size_t>(longest), out);
-  for (int64_t d = 0; d < out; ++d) {
-    const int64_t s = start(d), n = end(d) - s;
-    for (int64_t k = 0; k < longest; ++k) t.set(static_cast<size_t>(k), d, k < n ? s + k : s, k < n ? 1.0 / static_cast<double>(n) : 0.0);
-  }
-  return t;
-}
-
 // x resized along dim to `out` positions: the weighted sum of its taps.
 Tensor resize_dim(const Tensor& x, int64_t dim, int64_t out, std::optional<double> factor, const InterpolateOptions& o) {
   const int64_t in = x.size(dim);
-  // area over bins of one length (in a multiple of out): a reshape and one mean, not a tap per bin position.
-  if (o.mode == "area" && in % out == 0) return x.unflatten(dim, {out, in / out}).mean({dim + 1});
   Taps taps = o.mode == "nearest" || o.mode == "nearest-exact" ? nearest_taps(in, out, factor, o.mode != "nearest")
               : o.mode == "bicubic"                             ? cubic_taps(in, out, factor, o.align_corners)
-              : o.mode == "area"                                ? area_taps(in, out)
                                                                 : linear_taps(in, out, factor, o.align_corners);
   auto read = [&](size_t k) { return index_select(x, dim, tensor(taps.idx[k]).to(x.device())); };
   if (taps.idx.size() == 1) return read(0);  // nearest: a pick, in any dtype
@@ -170,6 +152,8 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
     KILN_CHECK(out[s] > 0, "interpolate: the output's spatial dim ", i, " is ", out[s], " for input ",
                shape_str(x.sizes()), "; every spatial dim needs at least one position");
   }
+  // area is adaptive average pooling, one kernel over every spatial dim.
+  if (o.mode == "area") return adaptive_avg_pool(x, out);
   Tensor y = x;
   for (int64_t i = 0; i < spatial; ++i) y = resize_dim(y, i + 2, out[static_cast<size_t>(i)], factors[static_cast<size_t>(i)], o);
   return y;

@@ -485,5 +485,31 @@ TEST_F(CudaConv, MaxPool2dBackwardSumsOverlappingWindows) {
   }
 }
 
+// Adaptive average pooling: the CUDA kernels against the CPU's on the same inputs, in the (B, D, H, W) form
+// both take; down, up and mixed along each dim. Outputs start as NaN, so an element left unwritten shows.
+TEST_F(CudaConv, AdaptiveAvgPoolMatchesTheCpu) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::pair<Shape, Shape> cases[] = {{{6, 1, 64, 64}, {6, 1, 7, 7}},
+                                           {{4, 5, 6, 7}, {4, 2, 4, 3}},
+                                           {{4, 3, 4, 2}, {4, 5, 2, 3}},
+                                           {{3, 1, 1, 5}, {3, 1, 1, 8}},
+                                           {{2, 4, 6, 8}, {2, 4, 6, 8}}};
+  for (const auto& [xs, ys] : cases) {
+    for (DType d : kDTypes) {
+      const std::string what = shape_str(xs) + " to " + shape_str(ys) + " " + dtype_name(d);
+      const Tensor x = cpu_tensor(test::random_values(shape_numel(xs), d, rng_), xs, d);
+      const Tensor g = cpu_tensor(test::random_values(shape_numel(ys), d, rng_), ys, d);
+      Tensor y = full(ys, std::nan(""), TensorOptions(d).device(Device::cuda())), yc = empty(ys, d);
+      get_kernel<Op::adaptive_avg_pool>(Device::cuda())(y, x.to(Device::cuda()));
+      get_kernel<Op::adaptive_avg_pool>(Device::cpu())(yc, x);
+      test::expect_matches_cpu(y, yc, "adaptive_avg_pool " + what);
+      Tensor gx = full(xs, std::nan(""), TensorOptions(d).device(Device::cuda())), gxc = empty(xs, d);
+      get_kernel<Op::adaptive_avg_pool_backward>(Device::cuda())(gx, g.to(Device::cuda()));
+      get_kernel<Op::adaptive_avg_pool_backward>(Device::cpu())(gxc, g);
+      test::expect_matches_cpu(gx, gxc, "adaptive_avg_pool_backward " + what);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

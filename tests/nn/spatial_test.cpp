@@ -1,5 +1,5 @@
-// ConvTranspose2d and interpolate (nearest, bilinear) against direct loops in float64 written from their
-// definitions, gradchecked, and their modules and errors.
+// ConvTranspose2d, interpolate (every mode) and adaptive average pooling against direct loops in float64
+// written from their definitions, gradchecked, and their modules and errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -271,10 +271,122 @@ TEST(Interpolate, EveryModeAgainstLoops) {
   for (const char* mode : {"nearest-exact", "bicubic", "area"}) {
     gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {6, 3}, .mode = mode}); }, {g});
   }
-  // area with bins of one length takes the reshape-and-mean path.
+  // area with bins of one length.
   gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {2, 5}, .mode = "area"}); }, {g});
   const Tensor g3 = randn64({1, 2, 5}, 23).requires_grad_();
   gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {8}, .mode = "linear"}); }, {g3});
+}
+
+// Adaptive average pooling from its definition, in float64 and real arithmetic: along a dim of `in` positions
+// pooled to `out`, output o averages [floor(o in / out), ceil((o + 1) in / out)). Every output's bin is walked
+// in full; `grad` (the outputs' gradient, if given) is spread the same way into *grad_x.
+struct AdaptiveCase {
+  Shape in, out;  // the spatial dims only
+};
+std::vector<double> adaptive_reference(const std::vector<double>& x, int64_t planes, const AdaptiveCase& c,
+                                       const std::vector<double>* grad = nullptr, std::vector<double>* grad_x = nullptr) {
+  const size_t k = c.in.size();
+  Shape in(3, 1), out(3, 1);
+  for (size_t i = 0; i < k; ++i) in[3 - k + i] = c.in[i], out[3 - k + i] = c.out[i];
+  auto lo = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::floor(static_cast<double>(o) * n / m)); };
+  auto hi = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::ceil(static_cast<double>(o + 1) * n / m)); };
+  const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
+  std::vector<double> y(static_cast<size_t>(planes * out_plane));
+  if (grad_x) grad_x->assign(x.size(), 0.0);
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t a = 0; a < out[0]; ++a)
+      for (int64_t b = 0; b < out[1]; ++b)
+        for (int64_t e = 0; e < out[2]; ++e) {
+          std::vector<size_t> bin;
+          for (int64_t d = lo(a, in[0], out[0]); d < hi(a, in[0], out[0]); ++d)
+            for (int64_t h = lo(b, in[1], out[1]); h < hi(b, in[1], out[1]); ++h)
+              for (int64_t w = lo(e, in[2], out[2]); w < hi(e, in[2], out[2]); ++w)
+                bin.push_back(static_cast<size_t>(p * in_plane + (d * in[1] + h) * in[2] + w));
+          const auto o = static_cast<size_t>(p * out_plane + (a * out[1] + b) * out[2] + e);
+          double sum = 0;
+          for (size_t i : bin) sum += x[i];
+          y[o] = sum / static_cast<double>(bin.size());
+          if (grad_x)
+            for (size_t i : bin) (*grad_x)[i] += (*grad)[o] / static_cast<double>(bin.size());
+        }
+  return y;
+}
+
+const std::vector<AdaptiveCase> kAdaptiveCases = {
+    {{10}, {3}},          {{5}, {8}},            {{12}, {4}},        {{7, 9}, {3, 4}},   {{6, 5}, {6, 5}},
+    {{4, 9}, {7, 2}},     {{64, 64}, {7, 7}},    {{5, 6, 7}, {2, 4, 3}}, {{3, 4, 2}, {5, 2, 3}},
+};
+
+TEST(AdaptiveAvgPool, ValuesAndGradientsMatchTheDefinition) {
+  for (const AdaptiveCase& c : kAdaptiveCases) {
+    Shape xs = {2, 3};
+    xs.insert(xs.end(), c.in.begin(), c.in.end());
+    Shape ys = {2, 3};
+    ys.insert(ys.end(), c.out.begin(), c.out.end());
+    const Tensor x64 = randn64(xs, 31), g64 = randn64(ys, 32);
+    const std::vector<double> xv = test::values(x64), gv = test::values(g64);
+    std::vector<double> want_gx;
+    const std::vector<double> want = adaptive_reference(xv, 6, c, &gv, &want_gx);
+    const std::string what = shape_str(c.in) + " to " + shape_str(c.out);
+    for (DType d : {kFloat64, kFloat32}) {
+      const double tol = d == kFloat64 ? 1e-14 : 2e-6;
+      Tensor x = x64.to(d).detach().requires_grad_();
+      const Tensor y = adaptive_avg_pool(x, c.out);
+      ASSERT_EQ(y.sizes(), ys) << what;
+      // The float32 reference starts from the inputs rounded to float32.
+      const std::vector<double> want_d =
+          d == kFloat64 ? want : adaptive_reference(test::values(x.detach()), 6, c);
+      test::expect_tensor_near(y, want_d, ys, tol, tol, what + " " + dtype_name(d));
+      (y * g64.to(d)).sum().backward();
+      test::expect_tensor_near(x.grad(), want_gx, xs, tol, tol, what + " gradient " + dtype_name(d));
+    }
+    // 16-bit floats compute in float32 and round once.
+    for (DType d : {kFloat16, kBFloat16}) {
+      const Tensor xh = x64.to(d);
+      EXPECT_TRUE(equal(adaptive_avg_pool(xh, c.out), adaptive_avg_pool(xh.to(kFloat32), c.out).to(d))) << what;
+      const Tensor gh = g64.to(d);
+      EXPECT_TRUE(equal(ops::adaptive_avg_pool_backward(gh, xs), ops::adaptive_avg_pool_backward(gh.to(kFloat32), xs).to(d)))
+          << what << " gradient";
+    }
+  }
+}
+
+TEST(AdaptiveAvgPool, GradientOfTheGradientIsThePoolingAgain) {
+  // The gradient is linear in g: d/dg <pool^T(g), v> = pool(v), through create_graph.
+  for (const AdaptiveCase& c : {AdaptiveCase{{7, 9}, {3, 4}}, AdaptiveCase{{3, 4, 2}, {5, 2, 3}}}) {
+    Shape xs = {1, 2}, ys = {1, 2};
+    xs.insert(xs.end(), c.in.begin(), c.in.end());
+    ys.insert(ys.end(), c.out.begin(), c.out.end());
+    Tensor x = randn64(xs, 33).requires_grad_(), g = randn64(ys, 34).requires_grad_();
+    const Tensor v = randn64(xs, 35);
+    const Tensor gx = autograd::grad({(adaptive_avg_pool(x, c.out) * g).sum()}, {x}, {}, std::nullopt, true).at(0);
+    const Tensor gg = autograd::grad({(gx * v).sum()}, {g}).at(0);
+    test::expect_tensor_near(gg, adaptive_reference(test::values(v), 2, c), ys, 1e-14, 1e-14, shape_str(c.in));
+    gradcheck([&](const std::vector<Tensor>& t) { return adaptive_avg_pool(t[0], c.out); }, {x});
+  }
+}
+
+TEST(AdaptiveAvgPool, ThroughNnAndErrors) {
+  const Tensor x = randn64({2, 3, 10, 7}, 36);
+  const std::vector<double> want = adaptive_reference(test::values(x), 6, {{10, 7}, {4, 3}});
+  test::expect_tensor_near(nn::F::adaptive_avg_pool2d(x, {4, 3}), want, {2, 3, 4, 3}, 1e-14, 1e-14, "2d");
+  test::expect_tensor_near(nn::F::interpolate(x, {.size = {4, 3}, .mode = "area"}), want, {2, 3, 4, 3}, 1e-14, 1e-14,
+                           "area");
+  // (C, H, W) input: one batch of planes.
+  test::expect_tensor_near(nn::F::adaptive_avg_pool2d(x[0], {4, 3}), std::vector<double>(want.begin(), want.begin() + 36),
+                           {3, 4, 3}, 1e-14, 1e-14, "unbatched");
+  expect_error([&] { ops::adaptive_avg_pool(x, {4, 0}); }, {"adaptive_avg_pool: output sizes must be positive, got (4, 0)"});
+  expect_error([&] { ops::adaptive_avg_pool(x, {1, 2, 3, 4}); }, {"expected one to three output sizes, got 4"});
+  expect_error([&] { ops::adaptive_avg_pool(x.view({420}), {4}); }, {"needs an input of at least 2 dims", "(420)"});
+  expect_error([&] { ops::adaptive_avg_pool(ones({2, 3, 0}), {3}); }, {"has an empty dim to pool"});
+  expect_error([&] { ops::adaptive_avg_pool(arange(0, 10).view({2, 5}), {3}); }, {"expected a floating-point tensor"});
+  expect_error([&] { ops::adaptive_avg_pool_backward(ones({2, 4, 3}, kFloat64), {3, 10, 7}); },
+               {"adaptive_avg_pool_backward: grad_out (2, 4, 3) does not match the input shape (3, 10, 7) in dim 0"});
+  // An empty batch or channel dim gives an empty result, and an empty gradient.
+  EXPECT_EQ(ops::adaptive_avg_pool(zeros({0, 3, 5}), {2}).sizes(), (Shape{0, 3, 2}));
+  Tensor no_channels = zeros({2, 0, 5, 5}, kFloat64).requires_grad_();
+  nn::F::adaptive_avg_pool2d(no_channels, {3, 2}).sum().backward();
+  EXPECT_EQ(no_channels.grad().sizes(), (Shape{2, 0, 5, 5}));
 }
 
 }  // namespace

@@ -4,8 +4,11 @@
 // work, as a gradient penalty needs: the three convolutions are each linear in each argument and each
 // one's gradients are the other two (conv2d, its input gradient conv_transpose2d, and its weight gradient
 // conv2d_weight_grad below); max pooling's gradient scatters g to the recorded indices, whose own gradient
-// gathers from them.
+// gathers from them. Adaptive average pooling and its gradient are linear maps, each the other's adjoint.
+#include <algorithm>
+
 #include "kiln/autograd/autocast.h"
+#include "kiln/autograd/functions.h"
 #include "kiln/autograd/record.h"
 
 namespace kiln {
@@ -63,7 +66,32 @@ Tensor max_pool2d_backward(const Tensor& g, const Tensor& indices, IntArrayRef x
   return out;
 }
 
+// adaptive average pooling's gradient as a differentiable op: g (the pooled shape) -> x_shape. Its own gradient
+// is the pooling of the incoming one.
+Tensor adaptive_avg_pool_backward(const Tensor& g, IntArrayRef x_shape) {
+  Tensor out = ops::adaptive_avg_pool_backward(g, x_shape);
+  if (should_record(g)) {
+    record("adaptive_avg_pool_backward", out, {g}, [g_shape = g.sizes()](const Tensor& gx, const OpNode&) {
+      const size_t k = std::min<size_t>(3, g_shape.size() - 1);
+      return TensorList{adaptive_avg_pool(gx, IntArrayRef(g_shape.data() + (g_shape.size() - k), k))};
+    });
+  }
+  return out;
+}
+
 }  // namespace
+
+// adaptive_avg_pool: dx = each output's g spread evenly over its bin (overlapping bins add)
+Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size) {
+  Tensor out = ops::adaptive_avg_pool(x, output_size);
+  if (should_record(x)) {
+    record("adaptive_avg_pool", out, {x}, [x_shape = x.sizes()](const Tensor& g, const OpNode&) {
+      if (create_graph()) return TensorList{adaptive_avg_pool_backward(g, x_shape)};
+      return TensorList{ops::adaptive_avg_pool_backward(g, x_shape)};
+    });
+  }
+  return out;
+}
 
 // conv2d: x (N, Cin, H, W), w (Cout, Cin / G, KH, KW), b (Cout), g (N, Cout, OH, OW):
 // dx = conv2d_backward_input(g, w), dw = conv2d_backward_weight(g, x), db = g summed over (N, OH, OW)

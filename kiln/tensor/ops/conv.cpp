@@ -2,6 +2,7 @@
 // floating dtype, contiguous inputs, outputs allocated on the inputs' device, then that device's kernel.
 #include "kiln/tensor/ops/conv.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kiln/tensor/dispatch.h"
@@ -156,6 +157,71 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, IntArr
   if (grad_x.numel() == 0) return grad_x;
   if (grad_out.numel() == 0) return fill_(grad_x, 0);
   call_kernel<Op::max_pool2d_backward>(grad_out.device(), grad_x, contiguous(grad_out), contiguous(indices), p);
+  return grad_x;
+}
+
+namespace {
+
+// The (B, D, H, W) form the kernels take of a shape whose last k dims are spatial: the dims before them
+// flattened into B, missing spatial dims 1.
+Shape pool_canonical(IntArrayRef shape, size_t k) {
+  Shape c = {1, 1, 1, 1};
+  const size_t lead = shape.size() - k;
+  for (size_t i = 0; i < lead; ++i) c[0] *= shape[i];
+  for (size_t i = 0; i < k; ++i) c[4 - k + i] = shape[lead + i];
+  return c;
+}
+
+void check_adaptive_shape(const char* op, IntArrayRef input_shape, IntArrayRef output_size) {
+  const size_t k = output_size.size();
+  KILN_CHECK(k >= 1 && k <= 3, op, ": expected one to three output sizes, got ", k);
+  KILN_CHECK(input_shape.size() >= k + 1, op, ": pooling ", k, " dims needs an input of at least ", k + 1,
+             " dims (batch or channels first), got shape ", shape_str(input_shape));
+  for (size_t i = 0; i < k; ++i) {
+    KILN_CHECK(output_size[i] > 0, op, ": output sizes must be positive, got ", shape_str(output_size));
+    KILN_CHECK(input_shape[input_shape.size() - k + i] > 0, op, ": input of shape ", shape_str(input_shape),
+               " has an empty dim to pool");
+  }
+}
+
+}  // namespace
+
+Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size) {
+  KILN_CHECK(x.defined(), "adaptive_avg_pool: the input tensor is undefined");
+  check_adaptive_shape("adaptive_avg_pool", x.sizes(), output_size);
+  KILN_CHECK(is_floating(x.dtype()), "adaptive_avg_pool: expected a floating-point tensor, got ", x.dtype());
+  const size_t k = output_size.size();
+  Shape out_shape(x.sizes().begin(), x.sizes().end() - static_cast<std::ptrdiff_t>(k));
+  out_shape.insert(out_shape.end(), output_size.begin(), output_size.end());
+  Tensor out = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
+  if (out.numel() == 0) return out;
+  call_kernel<Op::adaptive_avg_pool>(x.device(), view(out, pool_canonical(out_shape, k)),
+                                     view(contiguous(x), pool_canonical(x.sizes(), k)));
+  return out;
+}
+
+Tensor adaptive_avg_pool_backward(const Tensor& grad_out, IntArrayRef input_shape) {
+  KILN_CHECK(grad_out.defined(), "adaptive_avg_pool_backward: grad_out is undefined");
+  KILN_CHECK(grad_out.dim() == static_cast<int64_t>(input_shape.size()), "adaptive_avg_pool_backward: grad_out ",
+             shape_str(grad_out.sizes()), " and the input shape ", shape_str(input_shape), " differ in rank");
+  // Pooling the last three dims (or all but the first) covers every case: a dim of equal sizes is bins of one.
+  const size_t rank = input_shape.size();
+  KILN_CHECK(rank >= 2, "adaptive_avg_pool_backward: expected an input of at least 2 dims, got shape ",
+             shape_str(input_shape));
+  const size_t k = std::min<size_t>(3, rank - 1);
+  KILN_CHECK(is_floating(grad_out.dtype()), "adaptive_avg_pool_backward: expected a floating-point grad_out, got ",
+             grad_out.dtype());
+  Tensor grad_x = empty(input_shape, TensorOptions(grad_out.dtype()).device(grad_out.device()));
+  // An empty batch or channel dim (which the forward passes through) has an empty gradient; an empty pooled dim
+  // is an error there, so it never reaches here.
+  if (grad_x.numel() == 0 && grad_out.numel() == 0) return grad_x;
+  check_adaptive_shape("adaptive_avg_pool_backward", input_shape, IntArrayRef(grad_out.sizes().data() + (rank - k), k));
+  for (size_t i = 0; i + k < rank; ++i)
+    KILN_CHECK(grad_out.size(static_cast<int64_t>(i)) == input_shape[i], "adaptive_avg_pool_backward: grad_out ",
+               shape_str(grad_out.sizes()), " does not match the input shape ", shape_str(input_shape),
+               " in dim ", i, ", which is not pooled");
+  call_kernel<Op::adaptive_avg_pool_backward>(grad_out.device(), view(grad_x, pool_canonical(input_shape, k)),
+                                              view(contiguous(grad_out), pool_canonical(grad_out.sizes(), k)));
   return grad_x;
 }
 

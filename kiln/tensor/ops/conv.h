@@ -31,4 +31,10 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const Pool2dP
 Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, IntArrayRef input_shape,
                            const Pool2dParams& p);
 
+// Adaptive average pooling of x's last output_size.size() dims (one to three; the dims before them are batch
+// and channels, at least one of them) to output_size: each output the mean of its bin (adaptive_pool.h).
+Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size);
+// grad_out: input_shape with its last dims pooled -> grad_x of shape input_shape
+Tensor adaptive_avg_pool_backward(const Tensor& grad_out, IntArrayRef input_shape);
+
 }  // namespace kiln::ops

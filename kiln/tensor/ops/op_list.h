@@ -93,6 +93,12 @@ using MaxPool2dKernel = void(const Tensor& out, const Tensor& indices, const Ten
 // grad_x (N, C, H, W), zeroed by the kernel, receives grad_out at the recorded indices (summed where windows overlap).
 using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                      const Pool2dParams& p);
+// Adaptive average pooling over three spatial dims (fewer are size-1 dims), bins as adaptive_pool.h gives them.
+// Forward: out (B, OD, OH, OW) from x (B, D, H, W). Backward: grad_x (B, D, H, W), overwritten, from grad_out
+// (B, OD, OH, OW): each input position gets grad_out / bin size of every output whose bin holds it. All
+// contiguous, one floating dtype.
+using AdaptiveAvgPoolKernel = void(const Tensor& out, const Tensor& x);
+using AdaptiveAvgPoolBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out);
 
 // The fused optimizer updates (fused_optim.h): each kernel updates a list of parameters and their state in place,
 // one pass over each parameter. The lists have one length; every tensor is contiguous, of one floating dtype and
@@ -256,6 +262,8 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(conv2d_backward_weight, Conv2dBackwardWeightKernel) \
   X(max_pool2d, MaxPool2dKernel)           \
   X(max_pool2d_backward, MaxPool2dBackwardKernel) \
+  X(adaptive_avg_pool, AdaptiveAvgPoolKernel) \
+  X(adaptive_avg_pool_backward, AdaptiveAvgPoolBackwardKernel) \
   /* fused losses */                       \
   X(cross_entropy, CrossEntropyKernel)     \
   X(cross_entropy_backward, CrossEntropyBackwardKernel) \
