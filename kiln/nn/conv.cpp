@@ -97,6 +97,10 @@ std::string AvgPool2dImpl::extra_repr() const {
   return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
 }
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
+std::string AdaptiveAvgPool1dImpl::extra_repr() const { return detail::concat("output_size=", size_); }
+std::string AdaptiveAvgPool3dImpl::extra_repr() const {
+  return "output_size=" + (size_.size() == 1 ? std::to_string(size_[0]) : shape_str(size_));
+}
 
 std::string UpsampleImpl::extra_repr() const {
   const auto& o = options_;

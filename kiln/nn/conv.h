@@ -109,6 +109,29 @@ class AdaptiveAvgPool2dImpl : public Module {
 };
 using AdaptiveAvgPool2d = ModuleHolder<AdaptiveAvgPool2dImpl>;
 
+class AdaptiveAvgPool1dImpl : public Module {
+ public:
+  explicit AdaptiveAvgPool1dImpl(int64_t output_size) : Module("AdaptiveAvgPool1d"), size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_avg_pool1d(x, size_); }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t size_;
+};
+using AdaptiveAvgPool1d = ModuleHolder<AdaptiveAvgPool1dImpl>;
+
+// output_size: one value for all three dims, or (D, H, W).
+class AdaptiveAvgPool3dImpl : public Module {
+ public:
+  explicit AdaptiveAvgPool3dImpl(IntArrayRef output_size) : Module("AdaptiveAvgPool3d"), size_(output_size.vec()) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_avg_pool3d(x, size_); }
+  std::string extra_repr() const override;
+
+ private:
+  Shape size_;
+};
+using AdaptiveAvgPool3d = ModuleHolder<AdaptiveAvgPool3dImpl>;
+
 using UpsampleOptions = functional::InterpolateOptions;
 // Resizes (N, C, ...) to a size or by a scale factor, in any of interpolate's modes: functional::interpolate as a
 // layer.

@@ -197,6 +197,21 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, Pair output_size) {
   return added ? y.squeeze(0) : y;
 }
 
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size) {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "adaptive_avg_pool1d: expected input (N, C, L) or (C, L), got ",
+             shape_str(x.sizes()));
+  return kiln::adaptive_avg_pool(x, {output_size});
+}
+
+Tensor adaptive_avg_pool3d(const Tensor& x, IntArrayRef output_size) {
+  KILN_CHECK(x.dim() == 4 || x.dim() == 5, "adaptive_avg_pool3d: expected input (N, C, D, H, W) or (C, D, H, W), got ",
+             shape_str(x.sizes()));
+  KILN_CHECK(output_size.size() == 1 || output_size.size() == 3, "adaptive_avg_pool3d: output_size has ",
+             output_size.size(), " values; give one, or (D, H, W)");
+  const int64_t n = output_size[0];
+  return kiln::adaptive_avg_pool(x, output_size.size() == 1 ? Shape{n, n, n} : output_size.vec());
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
   // Under autocast: the statistics (and the running ones they update) in float32, as PyTorch computes them.

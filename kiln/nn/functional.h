@@ -52,8 +52,12 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std
 // count_include_pad: padded zeros count in the mean (PyTorch's default).
 Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
                   bool count_include_pad = true);
-// Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)).
+// Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)). Inputs with or
+// without the batch dim: (N, C, L) or (C, L); (N, C, H, W) or (C, H, W); (N, C, D, H, W) or (C, D, H, W).
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
+// output_size: one value for all three dims, or (D, H, W)
+Tensor adaptive_avg_pool3d(const Tensor& x, IntArrayRef output_size);
 struct InterpolateOptions {
   // The output's spatial sizes, one per spatial dim (L; H, W; or D, H, W) or one for all of them; or
   std::vector<int64_t> size;

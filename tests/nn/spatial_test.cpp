@@ -382,6 +382,20 @@ TEST(AdaptiveAvgPool, ThroughNnAndErrors) {
   expect_error([&] { ops::adaptive_avg_pool(arange(0, 10).view({2, 5}), {3}); }, {"expected a floating-point tensor"});
   expect_error([&] { ops::adaptive_avg_pool_backward(ones({2, 4, 3}, kFloat64), {3, 10, 7}); },
                {"adaptive_avg_pool_backward: grad_out (2, 4, 3) does not match the input shape (3, 10, 7) in dim 0"});
+  // One and three dims, with and without the batch dim, as functions and as modules.
+  const Tensor line = randn64({2, 3, 11}, 37), vol = randn64({2, 3, 5, 6, 7}, 38);
+  const std::vector<double> want1 = adaptive_reference(test::values(line), 6, {{11}, {4}});
+  const std::vector<double> want3 = adaptive_reference(test::values(vol), 6, {{5, 6, 7}, {2, 4, 3}});
+  test::expect_tensor_near(nn::F::adaptive_avg_pool1d(line, 4), want1, {2, 3, 4}, 1e-14, 1e-14, "1d");
+  test::expect_tensor_near(nn::AdaptiveAvgPool1d(4)(line[1]), std::vector<double>(want1.begin() + 12, want1.end()),
+                           {3, 4}, 1e-14, 1e-14, "1d module, unbatched");
+  test::expect_tensor_near(nn::F::adaptive_avg_pool3d(vol, {2, 4, 3}), want3, {2, 3, 2, 4, 3}, 1e-14, 1e-14, "3d");
+  test::expect_tensor_near(nn::AdaptiveAvgPool3d(Shape{2, 4, 3})(vol), want3, {2, 3, 2, 4, 3}, 1e-14, 1e-14, "3d module");
+  EXPECT_EQ(nn::F::adaptive_avg_pool3d(vol, {3}).sizes(), (Shape{2, 3, 3, 3, 3}));
+  EXPECT_EQ(nn::AdaptiveAvgPool1d(4)->extra_repr(), "output_size=4");
+  EXPECT_EQ(nn::AdaptiveAvgPool3d(Shape{2, 4, 3})->extra_repr(), "output_size=(2, 4, 3)");
+  expect_error([&] { nn::F::adaptive_avg_pool1d(vol, 4); }, {"adaptive_avg_pool1d: expected input (N, C, L) or (C, L)"});
+  expect_error([&] { nn::F::adaptive_avg_pool3d(vol, {2, 4}); }, {"adaptive_avg_pool3d: output_size has 2 values"});
   // An empty batch or channel dim gives an empty result, and an empty gradient.
   EXPECT_EQ(ops::adaptive_avg_pool(zeros({0, 3, 5}), {2}).sizes(), (Shape{0, 3, 2}));
   Tensor no_channels = zeros({2, 0, 5, 5}, kFloat64).requires_grad_();
