@@ -1,8 +1,9 @@
 // CPU kernels of adaptive average pooling (op_list.h: AdaptiveAvgPoolKernel), over (B, D, H, W) with the bins of
 // adaptive_pool.h. Pooling is separable, so each output row (b, od, oh) first sums its bin's input rows into one
-// line of W (a plain add that vectorizes) and then averages that line's bins along W; the gradient runs the same
-// two steps backwards, gathering for each input row from the outputs whose bins hold it, so that no two threads
-// write one element and the sums come out in one order on any thread count.
+// line of W (a plain add that vectorizes) and then averages that line's bins along W. The gradient runs the same
+// two steps backwards: each input row gathers the output rows whose bins hold it, then spreads each output's
+// share over its bin along W (or, upsampling, gathers per position). A task owns whole input rows, so no two
+// threads write one element and the sums come out in one order on any thread count.
 //
 // float16 and bfloat16 run in float32 and are rounded once.
 #include <algorithm>
