@@ -181,6 +181,41 @@ TEST(Interpolate, ScaleFactorsGradientsUpsampleAndErrors) {
 // The modes beyond nearest and bilinear, and inputs with one and three spatial dims, against loops written from
 // the definitions: a 2-d bicubic sum over the 4 x 4 clamped neighbourhood (not the separable passes the code
 // makes), trilinear's 8 corners, area's bins, nearest-exact's half-pixel centres.
+// Adaptive average pooling from its definition, in float64 and real arithmetic: along a dim of `in` positions
+// pooled to `out`, output o averages [floor(o in / out), ceil((o + 1) in / out)). Every output's bin is walked
+// in full; `grad` (the outputs' gradient, if given) is spread the same way into *grad_x.
+struct AdaptiveCase {
+  Shape in, out;  // the spatial dims only
+};
+std::vector<double> adaptive_reference(const std::vector<double>& x, int64_t planes, const AdaptiveCase& c,
+                                       const std::vector<double>* grad = nullptr, std::vector<double>* grad_x = nullptr) {
+  const size_t k = c.in.size();
+  Shape in(3, 1), out(3, 1);
+  for (size_t i = 0; i < k; ++i) in[3 - k + i] = c.in[i], out[3 - k + i] = c.out[i];
+  auto lo = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::floor(static_cast<double>(o) * n / m)); };
+  auto hi = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::ceil(static_cast<double>(o + 1) * n / m)); };
+  const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
+  std::vector<double> y(static_cast<size_t>(planes * out_plane));
+  if (grad_x) grad_x->assign(x.size(), 0.0);
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t a = 0; a < out[0]; ++a)
+      for (int64_t b = 0; b < out[1]; ++b)
+        for (int64_t e = 0; e < out[2]; ++e) {
+          std::vector<size_t> bin;
+          for (int64_t d = lo(a, in[0], out[0]); d < hi(a, in[0], out[0]); ++d)
+            for (int64_t h = lo(b, in[1], out[1]); h < hi(b, in[1], out[1]); ++h)
+              for (int64_t w = lo(e, in[2], out[2]); w < hi(e, in[2], out[2]); ++w)
+                bin.push_back(static_cast<size_t>(p * in_plane + (d * in[1] + h) * in[2] + w));
+          const auto o = static_cast<size_t>(p * out_plane + (a * out[1] + b) * out[2] + e);
+          double sum = 0;
+          for (size_t i : bin) sum += x[i];
+          y[o] = sum / static_cast<double>(bin.size());
+          if (grad_x)
+            for (size_t i : bin) (*grad_x)[i] += (*grad)[o] / static_cast<double>(bin.size());
+        }
+  return y;
+}
+
 TEST(Interpolate, EveryModeAgainstLoops) {
   const Tensor x = randn64({2, 3, 5, 6}, 21);
   const std::vector<double> xv = test::values(x);
@@ -220,11 +255,11 @@ TEST(Interpolate, EveryModeAgainstLoops) {
       }
   test::expect_tensor_near(nn::F::interpolate(x, {.size = {3, 10}, .mode = "nearest-exact"}), exact, {2, 3, 3, 10},
                            0, 0, "nearest-exact");
-  // area is adaptive average pooling: the same as the pooling kernel, down and up.
+  // area is adaptive average pooling: against its definition, down and up.
   for (const Shape& out : {Shape{2, 4}, Shape{7, 9}, Shape{5, 1}, Shape{5, 3}}) {  // the last two: bins of one length
-    const Tensor want = nn::F::adaptive_avg_pool2d(x, {out[0], out[1]});
-    test::expect_tensor_near(nn::F::interpolate(x, {.size = {out[0], out[1]}, .mode = "area"}), test::values(want),
-                             want.sizes(), 1e-14, 1e-14, "area to " + shape_str(out));
+    const std::vector<double> want = adaptive_reference(xv, 6, {{5, 6}, out});
+    test::expect_tensor_near(nn::F::interpolate(x, {.size = {out[0], out[1]}, .mode = "area"}), want,
+                             {2, 3, out[0], out[1]}, 1e-14, 1e-14, "area to " + shape_str(out));
   }
   // One spatial dim: linear; three: trilinear against its 8 corners.
   const Tensor line = x.reshape({2, 3, 30});
@@ -275,41 +310,6 @@ TEST(Interpolate, EveryModeAgainstLoops) {
   gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {2, 5}, .mode = "area"}); }, {g});
   const Tensor g3 = randn64({1, 2, 5}, 23).requires_grad_();
   gradcheck([&](const std::vector<Tensor>& t) { return nn::F::interpolate(t[0], {.size = {8}, .mode = "linear"}); }, {g3});
-}
-
-// Adaptive average pooling from its definition, in float64 and real arithmetic: along a dim of `in` positions
-// pooled to `out`, output o averages [floor(o in / out), ceil((o + 1) in / out)). Every output's bin is walked
-// in full; `grad` (the outputs' gradient, if given) is spread the same way into *grad_x.
-struct AdaptiveCase {
-  Shape in, out;  // the spatial dims only
-};
-std::vector<double> adaptive_reference(const std::vector<double>& x, int64_t planes, const AdaptiveCase& c,
-                                       const std::vector<double>* grad = nullptr, std::vector<double>* grad_x = nullptr) {
-  const size_t k = c.in.size();
-  Shape in(3, 1), out(3, 1);
-  for (size_t i = 0; i < k; ++i) in[3 - k + i] = c.in[i], out[3 - k + i] = c.out[i];
-  auto lo = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::floor(static_cast<double>(o) * n / m)); };
-  auto hi = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::ceil(static_cast<double>(o + 1) * n / m)); };
-  const int64_t in_plane = in[0] * in[1] * in[2], out_plane = out[0] * out[1] * out[2];
-  std::vector<double> y(static_cast<size_t>(planes * out_plane));
-  if (grad_x) grad_x->assign(x.size(), 0.0);
-  for (int64_t p = 0; p < planes; ++p)
-    for (int64_t a = 0; a < out[0]; ++a)
-      for (int64_t b = 0; b < out[1]; ++b)
-        for (int64_t e = 0; e < out[2]; ++e) {
-          std::vector<size_t> bin;
-          for (int64_t d = lo(a, in[0], out[0]); d < hi(a, in[0], out[0]); ++d)
-            for (int64_t h = lo(b, in[1], out[1]); h < hi(b, in[1], out[1]); ++h)
-              for (int64_t w = lo(e, in[2], out[2]); w < hi(e, in[2], out[2]); ++w)
-                bin.push_back(static_cast<size_t>(p * in_plane + (d * in[1] + h) * in[2] + w));
-          const auto o = static_cast<size_t>(p * out_plane + (a * out[1] + b) * out[2] + e);
-          double sum = 0;
-          for (size_t i : bin) sum += x[i];
-          y[o] = sum / static_cast<double>(bin.size());
-          if (grad_x)
-            for (size_t i : bin) (*grad_x)[i] += (*grad)[o] / static_cast<double>(bin.size());
-        }
-  return y;
 }
 
 const std::vector<AdaptiveCase> kAdaptiveCases = {
