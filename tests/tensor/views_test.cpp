@@ -141,5 +141,46 @@ TEST(Views, InPlaceWriteThroughViewBumpsSharedVersion) {
   EXPECT_EQ(values(x), (std::vector<double>{0, 0, 0, 6, 6, 6}));
 }
 
+// Copies and element-wise ops whose innermost dim is short (3 channels to NHWC, a pixel shuffle's 2, a
+// broadcast row of 4) iterate a longer dim innermost (StridedIter::prefer_long_runs): every element must still
+// land where index arithmetic says, for outputs of any strides.
+TEST(Views, ShortInnermostDimsCopyEveryElementOnce) {
+  const Tensor x = iota({4, 3, 5, 6});
+  const std::vector<double> xv = values(x);
+  // NCHW to NHWC: out[n][h][w][c] = x[n][c][h][w].
+  std::vector<double> nhwc;
+  for (int n = 0; n < 4; ++n)
+    for (int h = 0; h < 5; ++h)
+      for (int w = 0; w < 6; ++w)
+        for (int c = 0; c < 3; ++c) nhwc.push_back(xv[((n * 3 + c) * 5 + h) * 6 + w]);
+  EXPECT_EQ(values(x.permute({0, 2, 3, 1}).contiguous()), nhwc);
+  // A pixel shuffle's copy: (1, 2 * 2 * 2, 3, 4) as (C, r, r, H, W) to (C, H, r, W, r).
+  const Tensor p = iota({2, 2, 2, 3, 4});
+  const std::vector<double> pv = values(p);
+  std::vector<double> shuffled;
+  for (int c = 0; c < 2; ++c)
+    for (int h = 0; h < 3; ++h)
+      for (int i = 0; i < 2; ++i)
+        for (int w = 0; w < 4; ++w)
+          for (int j = 0; j < 2; ++j) shuffled.push_back(pv[(((c * 2 + i) * 2 + j) * 3 + h) * 4 + w]);
+  EXPECT_EQ(values(p.permute({0, 3, 1, 4, 2}).contiguous()), shuffled);
+  // Into a non-contiguous output: copy_ into the NHWC view of an NCHW tensor is the inverse.
+  Tensor back = zeros({4, 3, 5, 6});
+  back.permute({0, 2, 3, 1}).copy_(tensor(nhwc, {4, 5, 6, 3}));
+  EXPECT_EQ(values(back), xv);
+  // A broadcast add with rows of 4 and of 2 x 3, and a dtype conversion on the way.
+  const Tensor rows = iota({64, 4}), bias = tensor(std::vector<double>{100, 200, 300, 400}, {4}, kFloat64);
+  std::vector<double> sum;
+  for (int r = 0; r < 64; ++r)
+    for (int c = 0; c < 4; ++c) sum.push_back(r * 4 + c + 100 * (c + 1));
+  EXPECT_EQ(values(rows + bias), sum);
+  const Tensor small = iota({40, 2, 3}).transpose(1, 2).to(kFloat64);
+  std::vector<double> tv;
+  for (int a = 0; a < 40; ++a)
+    for (int j = 0; j < 3; ++j)
+      for (int i = 0; i < 2; ++i) tv.push_back(a * 6 + i * 3 + j);
+  EXPECT_EQ(values(small), tv);
+}
+
 }  // namespace
 }  // namespace kiln

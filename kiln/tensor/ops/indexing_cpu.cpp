@@ -87,9 +87,13 @@ void scatter_loop(const char* op, const Tensor& self, int64_t dim, const Tensor&
     dst = combine(dst, *reinterpret_cast<const T*>(src_p));
   };
   const int64_t grain = std::max<int64_t>(1, kIndexGrain / len);
+  // src is closer in memory along dim than along the positions outside it (an index_add along the last dim):
+  // walking dim innermost reads it in memory order.
+  const bool along_dim_first = std::abs(src_step) < std::abs(rest.inner_stride(2));
   parallel_for(0, rest.numel(), grain, [&](int64_t b, int64_t e) {
-    if (e - b < 64) {
-      // Few positions outside dim (a 1-D scatter has one): walk dim innermost, one pass.
+    if (e - b < 64 || along_dim_first) {
+      // Few positions outside dim (a 1-D scatter has one), or src laid out along dim: walk dim innermost, one
+      // pass.
       rest.for_each_run(b, e, [&](char** p, const int64_t* s, int64_t n) {
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < len; ++j)

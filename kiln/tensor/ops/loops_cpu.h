@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstdint>
 #include <tuple>
 #include <type_traits>
@@ -42,6 +43,7 @@ class StridedIter {
                               static_cast<int64_t>(operands[k]->element_size()));
     }
     coalesce();
+    prefer_long_runs();
     if (shape_.empty()) {  // a single element
       shape_.push_back(1);
       for (int k = 0; k < N; ++k) strides_[k].push_back(0);
@@ -54,7 +56,7 @@ class StridedIter {
   int64_t inner_stride(int k) const { return strides_[k].back(); }
 
   // Calls loop(char* ptrs[N], const int64_t inner_strides[N], int64_t n) for each run of consecutive
-  // elements (row-major order) in [begin, end).
+  // elements in [begin, end): row-major order, but for the one dim prefer_long_runs may move innermost.
   template <typename Loop>
   void for_each_run(int64_t begin, int64_t end, Loop&& loop) const {
     const int nd = ndim();
@@ -111,6 +113,32 @@ class StridedIter {
     // Built innermost first; put outermost first again.
     shape_.assign(shape.rbegin(), shape.rend());
     for (int k = 0; k < N; ++k) strides_[k].assign(strides[k].rbegin(), strides[k].rend());
+  }
+
+  // A short innermost dim (the 3 channels of an NCHW to NHWC copy, the 2 of a pixel shuffle) would make every
+  // run a few elements long, each paying for its offsets and a call: 5x LibTorch's time on such copies. Then the
+  // dim the operands step through most closely (the smallest largest stride), if much longer, goes innermost
+  // instead. Only the order of the visits changes: each element is still visited once.
+  void prefer_long_runs() {
+    constexpr int64_t kShortRun = 8;
+    const int nd = static_cast<int>(shape_.size());
+    if (nd < 2 || shape_.back() >= kShortRun) return;
+    int best = -1;
+    int64_t best_stride = 0;
+    for (int d = 0; d < nd - 1; ++d) {
+      if (shape_[d] < 4 * shape_.back()) continue;
+      int64_t widest = 0;
+      for (int k = 0; k < N; ++k) widest = std::max(widest, std::abs(strides_[k][d]));
+      if (best < 0 || widest < best_stride) best = d, best_stride = widest;
+    }
+    if (best < 0) return;
+    auto to_back = [best](std::vector<int64_t>& v) {
+      const int64_t moved = v[static_cast<size_t>(best)];
+      v.erase(v.begin() + best);
+      v.push_back(moved);
+    };
+    to_back(shape_);
+    for (int k = 0; k < N; ++k) to_back(strides_[k]);
   }
 
   std::array<char*, N> base_{};
