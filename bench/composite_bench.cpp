@@ -2,8 +2,9 @@
 // forward + backward through autograd where they are differentiable: indexing with index tensors (a row gather,
 // a mask, an accumulating write), einsum (attention scores, a chain of three), torch.nn's activations beyond
 // relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
-// tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log) and interpolate
-// (bicubic up, area down).
+// tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
+// (bicubic up, area down), padding (reflect, replicate), an NCHW to NHWC copy, pixel_shuffle and rms_norm
+// (LibTorch 1.13 has none: its usual composite).
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -100,6 +101,8 @@ int main(int argc, char** argv) {
          c = kiln::randn({384, 128}).requires_grad_();
   Tensor act = kiln::randn({1 << 20}).requires_grad_();
   Tensor image = kiln::randn({8, 16, 64, 64}).requires_grad_(), big = kiln::randn({8, 16, 128, 128}).requires_grad_();
+  Tensor norm_weight = kiln::randn({1024}).requires_grad_();
+  Tensor img3 = kiln::randn({64, 3, 64, 64}).requires_grad_();
 #ifdef KILN_BENCH_WITH_TORCH
   // LibTorch 1.13's accumulating index_put_ takes its indices as a list of optional tensors.
   auto torch_put = [](const torch::Tensor& positions, const torch::Tensor& values) {
@@ -111,7 +114,11 @@ int main(int argc, char** argv) {
   auto leaf = [](const Tensor& t) { return to_torch(t).requires_grad_(); };
   torch::Tensor trows = leaf(rows), tidx = to_torch(idx), twide = leaf(wide), tmask = to_torch(mask);
   torch::Tensor tupdates = to_torch(updates), tq = leaf(q), tk = leaf(k), ta = leaf(a), tb = leaf(b), tc = leaf(c);
-  torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big);
+  torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big), tnorm_weight = leaf(norm_weight), timg3 = leaf(img3);
+  // LibTorch 1.13 has no rms_norm: the usual composite, as models written against it spell it.
+  auto torch_rms_norm = [&] {
+    return twide * torch::rsqrt(twide.pow(2).mean(-1, true) + 1e-6) * tnorm_weight;
+  };
   namespace tf = torch::nn::functional;
 #define THEIRS(...) , [&] { return __VA_ARGS__; }
 #else
@@ -143,6 +150,17 @@ int main(int argc, char** argv) {
        THEIRS(tf::interpolate(tbig, tf::InterpolateFuncOptions().size(std::vector<int64_t>{30, 30}).mode(torch::kArea)))},
       {"adaptive_avg_pool2d, uneven", "(8, 16, 64, 64) to 7", [&] { return F::adaptive_avg_pool2d(image, {7, 7}); }
        THEIRS(tf::adaptive_avg_pool2d(timage, tf::AdaptiveAvgPool2dFuncOptions({7, 7})))},
+      {"pad reflect", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Reflect); }
+       THEIRS(tf::pad(timage, tf::PadFuncOptions({2, 2, 2, 2}).mode(torch::kReflect)))},
+      {"pad replicate", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Replicate); }
+       THEIRS(tf::pad(timage, tf::PadFuncOptions({2, 2, 2, 2}).mode(torch::kReplicate)))},
+      // A copy whose innermost dim is short (3 channels): StridedIter moves a longer dim inside.
+      {"NCHW to NHWC, contiguous", "(64, 3, 64, 64)", [&] { return img3.permute({0, 2, 3, 1}).contiguous(); }
+       THEIRS(timg3.permute({0, 2, 3, 1}).contiguous())},
+      {"pixel_shuffle", "(8, 16, 64, 64) by 2", [&] { return F::pixel_shuffle(image, 2); }
+       THEIRS(torch::pixel_shuffle(timage, 2))},
+      {"rms_norm", "(4096, 1024)", [&] { return F::rms_norm(wide, {1024}, norm_weight, 1e-6); }
+       THEIRS(torch_rms_norm())},
   };
   for (const Row& row : differentiable) run(row, reps, true);
   // A write without autograd: index_put_ with accumulate into a fresh zero tensor each time.

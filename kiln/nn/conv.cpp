@@ -9,6 +9,21 @@ namespace kiln::nn {
 namespace {
 std::string pair_str(functional::Pair p) { return detail::concat("(", p.h, ", ", p.w, ")"); }
 
+// ", padding_mode=reflect" where PyTorch's repr shows it: any mode but zeros.
+std::string padding_mode_str(functional::PadMode mode) {
+  switch (mode) {
+    case functional::PadMode::Constant:
+      return "";
+    case functional::PadMode::Reflect:
+      return ", padding_mode=reflect";
+    case functional::PadMode::Replicate:
+      return ", padding_mode=replicate";
+    case functional::PadMode::Circular:
+      return ", padding_mode=circular";
+  }
+  return "";
+}
+
 // PyTorch's default for convolutions: kaiming_uniform(a = sqrt(5)) on the weight, i.e. uniform in
 // +-1/sqrt(fan_in), and the bias uniform in the same bound.
 void reset_conv(const Tensor& weight, const Tensor& bias) {
@@ -33,14 +48,20 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pa
 }
 
 Tensor Conv2dImpl::forward(const Tensor& x) {
-  return functional::conv2d(x, weight, bias, options_.stride, options_.padding, options_.dilation, options_.groups);
+  const auto& o = options_;
+  if (o.padding_mode == functional::PadMode::Constant)
+    return functional::conv2d(x, weight, bias, o.stride, o.padding, o.dilation, o.groups);
+  // Another mode pads first (both sides of each dim by the padding, as PyTorch's), then convolves unpadded.
+  const Tensor padded = functional::pad(x, {o.padding.w, o.padding.w, o.padding.h, o.padding.h}, o.padding_mode);
+  return functional::conv2d(padded, weight, bias, o.stride, 0, o.dilation, o.groups);
 }
 
 std::string Conv2dImpl::extra_repr() const {
   return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=",
                         pair_str({weight.size(2), weight.size(3)}), ", stride=", pair_str(options_.stride),
                         ", padding=", pair_str(options_.padding), options_.groups > 1 ? ", groups=" : "",
-                        options_.groups > 1 ? std::to_string(options_.groups) : "", bias.defined() ? "" : ", bias=false");
+                        options_.groups > 1 ? std::to_string(options_.groups) : "", bias.defined() ? "" : ", bias=false",
+                        padding_mode_str(options_.padding_mode));
 }
 
 ConvTranspose2dImpl::ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel,
@@ -82,12 +103,17 @@ Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
 }
 
 Tensor Conv1dImpl::forward(const Tensor& x) {
-  return functional::conv1d(x, weight, bias, options_.stride, options_.padding, options_.dilation, options_.groups);
+  const auto& o = options_;
+  if (o.padding_mode == functional::PadMode::Constant)
+    return functional::conv1d(x, weight, bias, o.stride, o.padding, o.dilation, o.groups);
+  const Tensor padded = functional::pad(x, {o.padding, o.padding}, o.padding_mode);
+  return functional::conv1d(padded, weight, bias, o.stride, 0, o.dilation, o.groups);
 }
 
 std::string Conv1dImpl::extra_repr() const {
   return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=", weight.size(2),
-                        ", stride=", options_.stride, ", padding=", options_.padding);
+                        ", stride=", options_.stride, ", padding=", options_.padding,
+                        padding_mode_str(options_.padding_mode));
 }
 
 std::string MaxPool2dImpl::extra_repr() const {
@@ -95,6 +121,12 @@ std::string MaxPool2dImpl::extra_repr() const {
 }
 std::string AvgPool2dImpl::extra_repr() const {
   return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
+}
+std::string MaxPool1dImpl::extra_repr() const {
+  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_, ", dilation=", dilation_);
+}
+std::string AvgPool1dImpl::extra_repr() const {
+  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);
 }
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveAvgPool1dImpl::extra_repr() const { return detail::concat("output_size=", size_); }

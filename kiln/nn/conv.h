@@ -13,6 +13,9 @@ struct Conv2dOptions {
   functional::Pair stride = 1, padding = 0, dilation = 1;
   int64_t groups = 1;
   bool bias = true;
+  // What the padding holds: zeros (Constant, PyTorch's "zeros"), or the input reflected, replicated or wrapped
+  // around (functional::pad).
+  functional::PadMode padding_mode = functional::PadMode::Constant;
 };
 
 // x: (N, C, H, W) -> (N, O, OH, OW); weight (O, C / groups, kh, kw), bias (O). Initialized as PyTorch's:
@@ -56,6 +59,7 @@ using ConvTranspose2d = ModuleHolder<ConvTranspose2dImpl>;
 struct Conv1dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
   bool bias = true;
+  functional::PadMode padding_mode = functional::PadMode::Constant;  // as Conv2dOptions'
 };
 
 // x: (N, C, L) -> (N, O, OL); weight (O, C / groups, k).
@@ -97,6 +101,36 @@ class AvgPool2dImpl : public Module {
   functional::Pair kernel_, stride_, padding_;
 };
 using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
+
+class MaxPool1dImpl : public Module {
+ public:
+  explicit MaxPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                         int64_t dilation = 1)
+      : Module("MaxPool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding), dilation_(dilation) {}
+  Tensor forward(const Tensor& x) override { return functional::max_pool1d(x, kernel_, stride_, padding_, dilation_); }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_, stride_, padding_, dilation_;
+};
+using MaxPool1d = ModuleHolder<MaxPool1dImpl>;
+
+class AvgPool1dImpl : public Module {
+ public:
+  explicit AvgPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                         bool count_include_pad = true)
+      : Module("AvgPool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding),
+        count_include_pad_(count_include_pad) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::avg_pool1d(x, kernel_, stride_, padding_, count_include_pad_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+  bool count_include_pad_;
+};
+using AvgPool1d = ModuleHolder<AvgPool1dImpl>;
 
 class AdaptiveAvgPool2dImpl : public Module {
  public:

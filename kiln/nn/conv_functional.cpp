@@ -188,6 +188,23 @@ Tensor avg_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, P
   return added ? y.squeeze(0) : y;
 }
 
+// The 1-d pools run the 2-d ones over (N, C, 1, L), as conv1d does.
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation) {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "max_pool1d: expected input (N, C, L) or (C, L), got ",
+             shape_str(x.sizes()));
+  KILN_CHECK(padding * 2 <= kernel, "max_pool1d: padding ", padding, " must be at most half the kernel ", kernel);
+  return max_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, {1, dilation})
+      .squeeze(-2);
+}
+
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding,
+                  bool count_include_pad) {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "avg_pool1d: expected input (N, C, L) or (C, L), got ",
+             shape_str(x.sizes()));
+  return avg_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, count_include_pad)
+      .squeeze(-2);
+}
+
 Tensor adaptive_avg_pool2d(const Tensor& x_in, Pair output_size) {
   bool added;
   Tensor x = batched(x_in, &added);

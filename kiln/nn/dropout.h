@@ -1,4 +1,4 @@
-// Dropout.
+// Dropout, and the channel dropouts Dropout1d/2d/3d.
 #pragma once
 
 #include "kiln/nn/module.h"
@@ -16,5 +16,34 @@ class DropoutImpl : public Module {
   double p_;
 };
 using Dropout = ModuleHolder<DropoutImpl>;
+
+// Zeroes whole channels with probability p in training mode (functional::dropout1d/2d/3d), identity in eval
+// mode: Dropout1d takes (N, C, L) or (C, L), Dropout2d (N, C, H, W) or (C, H, W), Dropout3d (N, C, D, H, W) or
+// (C, D, H, W).
+class ChannelDropoutImpl : public Module {
+ public:
+  ChannelDropoutImpl(const char* type_name, int64_t spatial_dims, double p);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override { return detail::concat("p=", p_); }
+
+ private:
+  int64_t spatial_;
+  double p_;
+};
+class Dropout1dImpl : public ChannelDropoutImpl {
+ public:
+  explicit Dropout1dImpl(double p = 0.5) : ChannelDropoutImpl("Dropout1d", 1, p) {}
+};
+class Dropout2dImpl : public ChannelDropoutImpl {
+ public:
+  explicit Dropout2dImpl(double p = 0.5) : ChannelDropoutImpl("Dropout2d", 2, p) {}
+};
+class Dropout3dImpl : public ChannelDropoutImpl {
+ public:
+  explicit Dropout3dImpl(double p = 0.5) : ChannelDropoutImpl("Dropout3d", 3, p) {}
+};
+using Dropout1d = ModuleHolder<Dropout1dImpl>;
+using Dropout2d = ModuleHolder<Dropout2dImpl>;
+using Dropout3d = ModuleHolder<Dropout3dImpl>;
 
 }  // namespace kiln::nn

@@ -3,6 +3,9 @@
 // (kiln/autograd/functions/normalization.cpp and cross_entropy.cpp), a kernel or two instead of a dozen.
 #include "kiln/nn/functional.h"
 
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
 #include <vector>
 
 namespace kiln::nn::functional {
@@ -55,19 +58,53 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return x * (keep / (1.0 - p));
 }
 
+namespace {
+// Zeroes whole channels: one draw per (sample, channel), broadcast over the `spatial` trailing dims.
+Tensor channel_dropout(const char* op, const Tensor& x, double p, bool training, Generator* gen, int64_t spatial) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": p must be in [0, 1], got ", p);
+  KILN_CHECK(x.dim() == spatial + 2 || x.dim() == spatial + 1, op, ": expected a ", spatial + 2, "-D (N, C, ...) or ",
+             spatial + 1, "-D (C, ...) input, got shape ", shape_str(x.sizes()));
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  Shape mask_shape = x.sizes();
+  std::fill(mask_shape.end() - spatial, mask_shape.end(), 1);
+  const Tensor draw = rand(mask_shape, TensorOptions(kFloat32).device(x.device()), gen);
+  const Tensor keep = ops::to(ops::ge(draw, p), x.dtype());  // 1 with probability 1 - p
+  return x * (keep / (1.0 - p));
+}
+
+// The checks layer_norm and rms_norm share: x ends in normalized_shape, and so do the affine tensors given.
+void check_normalized_shape(const char* op, const Tensor& x, IntArrayRef normalized_shape,
+                            std::initializer_list<const Tensor*> affine) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  KILN_CHECK(k >= 1 && x.dim() >= k, op, ": normalized_shape ", shape_str(normalized_shape),
+             " does not fit input of shape ", shape_str(x.sizes()));
+  for (int64_t i = 0; i < k; ++i)
+    KILN_CHECK(x.size(x.dim() - k + i) == normalized_shape[static_cast<size_t>(i)], op, ": input of shape ",
+               shape_str(x.sizes()), " does not end in normalized_shape ", shape_str(normalized_shape));
+  for (const Tensor* p : affine)
+    KILN_CHECK(!p->defined() || p->sizes() == Shape(normalized_shape.begin(), normalized_shape.end()), op,
+               affine.size() == 1 ? ": weight must have the normalized_shape " : ": weight and bias must have the normalized_shape ",
+               shape_str(normalized_shape), ", got ",
+               shape_str(p->sizes()));
+}
+}  // namespace
+
+Tensor dropout1d(const Tensor& x, double p, bool training, Generator* gen) {
+  return channel_dropout("dropout1d", x, p, training, gen, 1);
+}
+Tensor dropout2d(const Tensor& x, double p, bool training, Generator* gen) {
+  return channel_dropout("dropout2d", x, p, training, gen, 2);
+}
+Tensor dropout3d(const Tensor& x, double p, bool training, Generator* gen) {
+  return channel_dropout("dropout3d", x, p, training, gen, 3);
+}
+
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   if (autocast::wants_float32({&x, &weight, &bias}))
     return layer_norm(autocast::float32(x), normalized_shape, autocast::float32(weight), autocast::float32(bias), eps);
-  int64_t k = static_cast<int64_t>(normalized_shape.size());
-  KILN_CHECK(k >= 1 && x.dim() >= k, "layer_norm: normalized_shape ", shape_str(normalized_shape),
-             " does not fit input of shape ", shape_str(x.sizes()));
-  for (int64_t i = 0; i < k; ++i)
-    KILN_CHECK(x.size(x.dim() - k + i) == normalized_shape[static_cast<size_t>(i)], "layer_norm: input of shape ",
-               shape_str(x.sizes()), " does not end in normalized_shape ", shape_str(normalized_shape));
-  for (const Tensor* p : {&weight, &bias})
-    KILN_CHECK(!p->defined() || p->sizes() == Shape(normalized_shape.begin(), normalized_shape.end()),
-               "layer_norm: weight and bias must have the normalized_shape ", shape_str(normalized_shape), ", got ",
-               shape_str(p->sizes()));
+  check_normalized_shape("layer_norm", x, normalized_shape, {&weight, &bias});
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
   // The normalized dims as one: rows (M, D) for the fused kernel.
   int64_t rows = 1, d = 1;
   for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.size(i);
@@ -75,6 +112,23 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
   Tensor w = weight.defined() ? weight.reshape({d}) : weight;
   Tensor b = bias.defined() ? bias.reshape({d}) : bias;
   return layer_norm_rows(x.reshape({rows, d}), w, b, eps).view(x.sizes());
+}
+
+// A composite: its gradient comes from the mean, rsqrt and products it is made of.
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  if (autocast::wants_float32({&x, &weight}))
+    return rms_norm(autocast::float32(x), normalized_shape, autocast::float32(weight), eps);
+  KILN_CHECK(is_floating(x.dtype()), "rms_norm: expected a floating input, got ", x.dtype());
+  check_normalized_shape("rms_norm", x, normalized_shape, {&weight});
+  const bool half = x.dtype() == kFloat16 || x.dtype() == kBFloat16;
+  const Tensor xf = half ? x.to(kFloat32) : x;
+  const double e = eps.value_or(xf.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                       : std::numeric_limits<float>::epsilon());
+  std::vector<int64_t> dims;
+  for (int64_t d = x.dim() - static_cast<int64_t>(normalized_shape.size()); d < x.dim(); ++d) dims.push_back(d);
+  Tensor y = xf * rsqrt(mean(xf * xf, dims, /*keepdim=*/true) + e);
+  if (half) y = y.to(x.dtype());
+  return weight.defined() ? y * weight : y;
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {

@@ -19,9 +19,20 @@ enum class Reduction { None, Mean, Sum };
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training; identity otherwise.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+// Channel dropout: zeroes whole channels (dim 1 of (N, C, ...), dim 0 of an unbatched (C, ...)), each with
+// probability p, and scales the rest by 1 / (1 - p) when training. dropout1d takes (N, C, L) or (C, L),
+// dropout2d (N, C, H, W) or (C, H, W), dropout3d (N, C, D, H, W) or (C, D, H, W).
+Tensor dropout1d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+Tensor dropout3d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 // Normalizes over the last normalized_shape.size() dims; weight and bias (normalized_shape) may be undefined.
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
+// Root-mean-square normalization over the last normalized_shape.size() dims: x / sqrt(mean(x^2) + eps), times
+// weight (normalized_shape) when defined. eps unset: the dtype's machine epsilon, as PyTorch's. 16-bit inputs
+// are normalized in float32 and rounded back once.
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
+                std::optional<double> eps = std::nullopt);
 // indices: int64 of any shape; weight: (num_embeddings, D) -> (*indices.shape, D)
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 
@@ -46,6 +57,11 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 // x: (N, C, L), weight: (O, C / groups, k) -> (N, O, OL)
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
               int64_t dilation = 1, int64_t groups = 1);
+// x: (N, C, L) or (C, L): max_pool2d and avg_pool2d over a height of one.
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                  int64_t dilation = 1);
+Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                  bool count_include_pad = true);
 // x: (N, C, H, W) (or (C, H, W)); padding is implicit -inf; the gradient goes to the first maximum of a window.
 Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
                   Pair dilation = 1);
@@ -58,6 +74,18 @@ Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
 // output_size: one value for all three dims, or (D, H, W)
 Tensor adaptive_avg_pool3d(const Tensor& x, IntArrayRef output_size);
+// What pad fills the border with: a constant value; the input mirrored about its edge element (reflect: for
+// (a, b, c, d) padded by 2, c b | a b c d | c b); the edge element repeated (replicate: a a | a b c d | d d); or
+// the other end wrapped around (circular: c d | a b c d | a b).
+enum class PadMode { Constant, Reflect, Replicate, Circular };
+// Pads x's last pads.size() / 2 dims by (before, after) pairs, the last dim's first (as kiln::pad, which is the
+// constant mode). Reflect needs each pad below the dim's size, replicate a non-empty dim, circular each pad in
+// [0, the dim's size]; other negative pads crop. The gradient sums each output back into the element it copied.
+Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode, double value = 0.0);
+// (*, C r^2, H, W) -> (*, C, H r, W r): each group of r^2 channels becomes an r x r block of pixels (sub-pixel
+// convolution's upsampling); pixel_unshuffle is its inverse. Views and one copy; any device.
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
 struct InterpolateOptions {
   // The output's spatial sizes, one per spatial dim (L; H, W; or D, H, W) or one for all of them; or
   std::vector<int64_t> size;

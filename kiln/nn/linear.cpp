@@ -43,5 +43,8 @@ Tensor EmbeddingImpl::forward(const Tensor& indices) { return functional::embedd
 std::string EmbeddingImpl::extra_repr() const { return detail::concat(weight.size(0), ", ", weight.size(1)); }
 
 std::string FlattenImpl::extra_repr() const { return detail::concat("start_dim=", start_dim_, ", end_dim=", end_dim_); }
+std::string UnflattenImpl::extra_repr() const {
+  return detail::concat("dim=", dim_, ", unflattened_size=", shape_str(sizes_));
+}
 
 }  // namespace kiln::nn

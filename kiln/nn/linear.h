@@ -1,4 +1,4 @@
-// Linear, Embedding, Identity, Flatten.
+// Linear, Embedding, Identity, Flatten, Unflatten.
 #pragma once
 
 #include "kiln/nn/module.h"
@@ -50,5 +50,18 @@ class FlattenImpl : public Module {
   int64_t start_dim_, end_dim_;
 };
 using Flatten = ModuleHolder<FlattenImpl>;
+
+// Splits dim into sizes (whose product is its size; one of them may be -1): Flatten's inverse.
+class UnflattenImpl : public Module {
+ public:
+  UnflattenImpl(int64_t dim, IntArrayRef sizes) : Module("Unflatten"), dim_(dim), sizes_(sizes.vec()) {}
+  Tensor forward(const Tensor& x) override { return x.unflatten(dim_, sizes_); }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t dim_;
+  Shape sizes_;
+};
+using Unflatten = ModuleHolder<UnflattenImpl>;
 
 }  // namespace kiln::nn

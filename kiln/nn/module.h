@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -166,6 +167,18 @@ class ModuleHolder {
     requires std::is_constructible_v<M, A, B, C, const typename T::Options&>
   ModuleHolder(A&& a, B&& b, C&& c, const typename T::Options& options)
       : impl_(std::make_shared<M>(std::forward<A>(a), std::forward<B>(b), std::forward<C>(c), options)) {}
+
+  // A list of sizes as a braced list, first or second, which the constructors above cannot deduce either:
+  // nn::AdaptiveAvgPool3d({2, 4, 3}), nn::LayerNorm({64}), nn::ConstantPad2d({1, 1, 2, 0}, 0.5),
+  // nn::Unflatten(1, {2, 3}). The list lives until the constructor has copied it.
+  template <class... Rest>
+    requires std::is_constructible_v<M, std::initializer_list<int64_t>, Rest...>
+  explicit ModuleHolder(std::initializer_list<int64_t> sizes, Rest&&... rest)
+      : impl_(std::make_shared<M>(sizes, std::forward<Rest>(rest)...)) {}
+  template <class A, class... Rest>
+    requires std::is_constructible_v<M, A, std::initializer_list<int64_t>, Rest...>
+  ModuleHolder(A&& a, std::initializer_list<int64_t> sizes, Rest&&... rest)
+      : impl_(std::make_shared<M>(std::forward<A>(a), sizes, std::forward<Rest>(rest)...)) {}
 
   M* operator->() const { return impl_.get(); }
   M& operator*() const { return *impl_; }

@@ -13,6 +13,7 @@
 #include "kiln/nn/loss.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/padding.h"
 #include "kiln/nn/rnn.h"
 #include "kiln/nn/save.h"
 #include "kiln/nn/transformer.h"

@@ -106,6 +106,19 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
   return functional::layer_norm(x, normalized_shape_, weight, bias, eps_);
 }
 
+RMSNormImpl::RMSNormImpl(Shape normalized_shape, std::optional<double> eps, bool elementwise_affine)
+    : Module("RMSNorm"), normalized_shape_(std::move(normalized_shape)), eps_(eps) {
+  KILN_CHECK(!normalized_shape_.empty(), "RMSNorm: normalized_shape must not be empty");
+  if (elementwise_affine) weight = register_parameter("weight", ones(normalized_shape_));
+}
+
+Tensor RMSNormImpl::forward(const Tensor& x) { return functional::rms_norm(x, normalized_shape_, weight, eps_); }
+
+std::string RMSNormImpl::extra_repr() const {
+  return detail::concat(shape_str(normalized_shape_), ", eps=", eps_ ? detail::concat(*eps_) : std::string("None"),
+                        ", elementwise_affine=", weight.defined() ? "true" : "false");
+}
+
 std::string LayerNormImpl::extra_repr() const {
   return detail::concat(shape_str(normalized_shape_), ", eps=", eps_, ", elementwise_affine=",
                         weight.defined() ? "true" : "false");

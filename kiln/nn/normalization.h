@@ -1,6 +1,8 @@
-// Normalization layers: BatchNorm1d/2d (batch statistics, running averages for eval), InstanceNorm1d/2d,
-// GroupNorm, LayerNorm.
+// Normalization layers: BatchNorm1d/2d/3d (batch statistics, running averages for eval), InstanceNorm1d/2d/3d,
+// GroupNorm, LayerNorm, RMSNorm.
 #pragma once
+
+#include <optional>
 
 #include "kiln/nn/module.h"
 
@@ -14,7 +16,7 @@ struct BatchNormOptions {
 };
 
 // Normalizes each channel (dim 1) with its batch statistics in training, its running ones in eval.
-// BatchNorm1d takes (N, C) or (N, C, L); BatchNorm2d (N, C, H, W).
+// BatchNorm1d takes (N, C) or (N, C, L); BatchNorm2d (N, C, H, W); BatchNorm3d (N, C, D, H, W).
 class BatchNormImpl : public Module {
  public:
   using Options = BatchNormOptions;  // ModuleHolder takes it as a braced list
@@ -43,6 +45,13 @@ class BatchNorm2dImpl : public BatchNormImpl {
 };
 using BatchNorm2d = ModuleHolder<BatchNorm2dImpl>;
 
+class BatchNorm3dImpl : public BatchNormImpl {
+ public:
+  explicit BatchNorm3dImpl(int64_t num_features, BatchNormOptions options = {})
+      : BatchNormImpl("BatchNorm3d", num_features, options, 5, 5) {}
+};
+using BatchNorm3d = ModuleHolder<BatchNorm3dImpl>;
+
 // PyTorch's defaults for instance norm differ from batch norm's: no affine parameters, no running statistics.
 struct InstanceNormOptions {
   double eps = 1e-5;
@@ -52,7 +61,7 @@ struct InstanceNormOptions {
 };
 
 // Normalizes each channel of each sample over its positions (functional::instance_norm). InstanceNorm1d takes
-// (N, C, L) or (C, L); InstanceNorm2d (N, C, H, W) or (C, H, W).
+// (N, C, L) or (C, L); InstanceNorm2d (N, C, H, W) or (C, H, W); InstanceNorm3d (N, C, D, H, W) or (C, D, H, W).
 class InstanceNormImpl : public Module {
  public:
   using Options = InstanceNormOptions;  // ModuleHolder takes it as a braced list
@@ -79,6 +88,13 @@ class InstanceNorm2dImpl : public InstanceNormImpl {
       : InstanceNormImpl("InstanceNorm2d", num_features, options, 4) {}
 };
 using InstanceNorm2d = ModuleHolder<InstanceNorm2dImpl>;
+
+class InstanceNorm3dImpl : public InstanceNormImpl {
+ public:
+  explicit InstanceNorm3dImpl(int64_t num_features, InstanceNormOptions options = {})
+      : InstanceNormImpl("InstanceNorm3d", num_features, options, 5) {}
+};
+using InstanceNorm3d = ModuleHolder<InstanceNorm3dImpl>;
 
 // Normalizes groups of channels of each sample; weight (ones) and bias (zeros) per channel when affine.
 class GroupNormImpl : public Module {
@@ -108,5 +124,22 @@ class LayerNormImpl : public Module {
   double eps_;
 };
 using LayerNorm = ModuleHolder<LayerNormImpl>;
+
+// Divides by the root mean square over the last dims (normalized_shape), then scales by the learned weight
+// (ones) when elementwise_affine; no mean subtracted, no bias (functional::rms_norm). eps unset: the dtype's
+// machine epsilon.
+class RMSNormImpl : public Module {
+ public:
+  explicit RMSNormImpl(Shape normalized_shape, std::optional<double> eps = std::nullopt,
+                       bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight;
+
+ private:
+  Shape normalized_shape_;
+  std::optional<double> eps_;
+};
+using RMSNorm = ModuleHolder<RMSNormImpl>;
 
 }  // namespace kiln::nn

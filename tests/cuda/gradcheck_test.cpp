@@ -67,5 +67,22 @@ TEST_F(CudaTest, GradcheckIndexingAndNormalizationOnTheGpu) {
       {x, table, gamma});
 }
 
+// The composites built this way run on the GPU too: padding in each mode (index_select there, index_add back),
+// the pixel shuffles and rms_norm.
+TEST_F(CudaTest, GradcheckPaddingPixelShuffleAndRmsNormOnTheGpu) {
+  Generator gen(test::fresh_seed());
+  Tensor x = input({2, 8, 3, 4}, gen), w = input({4}, gen);
+  autograd::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        const Tensor y = gpu(in[0]);
+        return std::vector<Tensor>{nn::F::pad(y, {2, 1, 1, 2}, nn::F::PadMode::Reflect),
+                                   nn::F::pad(y, {3, 0, 0, 2}, nn::F::PadMode::Replicate),
+                                   nn::F::pad(y, {1, 4, 3, 3}, nn::F::PadMode::Circular),
+                                   nn::F::pixel_shuffle(y, 2), nn::F::pixel_unshuffle(y.narrow(2, 0, 2), 2),
+                                   nn::F::rms_norm(y, {4}, gpu(in[1]), 1e-3)};
+      },
+      {x, w});
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,8 +1,10 @@
-// kiln's transposed convolution and interpolate (nearest, bilinear, align_corners) against LibTorch's on the
-// same float64 weights and inputs: outputs, and the gradients of the input, weight and bias.
+// kiln's transposed convolution, interpolate (every mode, align_corners), instance norm, padding in every mode
+// (and the convolutions' padding_mode), the pixel shuffles and the 1-d pools against LibTorch's on the same float64
+// weights and inputs: outputs, and the gradients of the input, weight and bias.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -144,6 +146,99 @@ TEST(SpatialParity, InstanceNormMatchesLibTorch) {
   theirs->eval();
   const Tensor x = test::randn64({2, 3, 4, 4}, 50);
   expect_same(ours(x), theirs->forward(to_torch(x)), 1e-12, "InstanceNorm2d eval");
+}
+
+// Padding in each mode over one, two and three dims, with negative pads, through F::pad and through the
+// convolutions' padding_mode: outputs and gradients.
+TEST(SpatialParity, PadModesMatchLibTorch) {
+  namespace tf = torch::nn::functional;
+  struct Case {
+    Shape input;
+    std::vector<int64_t> pads;
+  };
+  const std::vector<Case> cases = {{{2, 3, 6}, {2, 5}},           {{2, 3, 5, 4}, {1, 3, 4, 0}},
+                                   {{1, 2, 4, 5}, {-1, 2, 3, -2}}, {{1, 2, 3, 4, 5}, {1, 2, 0, 3, 2, 1}},
+                                   {{2, 3, 5, 4}, {3, 3, 4, 4}}};
+  const std::vector<std::pair<nn::F::PadMode, tf::PadFuncOptions::mode_t>> modes = {
+      {nn::F::PadMode::Reflect, torch::kReflect},
+      {nn::F::PadMode::Replicate, torch::kReplicate},
+      {nn::F::PadMode::Circular, torch::kCircular}};
+  uint64_t seed = 60;
+  for (const Case& c : cases) {
+    for (const auto& [ours, theirs] : modes) {
+      const int64_t last = c.input.back();
+      if (ours == nn::F::PadMode::Reflect && (c.pads[0] >= last || c.pads[1] >= last)) continue;
+      if (ours == nn::F::PadMode::Reflect && c.pads.size() > 2 && c.pads[2] >= c.input[c.input.size() - 2]) continue;
+      if (ours == nn::F::PadMode::Circular && *std::min_element(c.pads.begin(), c.pads.end()) < 0) continue;
+      const std::string what = std::to_string(static_cast<int>(ours)) + " pad of " + shape_str(c.input) + " by " +
+                               shape_str(c.pads);
+      Tensor x = test::randn64(c.input, seed++).requires_grad_();
+      Tensor y = nn::F::pad(x, c.pads, ours);
+      const Tensor probe = test::randn64(y.sizes(), seed++);
+      (y * probe).sum().backward();
+      torch::Tensor tx = to_torch(x).requires_grad_();
+      torch::Tensor ty = tf::pad(tx, tf::PadFuncOptions(c.pads).mode(theirs));
+      (ty * to_torch(probe)).sum().backward();
+      expect_same(y, ty, 0, what);
+      expect_same(x.grad(), tx.grad(), 1e-14, what + ": gradient");
+    }
+  }
+  // Conv2d and Conv1d with each padding_mode, the same weights in both.
+  const std::vector<std::pair<nn::F::PadMode, torch::nn::detail::conv_padding_mode_t>> conv_modes = {
+      {nn::F::PadMode::Constant, torch::kZeros},
+      {nn::F::PadMode::Reflect, torch::kReflect},
+      {nn::F::PadMode::Replicate, torch::kReplicate},
+      {nn::F::PadMode::Circular, torch::kCircular}};
+  for (const auto& [ours, theirs] : conv_modes) {
+    auto conv = nn::Conv2d(3, 4, Pair(3, 2), {.stride = {2, 1}, .padding = {2, 1}, .padding_mode = ours});
+    conv->to(kFloat64);
+    torch::nn::Conv2d tconv(torch::nn::Conv2dOptions(3, 4, {3, 2}).stride({2, 1}).padding({2, 1}).padding_mode(theirs));
+    tconv->to(torch::kDouble);
+    auto conv1 = nn::Conv1d(2, 3, 3, {.padding = 2, .padding_mode = ours});
+    conv1->to(kFloat64);
+    torch::nn::Conv1d tconv1(torch::nn::Conv1dOptions(2, 3, 3).padding(2).padding_mode(theirs));
+    tconv1->to(torch::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      tconv->weight.copy_(to_torch(conv->weight));
+      tconv->bias.copy_(to_torch(conv->bias));
+      tconv1->weight.copy_(to_torch(conv1->weight));
+      tconv1->bias.copy_(to_torch(conv1->bias));
+    }
+    const Tensor x = test::randn64({2, 3, 5, 6}, seed++), x1 = test::randn64({2, 2, 7}, seed++);
+    expect_same(conv(x), tconv->forward(to_torch(x)), 1e-12, "Conv2d " + conv->str());
+    expect_same(conv1(x1), tconv1->forward(to_torch(x1)), 1e-12, "Conv1d " + conv1->str());
+  }
+}
+
+// pixel_shuffle and pixel_unshuffle move the same elements; the 1-d pools pick the same windows.
+TEST(SpatialParity, PixelShuffleAndPool1dMatchLibTorch) {
+  const Tensor x = test::randn64({2, 18, 3, 4}, 70);
+  expect_same(nn::F::pixel_shuffle(x, 3), torch::pixel_shuffle(to_torch(x), 3), 0, "pixel_shuffle");
+  expect_same(nn::F::pixel_unshuffle(x.narrow(3, 0, 3), 3), torch::pixel_unshuffle(to_torch(x.narrow(3, 0, 3)), 3),
+              0, "pixel_unshuffle");
+  struct Case {
+    int64_t kernel, stride, padding, dilation;
+  };
+  const Tensor s = test::randn64({2, 3, 11}, 71);
+  for (const Case& c : std::vector<Case>{{2, 2, 0, 1}, {3, 2, 1, 1}, {3, 1, 1, 2}, {4, 3, 2, 1}}) {
+    const std::string what = "k" + std::to_string(c.kernel) + " s" + std::to_string(c.stride) + " p" +
+                             std::to_string(c.padding) + " d" + std::to_string(c.dilation);
+    Tensor xs = s.clone().requires_grad_();
+    Tensor y = nn::F::max_pool1d(xs, c.kernel, c.stride, c.padding, c.dilation);
+    const Tensor probe = test::randn64(y.sizes(), 72);
+    (y * probe).sum().backward();
+    torch::Tensor ts = to_torch(s).requires_grad_();
+    torch::Tensor ty = torch::max_pool1d(ts, {c.kernel}, {c.stride}, {c.padding}, {c.dilation});
+    (ty * to_torch(probe)).sum().backward();
+    expect_same(y, ty, 0, "max_pool1d " + what);
+    expect_same(xs.grad(), ts.grad(), 0, "max_pool1d gradient " + what);
+    for (bool include : {true, false}) {
+      expect_same(nn::F::avg_pool1d(s, c.kernel, c.stride, c.padding, include),
+                  torch::avg_pool1d(to_torch(s), {c.kernel}, {c.stride}, {c.padding}, false, include), 1e-14,
+                  "avg_pool1d " + what + (include ? "" : " count_include_pad false"));
+    }
+  }
 }
 
 }  // namespace
