@@ -60,7 +60,8 @@ std::string Conv2dImpl::extra_repr() const {
   return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=",
                         pair_str({weight.size(2), weight.size(3)}), ", stride=", pair_str(options_.stride),
                         ", padding=", pair_str(options_.padding), options_.groups > 1 ? ", groups=" : "",
-                        options_.groups > 1 ? std::to_string(options_.groups) : "", bias.defined() ? "" : ", bias=false",
+                        options_.groups > 1 ? std::to_string(options_.groups) : "",
+                        bias.defined() ? "" : ", bias=false",
                         padding_mode_str(options_.padding_mode));
 }
 
@@ -123,7 +124,8 @@ std::string AvgPool2dImpl::extra_repr() const {
   return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
 }
 std::string MaxPool1dImpl::extra_repr() const {
-  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_, ", dilation=", dilation_);
+  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_,
+                        ", dilation=", dilation_);
 }
 std::string AvgPool1dImpl::extra_repr() const {
   return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);

@@ -106,7 +106,8 @@ class MaxPool1dImpl : public Module {
  public:
   explicit MaxPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
                          int64_t dilation = 1)
-      : Module("MaxPool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding), dilation_(dilation) {}
+      : Module("MaxPool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding),
+        dilation_(dilation) {}
   Tensor forward(const Tensor& x) override { return functional::max_pool1d(x, kernel_, stride_, padding_, dilation_); }
   std::string extra_repr() const override;
 

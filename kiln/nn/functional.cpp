@@ -84,9 +84,8 @@ void check_normalized_shape(const char* op, const Tensor& x, IntArrayRef normali
                shape_str(x.sizes()), " does not end in normalized_shape ", shape_str(normalized_shape));
   for (const Tensor* p : affine)
     KILN_CHECK(!p->defined() || p->sizes() == Shape(normalized_shape.begin(), normalized_shape.end()), op,
-               affine.size() == 1 ? ": weight must have the normalized_shape " : ": weight and bias must have the normalized_shape ",
-               shape_str(normalized_shape), ", got ",
-               shape_str(p->sizes()));
+               affine.size() == 1 ? ": weight" : ": weight and bias", " must have the normalized_shape ",
+               shape_str(normalized_shape), ", got ", shape_str(p->sizes()));
 }
 }  // namespace
 
