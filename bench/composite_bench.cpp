@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
        THEIRS(tf::interpolate(tbig, tf::InterpolateFuncOptions().size(std::vector<int64_t>{30, 30}).mode(torch::kArea)))},
       {"adaptive_avg_pool2d, uneven", "(8, 16, 64, 64) to 7", [&] { return F::adaptive_avg_pool2d(image, {7, 7}); }
        THEIRS(tf::adaptive_avg_pool2d(timage, tf::AdaptiveAvgPool2dFuncOptions({7, 7})))},
+      {"adaptive_max_pool2d, uneven", "(8, 16, 64, 64) to 7", [&] { return F::adaptive_max_pool2d(image, {7, 7}); }
+       THEIRS(tf::adaptive_max_pool2d(timage, tf::AdaptiveMaxPool2dFuncOptions({7, 7})))},
       {"pad reflect", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Reflect); }
        THEIRS(tf::pad(timage, tf::PadFuncOptions({2, 2, 2, 2}).mode(torch::kReflect)))},
       {"pad replicate", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Replicate); }

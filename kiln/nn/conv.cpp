@@ -131,6 +131,7 @@ std::string AvgPool1dImpl::extra_repr() const {
   return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);
 }
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
+std::string AdaptiveMaxPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveAvgPool1dImpl::extra_repr() const { return detail::concat("output_size=", size_); }
 std::string AdaptiveAvgPool3dImpl::extra_repr() const {
   return "output_size=" + (size_.size() == 1 ? std::to_string(size_[0]) : shape_str(size_));

@@ -167,6 +167,40 @@ class AdaptiveAvgPool3dImpl : public Module {
 };
 using AdaptiveAvgPool3d = ModuleHolder<AdaptiveAvgPool3dImpl>;
 
+class AdaptiveMaxPool1dImpl : public Module {
+ public:
+  explicit AdaptiveMaxPool1dImpl(int64_t output_size) : Module("AdaptiveMaxPool1d"), size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_max_pool1d(x, size_); }
+  std::string extra_repr() const override { return detail::concat("output_size=", size_); }
+
+ private:
+  int64_t size_;
+};
+using AdaptiveMaxPool1d = ModuleHolder<AdaptiveMaxPool1dImpl>;
+
+class AdaptiveMaxPool2dImpl : public Module {
+ public:
+  explicit AdaptiveMaxPool2dImpl(functional::Pair output_size) : Module("AdaptiveMaxPool2d"), size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_max_pool2d(x, size_); }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair size_;
+};
+using AdaptiveMaxPool2d = ModuleHolder<AdaptiveMaxPool2dImpl>;
+
+// output_size: one value for all three dims, or (D, H, W).
+class AdaptiveMaxPool3dImpl : public Module {
+ public:
+  explicit AdaptiveMaxPool3dImpl(IntArrayRef output_size) : Module("AdaptiveMaxPool3d"), size_(output_size.vec()) {}
+  Tensor forward(const Tensor& x) override { return functional::adaptive_max_pool3d(x, size_); }
+  std::string extra_repr() const override { return "output_size=" + shape_str(size_); }
+
+ private:
+  Shape size_;
+};
+using AdaptiveMaxPool3d = ModuleHolder<AdaptiveMaxPool3dImpl>;
+
 using UpsampleOptions = functional::InterpolateOptions;
 // Resizes (N, C, ...) to a size or by a scale factor, in any of interpolate's modes: functional::interpolate as a
 // layer.

@@ -10,6 +10,7 @@
 
 #include "kiln/nn/functional.h"
 #include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/conv.h"
 
 namespace kiln::nn::functional {
 
@@ -227,6 +228,37 @@ Tensor adaptive_avg_pool3d(const Tensor& x, IntArrayRef output_size) {
              output_size.size(), " values; give one, or (D, H, W)");
   const int64_t n = output_size[0];
   return kiln::adaptive_avg_pool(x, output_size.size() == 1 ? Shape{n, n, n} : output_size.vec());
+}
+
+// The argmax is a kernel (ops::adaptive_max_pool_indices, outside autograd); the values are x gathered there,
+// so the gradient (a scatter_add of grad at the indices) and every higher order come from gather's rules.
+std::pair<Tensor, Tensor> adaptive_max_pool_with_indices(const Tensor& x, IntArrayRef output_size) {
+  const Tensor indices = ops::adaptive_max_pool_indices(x.detach(), output_size);
+  const int64_t lead = x.dim() - static_cast<int64_t>(output_size.size());
+  if (indices.numel() == 0) return {zeros(indices.sizes(), TensorOptions(x.dtype()).device(x.device())), indices};
+  const Tensor values = gather(x.flatten(lead, -1), lead, indices.flatten(lead, -1)).view(indices.sizes());
+  return {values, indices};
+}
+
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size) {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "adaptive_max_pool1d: expected input (N, C, L) or (C, L), got ",
+             shape_str(x.sizes()));
+  return adaptive_max_pool_with_indices(x, {output_size}).first;
+}
+
+Tensor adaptive_max_pool2d(const Tensor& x, Pair output_size) {
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4, "adaptive_max_pool2d: expected input (N, C, H, W) or (C, H, W), got ",
+             shape_str(x.sizes()));
+  return adaptive_max_pool_with_indices(x, {output_size.h, output_size.w}).first;
+}
+
+Tensor adaptive_max_pool3d(const Tensor& x, IntArrayRef output_size) {
+  KILN_CHECK(x.dim() == 4 || x.dim() == 5, "adaptive_max_pool3d: expected input (N, C, D, H, W) or (C, D, H, W), got ",
+             shape_str(x.sizes()));
+  KILN_CHECK(output_size.size() == 1 || output_size.size() == 3, "adaptive_max_pool3d: output_size has ",
+             output_size.size(), " values; give one, or (D, H, W)");
+  const int64_t n = output_size[0];
+  return adaptive_max_pool_with_indices(x, output_size.size() == 1 ? Shape{n, n, n} : output_size.vec()).first;
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,

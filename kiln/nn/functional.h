@@ -4,6 +4,7 @@
 // Shapes follow PyTorch: N batch, C classes or channels, D features.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,6 +43,12 @@ struct Pair {
   int64_t h, w;
   Pair(int64_t both) : h(both), w(both) {}  // NOLINT: conv2d(x, w, b, 2) reads as PyTorch's stride=2
   Pair(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+  // {h, w} or {both}, also where a template forwards it as a list: nn::AdaptiveAvgPool2d({7, 7}).
+  Pair(std::initializer_list<int64_t> values)  // NOLINT: as the braced list it is
+      : h(values.size() ? *values.begin() : 0), w(values.size() ? *(values.end() - 1) : 0) {
+    KILN_CHECK(values.size() == 1 || values.size() == 2, "Pair: expected one size or two (height, width), got ",
+               values.size());
+  }
 };
 // x: (N, C, H, W), weight: (O, C / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
 // OH = (H + 2 ph - dh (kh - 1) - 1) / sh + 1. im2col + GEMM: the patches are a strided view (unfold), copied
@@ -74,6 +81,13 @@ Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size);
 // output_size: one value for all three dims, or (D, H, W)
 Tensor adaptive_avg_pool3d(const Tensor& x, IntArrayRef output_size);
+// The max of each of those bins; the gradient goes to the first maximum of a bin (a NaN is a bin's maximum).
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size);
+Tensor adaptive_max_pool2d(const Tensor& x, Pair output_size);
+Tensor adaptive_max_pool3d(const Tensor& x, IntArrayRef output_size);  // one value for all dims, or (D, H, W)
+// {values, indices} over x's last output_size.size() dims (one to three; at least one dim before them): each
+// index is where its value is within those dims flattened (h * W + w for two), int64, as PyTorch's.
+std::pair<Tensor, Tensor> adaptive_max_pool_with_indices(const Tensor& x, IntArrayRef output_size);
 // What pad fills the border with: a constant value; the input mirrored about its edge element (reflect: for
 // (a, b, c, d) padded by 2, c b | a b c d | c b); the edge element repeated (replicate: a a | a b c d | d d); or
 // the other end wrapped around (circular: c d | a b c d | a b).

@@ -511,5 +511,23 @@ TEST_F(CudaConv, AdaptiveAvgPoolMatchesTheCpu) {
   }
 }
 
+// Adaptive max pooling's argmax: the CUDA kernel's indices equal the CPU's (both scan each bin in one order, so
+// ties and NaNs resolve alike). Indices start at -1, so one left unwritten shows.
+TEST_F(CudaConv, AdaptiveMaxPoolMatchesTheCpu) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::pair<Shape, Shape> cases[] = {{{6, 1, 64, 64}, {6, 1, 7, 7}}, {{4, 5, 6, 7}, {4, 2, 4, 3}},
+                                           {{4, 3, 4, 2}, {4, 5, 2, 3}}, {{3, 1, 1, 5}, {3, 1, 1, 8}}};
+  for (const auto& [xs, ys] : cases) {
+    for (DType d : kDTypes) {
+      const std::string what = shape_str(xs) + " to " + shape_str(ys) + " " + dtype_name(d);
+      const Tensor x = cpu_tensor(test::random_values(shape_numel(xs), d, rng_), xs, d);
+      Tensor idx = full(ys, -1, TensorOptions(kInt64).device(Device::cuda())), idxc = empty(ys, kInt64);
+      get_kernel<Op::adaptive_max_pool>(Device::cuda())(idx, x.to(Device::cuda()));
+      get_kernel<Op::adaptive_max_pool>(Device::cpu())(idxc, x);
+      EXPECT_EQ(idx.cpu().to_vector<int64_t>(), idxc.to_vector<int64_t>()) << "adaptive_max_pool " << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln

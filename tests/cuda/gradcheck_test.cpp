@@ -49,7 +49,8 @@ TEST_F(CudaTest, GradcheckConvolutionAndPoolingOnTheGpu) {
         Tensor y = nn::F::conv2d(gpu(in[0]), gpu(in[1]), gpu(in[2]), /*stride=*/{2, 1}, /*padding=*/1,
                                  /*dilation=*/1, /*groups=*/2);
         // y is (2, 6, 4, 6): adaptive pooling to (3, 4) has overlapping bins along both dims.
-        return std::vector<Tensor>{nn::F::max_pool2d(y, 2, 1), nn::F::adaptive_avg_pool2d(y, {3, 4})};
+        return std::vector<Tensor>{nn::F::max_pool2d(y, 2, 1), nn::F::adaptive_avg_pool2d(y, {3, 4}),
+                                   nn::F::adaptive_max_pool2d(y, {3, 4})};
       },
       {x, w, bias});
 }

@@ -312,6 +312,9 @@ TEST(Pool1d, MaxAndAverage) {
 TEST(NewLayers, BracedSizesUnflattenAnd3dNorms) {
   EXPECT_EQ(nn::AdaptiveAvgPool3d({2, 4, 3})(zeros({1, 2, 4, 8, 6})).sizes(), (Shape{1, 2, 2, 4, 3}));
   EXPECT_EQ(nn::LayerNorm({6})(zeros({2, 6})).sizes(), (Shape{2, 6}));
+  EXPECT_EQ(nn::AdaptiveAvgPool2d({2, 3})(zeros({1, 1, 4, 6})).sizes(), (Shape{1, 1, 2, 3}));  // a braced Pair
+  EXPECT_EQ(nn::MaxPool2d({2, 3})(zeros({1, 1, 4, 6})).sizes(), (Shape{1, 1, 2, 2}));
+  expect_error([] { (void)nn::F::Pair({1, 2, 3}); }, {"Pair", "one size or two", "got 3"});
   auto unflatten = nn::Unflatten(1, {2, -1});
   EXPECT_EQ(unflatten(zeros({3, 12, 5})).sizes(), (Shape{3, 2, 6, 5}));
   EXPECT_EQ(unflatten->str(), "Unflatten(dim=1, unflattened_size=(2, -1))");

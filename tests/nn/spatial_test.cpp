@@ -1,8 +1,10 @@
-// ConvTranspose2d, interpolate (every mode) and adaptive average pooling against direct loops in float64
+// ConvTranspose2d, interpolate (every mode) and adaptive average and max pooling against direct loops in float64
 // written from their definitions, gradchecked, and their modules and errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
@@ -401,6 +403,98 @@ TEST(AdaptiveAvgPool, ThroughNnAndErrors) {
   Tensor no_channels = zeros({2, 0, 5, 5}, kFloat64).requires_grad_();
   nn::F::adaptive_avg_pool2d(no_channels, {3, 2}).sum().backward();
   EXPECT_EQ(no_channels.grad().sizes(), (Shape{2, 0, 5, 5}));
+}
+
+// Adaptive max pooling from its definition: over the same real-number bins, the max of each bin and its first
+// position in (d, h, w) order (a NaN is the max), that position within the pooled dims flattened.
+void adaptive_max_reference(const std::vector<double>& x, int64_t planes, const AdaptiveCase& c,
+                            std::vector<double>* values, std::vector<int64_t>* indices) {
+  const size_t k = c.in.size();
+  Shape in(3, 1), out(3, 1);
+  for (size_t i = 0; i < k; ++i) in[3 - k + i] = c.in[i], out[3 - k + i] = c.out[i];
+  auto lo = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::floor(static_cast<double>(o) * n / m)); };
+  auto hi = [](int64_t o, int64_t n, int64_t m) { return static_cast<int64_t>(std::ceil(static_cast<double>(o + 1) * n / m)); };
+  const int64_t in_plane = in[0] * in[1] * in[2];
+  values->clear();
+  indices->clear();
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t a = 0; a < out[0]; ++a)
+      for (int64_t b = 0; b < out[1]; ++b)
+        for (int64_t e = 0; e < out[2]; ++e) {
+          int64_t arg = -1;
+          for (int64_t i = lo(a, in[0], out[0]); i < hi(a, in[0], out[0]); ++i)
+            for (int64_t j = lo(b, in[1], out[1]); j < hi(b, in[1], out[1]); ++j)
+              for (int64_t l = lo(e, in[2], out[2]); l < hi(e, in[2], out[2]); ++l) {
+                const int64_t at = (i * in[1] + j) * in[2] + l;
+                const double v = x[p * in_plane + at];
+                if (arg < 0) { arg = at; continue; }
+                const double best = x[p * in_plane + arg];
+                if (!std::isnan(best) && (std::isnan(v) || v > best)) arg = at;
+              }
+          values->push_back(x[p * in_plane + arg]);
+          indices->push_back(arg);
+        }
+}
+
+TEST(AdaptiveMaxPool, ValuesIndicesAndGradientsMatchTheDefinition) {
+  for (const AdaptiveCase& c : kAdaptiveCases) {
+    Shape xs = {2, 3}, ys = {2, 3};
+    xs.insert(xs.end(), c.in.begin(), c.in.end());
+    ys.insert(ys.end(), c.out.begin(), c.out.end());
+    const Tensor x64 = randn64(xs, 41), g64 = randn64(ys, 42);
+    const std::string what = shape_str(c.in) + " to " + shape_str(c.out);
+    for (DType d : {kFloat64, kFloat32, kBFloat16}) {
+      Tensor x = x64.to(d).detach().requires_grad_();
+      const auto [y, idx] = nn::F::adaptive_max_pool_with_indices(x, c.out);
+      // The reference reads the inputs as rounded to d: a max is exact in any dtype.
+      std::vector<double> want;
+      std::vector<int64_t> want_idx;
+      adaptive_max_reference(test::values(x.detach()), 6, c, &want, &want_idx);
+      test::expect_tensor_near(y, want, ys, 0, 0, what + " " + dtype_name(d));
+      EXPECT_EQ(idx.to_vector<int64_t>(), want_idx) << what;
+      if (d == kBFloat16) continue;
+      (y * g64.to(d)).sum().backward();
+      // The gradient: each output's grad added at its max.
+      std::vector<double> want_gx(static_cast<size_t>(x.numel()), 0.0);
+      const int64_t in_plane = x.numel() / 6, out_plane = y.numel() / 6;
+      const std::vector<double> gv = test::values(g64.to(d));
+      for (int64_t p = 0; p < 6; ++p)
+        for (int64_t o = 0; o < out_plane; ++o)
+          want_gx[static_cast<size_t>(p * in_plane + want_idx[static_cast<size_t>(p * out_plane + o)])] +=
+              gv[static_cast<size_t>(p * out_plane + o)];
+      test::expect_tensor_near(x.grad(), want_gx, xs, 1e-6, 1e-6, what + " gradient " + dtype_name(d));
+    }
+  }
+  // Random inputs have no ties: central differences see the same gradient.
+  gradcheck([](const std::vector<Tensor>& t) { return nn::F::adaptive_max_pool2d(t[0], {3, 4}); },
+            {randn64({2, 2, 7, 9}, 43).requires_grad_()});
+}
+
+TEST(AdaptiveMaxPool, TiesNansModulesAndErrors) {
+  // Ties go to the first position of the bin; a NaN is its bin's max.
+  const Tensor flat = ones({1, 1, 4, 4}, kFloat64);
+  EXPECT_EQ(nn::F::adaptive_max_pool_with_indices(flat, {2, 2}).second.to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 2, 8, 10}));
+  Tensor with_nan = arange(0, 16, 1, TensorOptions(kFloat64)).view({1, 1, 4, 4});
+  with_nan.index_put_({0, 0, 1, 0}, std::numeric_limits<double>::quiet_NaN());
+  const auto [v, i] = nn::F::adaptive_max_pool_with_indices(with_nan, {2, 2});
+  const std::vector<double> vv = test::values(v);
+  EXPECT_TRUE(std::isnan(vv[0]));
+  EXPECT_EQ((std::vector<double>(vv.begin() + 1, vv.end())), (std::vector<double>{7, 13, 15}));
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{4, 7, 13, 15}));
+  // One and three dims, unbatched, modules.
+  const Tensor line = randn64({3, 10}, 44), vol = randn64({2, 2, 4, 5, 6}, 45);
+  std::vector<double> want;
+  std::vector<int64_t> want_idx;
+  adaptive_max_reference(test::values(line), 3, {{10}, {4}}, &want, &want_idx);
+  test::expect_tensor_near(nn::AdaptiveMaxPool1d(4)(line), want, {3, 4}, 0, 0, "1d module, unbatched");
+  adaptive_max_reference(test::values(vol), 4, {{4, 5, 6}, {3, 3, 3}}, &want, &want_idx);
+  test::expect_tensor_near(nn::AdaptiveMaxPool3d(3)(vol), want, {2, 2, 3, 3, 3}, 0, 0, "3d module");
+  EXPECT_EQ(nn::AdaptiveMaxPool2d({7, 7})->str(), "AdaptiveMaxPool2d(output_size=(7, 7))");
+  EXPECT_EQ(nn::AdaptiveMaxPool3d({2, 3, 4})->str(), "AdaptiveMaxPool3d(output_size=(2, 3, 4))");
+  expect_error([&] { (void)nn::F::adaptive_max_pool2d(line, {2, 2}); }, {"adaptive_max_pool2d", "(N, C, H, W)"});
+  expect_error([&] { (void)nn::F::adaptive_max_pool1d(line, 0); }, {"adaptive_max_pool", "must be positive"});
+  expect_error([] { (void)nn::F::adaptive_max_pool1d(ones({2, 3}, kInt64), 2); }, {"floating-point"});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // kiln's transposed convolution, interpolate (every mode, align_corners), instance norm, padding in every mode
-// (and the convolutions' padding_mode), the pixel shuffles and the 1-d pools against LibTorch's on the same float64
-// weights and inputs: outputs, and the gradients of the input, weight and bias.
+// (and the convolutions' padding_mode), the pixel shuffles, the 1-d pools and adaptive max pooling against
+// LibTorch's on the same float64 weights and inputs: outputs, and the gradients of the input, weight and bias.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -238,6 +238,32 @@ TEST(SpatialParity, PixelShuffleAndPool1dMatchLibTorch) {
                   torch::avg_pool1d(to_torch(s), {c.kernel}, {c.stride}, {c.padding}, false, include), 1e-14,
                   "avg_pool1d " + what + (include ? "" : " count_include_pad false"));
     }
+  }
+}
+
+// Adaptive max pooling over one, two and three dims, overlapping bins included: values, indices, gradients.
+TEST(SpatialParity, AdaptiveMaxPoolMatchesLibTorch) {
+  struct Case {
+    Shape input, output;
+  };
+  const std::vector<Case> cases = {{{2, 3, 11}, {4}},       {{2, 3, 5}, {8}},          {{2, 3, 7, 9}, {3, 4}},
+                                   {{1, 2, 64, 64}, {7, 7}}, {{2, 2, 4, 9}, {7, 2}},   {{1, 2, 5, 6, 7}, {2, 4, 3}}};
+  uint64_t seed = 80;
+  for (const Case& c : cases) {
+    const std::string what = "adaptive_max_pool of " + shape_str(c.input) + " to " + shape_str(c.output);
+    Tensor x = test::randn64(c.input, seed++).requires_grad_();
+    const auto [y, idx] = nn::F::adaptive_max_pool_with_indices(x, c.output);
+    const Tensor probe = test::randn64(y.sizes(), seed++);
+    (y * probe).sum().backward();
+    torch::Tensor tx = to_torch(x).requires_grad_();
+    std::tuple<torch::Tensor, torch::Tensor> theirs;
+    if (c.output.size() == 1) theirs = torch::adaptive_max_pool1d(tx, c.output);
+    else if (c.output.size() == 2) theirs = torch::adaptive_max_pool2d(tx, c.output);
+    else theirs = torch::adaptive_max_pool3d(tx, c.output);
+    (std::get<0>(theirs) * to_torch(probe)).sum().backward();
+    expect_same(y, std::get<0>(theirs), 0, what);
+    expect_same(idx.to(kFloat64), std::get<1>(theirs), 0, what + ": indices");
+    expect_same(x.grad(), tx.grad(), 1e-15, what + ": gradient");
   }
 }
 

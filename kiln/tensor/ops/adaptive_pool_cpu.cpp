@@ -1,5 +1,5 @@
-// CPU kernels of adaptive average pooling (op_list.h: AdaptiveAvgPoolKernel), over (B, D, H, W) with the bins of
-// adaptive_pool.h. Pooling is separable, so each output row (b, od, oh) first sums its bin's input rows into one
+// CPU kernels of adaptive average pooling (op_list.h: AdaptiveAvgPoolKernel) and of adaptive max pooling's
+// argmax (AdaptiveMaxPoolKernel), over (B, D, H, W) with the bins of adaptive_pool.h. Average pooling is separable, so each output row (b, od, oh) first sums its bin's input rows into one
 // line of W (a plain add that vectorizes) and then averages that line's bins along W. The gradient runs the same
 // two steps backwards: each input row gathers the output rows whose bins hold it, then spreads each output's
 // share over its bin along W (or, upsampling, gathers per position). A task owns whole input rows, so no two
@@ -114,6 +114,44 @@ void backward(const Tensor& grad_x, const Tensor& grad_out) {
   });
 }
 
+// Each output's bin scanned for its max in (d, h, w) order: strictly greater keeps the first of ties, and the
+// first NaN wins and stays (as max_pool2d's). 16-bit values compare exactly in float.
+template <typename T>
+void argmax(const Tensor& indices, const Tensor& x) {
+  const Dims s = dims_of(x, indices);
+  const T* px = x.data_ptr<T>();
+  int64_t* pi = indices.data_ptr<int64_t>();
+  const int64_t rows = s.B * s.OD * s.OH;
+  const int64_t reads = (s.D / s.OD + 1) * (s.H / s.OH + 1) * s.W;
+  parallel_for(0, rows, grain_for(reads), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t oh = r % s.OH, od = r / s.OH % s.OD, b = r / (s.OH * s.OD);
+      const int64_t d0 = bin_start(od, s.D, s.OD), d1 = bin_end(od, s.D, s.OD);
+      const int64_t h0 = bin_start(oh, s.H, s.OH), h1 = bin_end(oh, s.H, s.OH);
+      const T* volume = px + b * s.D * s.H * s.W;
+      for (int64_t ow = 0; ow < s.OW; ++ow) {
+        const int64_t w0 = bin_start(ow, s.W, s.OW), w1 = bin_end(ow, s.W, s.OW);
+        int64_t arg = (d0 * s.H + h0) * s.W + w0;
+        opmath_t<T> best = static_cast<opmath_t<T>>(volume[arg]);
+        for (int64_t d = d0; d < d1; ++d)
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) {
+              const int64_t at = (d * s.H + h) * s.W + w;
+              const opmath_t<T> v = static_cast<opmath_t<T>>(volume[at]);
+              const bool take = (v > best) | ((v != v) & (best == best));
+              best = take ? v : best;
+              arg = take ? at : arg;
+            }
+        pi[r * s.OW + ow] = arg;
+      }
+    }
+  });
+}
+
+void adaptive_max_pool_cpu(const Tensor& indices, const Tensor& x) {
+  visit_dtype<kFloatingSet>(x.dtype(), "adaptive_max_pool", [&]<typename T>() { argmax<T>(indices, x); });
+}
+
 // Runs kernel<T>(a, b) on float32 or float64 tensors, or on float32 copies of 16-bit ones with `a` rounded
 // back once.
 template <template <typename> class Kernel>
@@ -154,6 +192,7 @@ namespace detail {
 void register_adaptive_pool_cpu_kernels() {
   register_kernel<Op::adaptive_avg_pool>(DeviceType::CPU, adaptive_avg_pool_cpu);
   register_kernel<Op::adaptive_avg_pool_backward>(DeviceType::CPU, adaptive_avg_pool_backward_cpu);
+  register_kernel<Op::adaptive_max_pool>(DeviceType::CPU, adaptive_max_pool_cpu);
 }
 }  // namespace detail
 }  // namespace kiln

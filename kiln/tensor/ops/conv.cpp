@@ -200,6 +200,20 @@ Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size) {
   return out;
 }
 
+Tensor adaptive_max_pool_indices(const Tensor& x, IntArrayRef output_size) {
+  KILN_CHECK(x.defined(), "adaptive_max_pool: the input tensor is undefined");
+  check_adaptive_shape("adaptive_max_pool", x.sizes(), output_size);
+  KILN_CHECK(is_floating(x.dtype()), "adaptive_max_pool: expected a floating-point tensor, got ", x.dtype());
+  const size_t k = output_size.size();
+  Shape out_shape(x.sizes().begin(), x.sizes().end() - static_cast<std::ptrdiff_t>(k));
+  out_shape.insert(out_shape.end(), output_size.begin(), output_size.end());
+  Tensor indices = empty(out_shape, TensorOptions(kInt64).device(x.device()));
+  if (indices.numel() == 0) return indices;
+  call_kernel<Op::adaptive_max_pool>(x.device(), view(indices, pool_canonical(out_shape, k)),
+                                     view(contiguous(x), pool_canonical(x.sizes(), k)));
+  return indices;
+}
+
 Tensor adaptive_avg_pool_backward(const Tensor& grad_out, IntArrayRef input_shape) {
   KILN_CHECK(grad_out.defined(), "adaptive_avg_pool_backward: grad_out is undefined");
   KILN_CHECK(grad_out.dim() == static_cast<int64_t>(input_shape.size()), "adaptive_avg_pool_backward: grad_out ",

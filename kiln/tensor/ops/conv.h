@@ -36,5 +36,9 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, IntArr
 Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size);
 // grad_out: input_shape with its last dims pooled -> grad_x of shape input_shape
 Tensor adaptive_avg_pool_backward(const Tensor& grad_out, IntArrayRef input_shape);
+// Adaptive max pooling's argmax over the same bins: x's shape with its last output_size.size() dims pooled to
+// output_size, int64, each the position of its bin's max within the pooled dims flattened (h * W + w for two);
+// the first on ties, a NaN wins. The values are x gathered there (nn::F::adaptive_max_pool2d).
+Tensor adaptive_max_pool_indices(const Tensor& x, IntArrayRef output_size);
 
 }  // namespace kiln::ops

@@ -99,6 +99,9 @@ using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_ou
 // contiguous, one floating dtype.
 using AdaptiveAvgPoolKernel = void(const Tensor& out, const Tensor& x);
 using AdaptiveAvgPoolBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out);
+// Adaptive max pooling's argmax over the same bins: indices (B, OD, OH, OW), int64, where each bin's max of x
+// (B, D, H, W) is, as (d H + h) W + w within its (D, H, W) volume; the first on ties, a NaN wins. Contiguous.
+using AdaptiveMaxPoolKernel = void(const Tensor& indices, const Tensor& x);
 
 // The fused optimizer updates (fused_optim.h): each kernel updates a list of parameters and their state in place,
 // one pass over each parameter. The lists have one length; every tensor is contiguous, of one floating dtype and
@@ -264,6 +267,7 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(max_pool2d_backward, MaxPool2dBackwardKernel) \
   X(adaptive_avg_pool, AdaptiveAvgPoolKernel) \
   X(adaptive_avg_pool_backward, AdaptiveAvgPoolBackwardKernel) \
+  X(adaptive_max_pool, AdaptiveMaxPoolKernel) \
   /* fused losses */                       \
   X(cross_entropy, CrossEntropyKernel)     \
   X(cross_entropy_backward, CrossEntropyBackwardKernel) \
