@@ -154,6 +154,9 @@ Tensor triu(const Tensor& x, int64_t k = 0);
 Tensor flip(const Tensor& x, IntArrayRef dims);
 Tensor repeat(const Tensor& x, IntArrayRef repeats);
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
+// Padding by copies (Reflect, Replicate, Circular) of the last one to three dims, through the pad kernels; the
+// gradient sums each output into the element it copied, and its own gradient is the padding again.
+Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode);
 // The elements of x where the bool mask (broadcast with x) is true, as a 1-D tensor in row-major order;
 // dx: g at those places, 0 elsewhere.
 Tensor masked_select(const Tensor& x, const Tensor& mask);

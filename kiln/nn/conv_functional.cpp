@@ -37,7 +37,7 @@ Tensor windows(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair p
                double pad_value, Geometry* g) {
   *g = check_geometry(op, x, kernel, stride, padding, dilation);
   int64_t ekh = dilation.h * (kernel.h - 1) + 1, ekw = dilation.w * (kernel.w - 1) + 1;
-  Tensor xp = (padding.h || padding.w) ? pad(x, {padding.w, padding.w, padding.h, padding.h}, pad_value) : x;
+  Tensor xp = (padding.h || padding.w) ? kiln::pad(x, {padding.w, padding.w, padding.h, padding.h}, pad_value) : x;
   Tensor p = xp.unfold(2, ekh, stride.h).unfold(3, ekw, stride.w);  // (N, C, OH, OW, ekh, ekw)
   if (dilation.h > 1) p = p.slice(4, 0, std::nullopt, dilation.h);
   if (dilation.w > 1) p = p.slice(5, 0, std::nullopt, dilation.w);

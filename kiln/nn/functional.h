@@ -88,14 +88,17 @@ Tensor adaptive_max_pool3d(const Tensor& x, IntArrayRef output_size);  // one va
 // {values, indices} over x's last output_size.size() dims (one to three; at least one dim before them): each
 // index is where its value is within those dims flattened (h * W + w for two), int64, as PyTorch's.
 std::pair<Tensor, Tensor> adaptive_max_pool_with_indices(const Tensor& x, IntArrayRef output_size);
-// What pad fills the border with: a constant value; the input mirrored about its edge element (reflect: for
-// (a, b, c, d) padded by 2, c b | a b c d | c b); the edge element repeated (replicate: a a | a b c d | d d); or
-// the other end wrapped around (circular: c d | a b c d | a b).
-enum class PadMode { Constant, Reflect, Replicate, Circular };
+// What pad fills the border with (kiln::PadMode): a constant value; the input mirrored about its edge element
+// (Reflect: for (a, b, c, d) padded by 2, c b | a b c d | c b); the edge element repeated (Replicate:
+// a a | a b c d | d d); or the other end wrapped around (Circular: c d | a b c d | a b).
+using kiln::PadMode;
 // Pads x's last pads.size() / 2 dims by (before, after) pairs, the last dim's first (as kiln::pad, which is the
 // constant mode). Reflect needs each pad below the dim's size, replicate a non-empty dim, circular each pad in
 // [0, the dim's size]; other negative pads crop. The gradient sums each output back into the element it copied.
+// Up to three dims run the pad kernels (kiln::pad with a mode), more a gather per dim.
 Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode, double value = 0.0);
+// The constant mode: kiln::pad.
+Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 // (*, C r^2, H, W) -> (*, C, H r, W r): each group of r^2 channels becomes an r x r block of pixels (sub-pixel
 // convolution's upsampling); pixel_unshuffle is its inverse. Views and one copy; any device.
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
@@ -256,12 +259,11 @@ Tensor prelu(const Tensor& x, const Tensor& weight);
 Tensor rrelu(const Tensor& x, double lower = 1.0 / 8, double upper = 1.0 / 3, bool training = false,
              Generator* gen = nullptr);
 
-// The activations, softmax and padding are autograd's ops themselves (namespace kiln); named here too, so that
+// The activations and softmax are autograd's ops themselves (namespace kiln); named here too, so that
 // F::relu(x) and F::softmax(x, 1) read as in PyTorch.
 using kiln::gelu;
 using kiln::leaky_relu;
 using kiln::log_softmax;
-using kiln::pad;
 using kiln::relu;
 using kiln::sigmoid;
 using kiln::silu;

@@ -1,9 +1,13 @@
-// Padding in every mode and the pixel shuffles: functions that only move elements, built from index_select and
-// views, so their gradients come from those ops and they run on every device.
+// Padding in every mode and the pixel shuffles: functions that only move elements. Padding by copies runs the
+// pad kernels (kiln::pad with a mode) over up to three dims, and a gather per group of dims beyond that or on a
+// device without them; the shuffles are views and a copy.
 #include "kiln/nn/padding.h"
 
 #include <algorithm>
 #include <vector>
+
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/indexing.h"
 
 namespace kiln::nn {
 namespace functional {
@@ -45,31 +49,16 @@ std::vector<int64_t> source_positions(PadMode mode, int64_t n, int64_t before, i
 
 Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode, double value) {
   if (mode == PadMode::Constant) return kiln::pad(x, pads, value);
-  const char* name = mode_name(mode);
-  KILN_CHECK(value == 0.0, "pad: mode ", name, " takes no value (", value, "); only mode constant fills with one");
-  KILN_CHECK(pads.size() % 2 == 0 && !pads.empty(), "pad: expected (before, after) pairs, got ", shape_str(pads));
+  KILN_CHECK(value == 0.0, "pad: mode ", mode_name(mode), " takes no value (", value,
+             "); only mode constant fills with one");
+  ops::check_pad(x, pads, mode);
   const int64_t pairs = static_cast<int64_t>(pads.size()) / 2;
-  KILN_CHECK(pairs <= x.dim(), "pad: ", pairs, " pairs of pads ", shape_str(pads), " for a tensor of ", x.dim(),
-             " dims ", shape_str(x.sizes()));
-  for (int64_t j = 0; j < pairs; ++j) {
-    const int64_t d = x.dim() - 1 - j, n = x.size(d), before = pads[2 * j], after = pads[2 * j + 1];
-    KILN_CHECK(n + before + after >= 0, "pad: pads (", before, ", ", after, ") make dim ", d, " of size ", n,
-               " negative");
-    if (mode == PadMode::Reflect)
-      KILN_CHECK(before < n && after < n, "pad: reflect pads (", before, ", ", after, ") of dim ", d,
-                 " must be smaller than its size ", n, " (input of shape ", shape_str(x.sizes()), ")");
-    else if (mode == PadMode::Replicate)
-      KILN_CHECK(n > 0, "pad: replicate needs a non-empty dim ", d, ", got input of shape ", shape_str(x.sizes()));
-    else
-      // A crop on one side and a wrap on the other could wrap the input or the cropped input (PyTorch versions
-      // differ), so circular takes no negative pads: narrow first.
-      KILN_CHECK(before >= 0 && after >= 0 && before <= n && after <= n, "pad: circular pads (", before, ", ", after,
-                 ") of dim ", d, " must be in [0, ", n, "], its size (input of shape ", shape_str(x.sizes()),
-                 "): they wrap once, and do not crop");
-  }
+  if (pairs <= 3 && has_kernel<Op::pad>(x.device().type) && has_kernel<Op::pad_backward>(x.device().type))
+    return kiln::pad(x, pads, mode);
   // With nothing to copy the output is empty too (the checks above leave no other case): constant's is the same.
   if (x.numel() == 0) return kiln::pad(x, pads, 0.0);
-  // One gather per group of padded dims, each over its dims flattened into one: the last two together (a
+  // Beyond three dims, or on a device without the pad kernels: one gather per group of padded dims, each over
+  // its dims flattened into one: the last two together (a
   // plane, one index_select forward and one index_add back), a third on its own, so that an index stays one
   // entry per output position of at most a plane.
   Tensor y = x;
@@ -101,6 +90,8 @@ Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode, double value) {
   }
   return y;
 }
+
+Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) { return kiln::pad(x, pads, value); }
 
 Tensor pixel_shuffle(const Tensor& x, int64_t r) {
   KILN_CHECK(r >= 1, "pixel_shuffle: upscale_factor must be positive, got ", r);

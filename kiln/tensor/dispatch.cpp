@@ -36,6 +36,7 @@ void install_builtin_kernels() {
   detail::register_indexing_cpu_kernels();
   detail::register_conv_cpu_kernels();
   detail::register_adaptive_pool_cpu_kernels();
+  detail::register_pad_cpu_kernels();
   detail::register_optim_cpu_kernels();
   detail::register_cross_entropy_cpu_kernels();
   detail::register_normalization_cpu_kernels();

@@ -7,6 +7,7 @@
 // errs by about u * sqrt(K) * s (u = 2^-24; 2^-53 for float64); TF32 rounds every input to 10 mantissa bits,
 // about 2^-10 * s more; float16/bfloat16 may keep intermediates in their own precision (some cuDNN algorithms
 // do), then round the output once. So a float32 result with TF32 off that is as far off as TF32 fails.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -525,6 +526,37 @@ TEST_F(CudaConv, AdaptiveMaxPoolMatchesTheCpu) {
       get_kernel<Op::adaptive_max_pool>(Device::cuda())(idx, x.to(Device::cuda()));
       get_kernel<Op::adaptive_max_pool>(Device::cpu())(idxc, x);
       EXPECT_EQ(idx.cpu().to_vector<int64_t>(), idxc.to_vector<int64_t>()) << "adaptive_max_pool " << what;
+    }
+  }
+}
+
+// Padding by copies: the CUDA kernels against the CPU's in the (B, D, H, W) form both take, every mode, pads
+// positive, cropping and mixed. Outputs start as NaN, so an element left unwritten shows.
+TEST_F(CudaConv, PadMatchesTheCpu) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const Shape xs = {3, 4, 5, 6};
+  const int64_t pads[][6] = {{1, 2, 0, 3, 2, 1}, {3, 0, 2, 2, 0, 0}, {-1, 2, 1, -2, 0, 1}};
+  for (PadMode mode : {PadMode::Reflect, PadMode::Replicate, PadMode::Circular}) {
+    for (const auto& q : pads) {
+      if (mode == PadMode::Circular && *std::min_element(q, q + 6) < 0) continue;
+      PadParams p;
+      p.mode = mode;
+      p.before[0] = q[0], p.before[1] = q[2], p.before[2] = q[4];
+      const Shape ys = {3, 4 + q[0] + q[1], 5 + q[2] + q[3], 6 + q[4] + q[5]};
+      for (DType d : kDTypes) {
+        const std::string what = "mode " + std::to_string(static_cast<int>(mode)) + " to " + shape_str(ys) + " " +
+                                 dtype_name(d);
+        const Tensor x = cpu_tensor(test::random_values(shape_numel(xs), d, rng_), xs, d);
+        const Tensor g = cpu_tensor(test::random_values(shape_numel(ys), d, rng_), ys, d);
+        Tensor y = full(ys, std::nan(""), TensorOptions(d).device(Device::cuda())), yc = empty(ys, d);
+        get_kernel<Op::pad>(Device::cuda())(y, x.to(Device::cuda()), p);
+        get_kernel<Op::pad>(Device::cpu())(yc, x, p);
+        test::expect_matches_cpu(y, yc, "pad " + what);
+        Tensor gx = full(xs, std::nan(""), TensorOptions(d).device(Device::cuda())), gxc = empty(xs, d);
+        get_kernel<Op::pad_backward>(Device::cuda())(gx, g.to(Device::cuda()), p);
+        get_kernel<Op::pad_backward>(Device::cpu())(gxc, g, p);
+        test::expect_matches_cpu(gx, gxc, "pad_backward " + what);
+      }
     }
   }
 }

@@ -76,6 +76,22 @@ TEST(Pad, VolumesAndStridedInputs) {
   }
   gradcheck([](const std::vector<Tensor>& t) { return nn::F::pad(t[0], {1, 0, 2, 1, 1, 1}, PadMode::Reflect); },
             {randn64({1, 3, 3, 4}, 22).requires_grad_()});
+  // Four padded dims take the gather per dim (the kernels pad up to three): the fourth padded on its own.
+  for (PadMode m : {PadMode::Reflect, PadMode::Replicate, PadMode::Circular}) {
+    const Tensor fourth_first = nn::F::pad(x.transpose(1, -1), {1, 2}, m).transpose(1, -1);
+    const Tensor want = nn::F::pad(fourth_first, {1, 4, 3, 2, 2, 3}, m);
+    test::expect_tensor_near(nn::F::pad(x, {1, 4, 3, 2, 2, 3, 1, 2}, m), test::values(want), want.sizes(), 0, 0,
+                             std::string(name(m)) + " over four dims");
+  }
+  gradcheck([](const std::vector<Tensor>& t) { return nn::F::pad(t[0], {1, 0, 0, 1, 1, 1, 1, 0}, PadMode::Replicate); },
+            {randn64({2, 2, 3, 2}, 23).requires_grad_()});
+  // The kernels copy any dtype; 16-bit gradients sum in float32 and round once.
+  const Tensor ints = arange(0, 24, 1, TensorOptions(kInt64)).view({2, 3, 4});
+  EXPECT_EQ(test::values(nn::F::pad(ints, {2, 1, 1, 1}, PadMode::Reflect)),
+            test::values(nn::F::pad(ints.to(kFloat64), {2, 1, 1, 1}, PadMode::Reflect)));
+  const Tensor g = randn64({2, 5, 7}, 24).to(kBFloat16);
+  EXPECT_TRUE(equal(ops::pad_backward(g, {2, 1, 1, 1}, PadMode::Replicate, {2, 3, 4}),
+                    ops::pad_backward(g.to(kFloat32), {2, 1, 1, 1}, PadMode::Replicate, {2, 3, 4}).to(kBFloat16)));
   // Empty inputs give empty outputs.
   EXPECT_EQ(nn::F::pad(zeros({0, 3, 4}), {1, 1, 2, 2}, PadMode::Reflect).sizes(), (Shape{0, 7, 6}));
 }

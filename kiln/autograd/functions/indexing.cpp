@@ -246,6 +246,33 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
   return out;
 }
 
+namespace {
+// Inside a backward function: whether it runs under create_graph (the engine enables grad mode then).
+bool create_graph() { return autograd::GradMode::is_enabled(); }
+
+// pad's gradient as a differentiable op: its own gradient is the padding (they are adjoint linear maps).
+Tensor pad_backward(const Tensor& g, IntArrayRef pads, PadMode mode, IntArrayRef x_shape) {
+  Tensor out = ops::pad_backward(g, pads, mode, x_shape);
+  if (should_record(g)) {
+    record("pad_backward", out, {g}, [pads = pads.vec(), mode](const Tensor& gx, const OpNode&) {
+      return TensorList{pad(gx, pads, mode)};
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode) {
+  Tensor out = ops::pad(x, pads, mode);
+  if (should_record(x)) {
+    record("pad", out, {x}, [pads = pads.vec(), mode, x_shape = x.sizes()](const Tensor& g, const OpNode&) {
+      if (create_graph()) return TensorList{pad_backward(g, pads, mode, x_shape)};
+      return TensorList{ops::pad_backward(g, pads, mode, x_shape)};
+    });
+  }
+  return out;
+}
+
 // pad: the gradient is g with the padding cut off (and what negative pads cropped padded back with zeros):
 // pad(g, -pads)
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {

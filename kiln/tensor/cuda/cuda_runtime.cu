@@ -339,6 +339,7 @@ void register_cuda_indexing_kernels();     // indexing_cuda.cu
 void register_cuda_random_kernels();       // random_cuda.cu
 void register_cuda_conv_kernels();         // conv_cuda.cu
 void register_cuda_adaptive_pool_kernels(); // adaptive_pool_cuda.cu
+void register_cuda_pad_kernels();          // pad_cuda.cu
 void register_cuda_optim_kernels();        // optim_cuda.cu
 void register_cuda_cross_entropy_kernels(); // cross_entropy_cuda.cu
 void register_cuda_normalization_kernels(); // normalization_cuda.cu
@@ -356,6 +357,7 @@ void register_cuda_kernels() {
   register_cuda_random_kernels();
   register_cuda_conv_kernels();
   register_cuda_adaptive_pool_kernels();
+  register_cuda_pad_kernels();
   register_cuda_optim_kernels();
   register_cuda_cross_entropy_kernels();
   register_cuda_normalization_kernels();

@@ -421,4 +421,95 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {
   return out;
 }
 
+namespace {
+const char* mode_name(PadMode mode) {
+  switch (mode) {
+    case PadMode::Constant:
+      return "constant";
+    case PadMode::Reflect:
+      return "reflect";
+    case PadMode::Replicate:
+      return "replicate";
+    case PadMode::Circular:
+      return "circular";
+  }
+  return "?";
+}
+
+// The (B, D, H, W) view the pad kernels take of a shape padded over its last k dims, and the params.
+Shape pad_canonical(IntArrayRef shape, size_t k) {
+  Shape c = {1, 1, 1, 1};
+  const size_t lead = shape.size() - k;
+  for (size_t i = 0; i < lead; ++i) c[0] *= shape[i];
+  for (size_t i = 0; i < k; ++i) c[4 - k + i] = shape[lead + i];
+  return c;
+}
+PadParams pad_params(IntArrayRef pads, PadMode mode) {
+  PadParams p;
+  p.mode = mode;
+  for (size_t j = 0; j < pads.size() / 2; ++j) p.before[2 - j] = pads[2 * j];
+  return p;
+}
+Shape padded_shape(IntArrayRef shape, IntArrayRef pads) {
+  Shape out = shape.vec();
+  for (size_t j = 0; j < pads.size() / 2; ++j) out[shape.size() - 1 - j] += pads[2 * j] + pads[2 * j + 1];
+  return out;
+}
+}  // namespace
+
+void check_pad(const Tensor& x, IntArrayRef pads, PadMode mode) {
+  KILN_CHECK(mode != PadMode::Constant, "pad: check_pad is for the copying modes, got constant");
+  KILN_CHECK(pads.size() % 2 == 0 && !pads.empty(), "pad: expected (before, after) pairs, got ", shape_str(pads));
+  const int64_t pairs = static_cast<int64_t>(pads.size()) / 2;
+  KILN_CHECK(pairs <= x.dim(), "pad: ", pairs, " pairs of pads ", shape_str(pads), " for a tensor of ", x.dim(),
+             " dims ", shape_str(x.sizes()));
+  for (int64_t j = 0; j < pairs; ++j) {
+    const int64_t d = x.dim() - 1 - j, n = x.size(d), before = pads[2 * j], after = pads[2 * j + 1];
+    KILN_CHECK(n + before + after >= 0, "pad: pads (", before, ", ", after, ") make dim ", d, " of size ", n,
+               " negative");
+    if (mode == PadMode::Reflect)
+      KILN_CHECK(before < n && after < n, "pad: reflect pads (", before, ", ", after, ") of dim ", d,
+                 " must be smaller than its size ", n, " (input of shape ", shape_str(x.sizes()), ")");
+    else if (mode == PadMode::Replicate)
+      KILN_CHECK(n > 0, "pad: replicate needs a non-empty dim ", d, ", got input of shape ", shape_str(x.sizes()));
+    else
+      // A crop on one side and a wrap on the other could wrap the input or the cropped input (PyTorch versions
+      // differ), so circular takes no negative pads: narrow first.
+      KILN_CHECK(before >= 0 && after >= 0 && before <= n && after <= n, "pad: circular pads (", before, ", ", after,
+                 ") of dim ", d, " must be in [0, ", n, "], its size (input of shape ", shape_str(x.sizes()),
+                 "): they wrap once, and do not crop");
+  }
+}
+
+Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode) {
+  KILN_CHECK(x.defined(), "pad: the input tensor is undefined");
+  check_pad(x, pads, mode);
+  const size_t k = pads.size() / 2;
+  KILN_CHECK(k <= 3, "pad: the ", mode_name(mode), " kernels pad up to three dims, got ", k, " pairs");
+  Tensor out = empty(padded_shape(x.sizes(), pads), TensorOptions(x.dtype()).device(x.device()));
+  if (out.numel() == 0) return out;
+  call_kernel<Op::pad>(x.device(), view(out, pad_canonical(out.sizes(), k)),
+                       view(contiguous(x), pad_canonical(x.sizes(), k)), pad_params(pads, mode));
+  return out;
+}
+
+Tensor pad_backward(const Tensor& grad_out, IntArrayRef pads, PadMode mode, IntArrayRef input_shape) {
+  KILN_CHECK(grad_out.defined(), "pad_backward: grad_out is undefined");
+  const size_t k = pads.size() / 2;
+  KILN_CHECK(mode != PadMode::Constant && pads.size() % 2 == 0 && k >= 1 && k <= 3 && k <= input_shape.size(),
+             "pad_backward: expected a copying mode and one to three (before, after) pairs, got ", shape_str(pads));
+  KILN_CHECK(grad_out.sizes() == padded_shape(input_shape, pads), "pad_backward: grad_out ",
+             shape_str(grad_out.sizes()), " is not the input shape ", shape_str(input_shape), " padded by ",
+             shape_str(pads));
+  KILN_CHECK(is_floating(grad_out.dtype()), "pad_backward: expected a floating-point grad_out, got ",
+             grad_out.dtype());
+  Tensor grad_x = empty(input_shape, TensorOptions(grad_out.dtype()).device(grad_out.device()));
+  if (grad_x.numel() == 0) return grad_x;
+  if (grad_out.numel() == 0) return fill_(grad_x, 0);
+  call_kernel<Op::pad_backward>(grad_out.device(), view(grad_x, pad_canonical(input_shape, k)),
+                                view(contiguous(grad_out), pad_canonical(grad_out.sizes(), k)),
+                                pad_params(pads, mode));
+  return grad_x;
+}
+
 }  // namespace kiln::ops

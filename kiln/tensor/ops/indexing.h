@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "kiln/tensor/ops/op_list.h"
 #include "kiln/tensor/tensor.h"
 
 namespace kiln::ops {
@@ -49,5 +50,12 @@ Tensor flip(const Tensor& x, IntArrayRef dims);
 Tensor repeat(const Tensor& x, IntArrayRef repeats);
 // Constant padding; pads lists (before, after) pairs starting from the LAST dim, as torch.nn.functional.pad.
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
+// Padding by copies of x's own elements (mode Reflect, Replicate or Circular; kiln/tensor/ops/pad.h) over at
+// most the last three dims, through the pad kernels. check_pad names the first pad the mode cannot take: reflect
+// needs each pad below its dim's size, replicate a non-empty dim, circular each pad in [0, the dim's size].
+void check_pad(const Tensor& x, IntArrayRef pads, PadMode mode);
+Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode);
+// grad_out: input_shape padded by pads -> grad_x of input_shape, each element the sum of the outputs copying it.
+Tensor pad_backward(const Tensor& grad_out, IntArrayRef pads, PadMode mode, IntArrayRef input_shape);
 
 }  // namespace kiln::ops

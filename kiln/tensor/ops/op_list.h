@@ -1,7 +1,7 @@
 // The one list of ops that have kernels, with the signature their kernels take.
 //
 // It generates the Op enum, the op names and the slots of the dispatch table (dispatch.h). Ops built from
-// other ops (stack, tril, one_hot, pad, ...) are not here: they have no kernels of their own and run on every
+// other ops (stack, tril, one_hot, constant pad, ...) are not here: they have no kernels of their own and run on every
 // device that runs their parts.
 //
 // Kernels receive outputs already allocated with the right shape and dtype, and inputs already broadcast
@@ -71,6 +71,13 @@ struct Conv2dParams {
   int64_t dilation[2] = {1, 1};
   int64_t groups = 1;
 };
+// What padding fills the border with (kiln/tensor/ops/pad.h): a constant, or copies of the input's own
+// elements, mirrored about the edge (Reflect), the edge repeated (Replicate) or wrapped around (Circular).
+enum class PadMode : uint8_t { Constant, Reflect, Replicate, Circular };
+struct PadParams {
+  PadMode mode = PadMode::Reflect;  // one of the copying modes
+  int64_t before[3] = {0, 0, 0};    // the pad before each of dims D, H, W (negative: a crop)
+};
 struct Pool2dParams {
   int64_t kernel[2] = {1, 1};
   int64_t stride[2] = {1, 1};
@@ -99,6 +106,11 @@ using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_ou
 // contiguous, one floating dtype.
 using AdaptiveAvgPoolKernel = void(const Tensor& out, const Tensor& x);
 using AdaptiveAvgPoolBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out);
+// Padding by copies (PadParams): out (B, OD, OH, OW) from x (B, D, H, W), each output reading pad::source along
+// each dim (any dtype). Backward: grad_x (B, D, H, W), overwritten, each input the sum of the outputs that read
+// it (floating). All contiguous.
+using PadKernel = void(const Tensor& out, const Tensor& x, const PadParams& p);
+using PadBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const PadParams& p);
 // Adaptive max pooling's argmax over the same bins: indices (B, OD, OH, OW), int64, where each bin's max of x
 // (B, D, H, W) is, as (d H + h) W + w within its (D, H, W) volume; the first on ties, a NaN wins. Contiguous.
 using AdaptiveMaxPoolKernel = void(const Tensor& indices, const Tensor& x);
@@ -268,6 +280,8 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(adaptive_avg_pool, AdaptiveAvgPoolKernel) \
   X(adaptive_avg_pool_backward, AdaptiveAvgPoolBackwardKernel) \
   X(adaptive_max_pool, AdaptiveMaxPoolKernel) \
+  X(pad, PadKernel)                        \
+  X(pad_backward, PadBackwardKernel)       \
   /* fused losses */                       \
   X(cross_entropy, CrossEntropyKernel)     \
   X(cross_entropy_backward, CrossEntropyBackwardKernel) \

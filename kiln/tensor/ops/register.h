@@ -16,6 +16,7 @@ void register_linalg_cpu_kernels();
 void register_indexing_cpu_kernels();
 void register_conv_cpu_kernels();
 void register_adaptive_pool_cpu_kernels();
+void register_pad_cpu_kernels();
 void register_optim_cpu_kernels();
 void register_cross_entropy_cpu_kernels();
 void register_normalization_cpu_kernels();
