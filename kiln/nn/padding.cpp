@@ -8,48 +8,24 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/indexing.h"
+#include "kiln/tensor/ops/pad.h"
 
 namespace kiln::nn {
 namespace functional {
 
 namespace {
-const char* mode_name(PadMode mode) {
-  switch (mode) {
-    case PadMode::Constant:
-      return "constant";
-    case PadMode::Reflect:
-      return "reflect";
-    case PadMode::Replicate:
-      return "replicate";
-    case PadMode::Circular:
-      return "circular";
-  }
-  return "?";
-}
-
-// Where each of the `before + n + after` outputs of one padded dim of size n reads from.
+// Where each of the `before + n + after` outputs of one padded dim of size n reads from (pad.h, as the kernels).
 std::vector<int64_t> source_positions(PadMode mode, int64_t n, int64_t before, int64_t after) {
   std::vector<int64_t> src;
   src.reserve(static_cast<size_t>(before + n + after));
-  for (int64_t i = -before; i < n + after; ++i) {
-    int64_t s = i;
-    if (mode == PadMode::Reflect) {
-      s = s < 0 ? -s : s;                // a b c | -> mirrored about the first element
-      s = s >= n ? 2 * (n - 1) - s : s;  // ... and about the last
-    } else if (mode == PadMode::Replicate) {
-      s = std::clamp<int64_t>(s, 0, n - 1);
-    } else {
-      s = ((s % n) + n) % n;
-    }
-    src.push_back(s);
-  }
+  for (int64_t o = 0; o < before + n + after; ++o) src.push_back(padding::source(mode, o, n, before));
   return src;
 }
 }  // namespace
 
 Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode, double value) {
   if (mode == PadMode::Constant) return kiln::pad(x, pads, value);
-  KILN_CHECK(value == 0.0, "pad: mode ", mode_name(mode), " takes no value (", value,
+  KILN_CHECK(value == 0.0, "pad: mode ", padding::mode_name(mode), " takes no value (", value,
              "); only mode constant fills with one");
   ops::check_pad(x, pads, mode);
   const int64_t pairs = static_cast<int64_t>(pads.size()) / 2;

@@ -1,6 +1,6 @@
 // CUDA kernels of padding by copies (op_list.h: PadKernel, PadBackwardKernel), over (B, D, H, W) with the
 // positions pad.h gives, as the CPU's (pad_cpu.cpp): one thread per output element copies its source; for the
-// gradient, one thread per input element sums the outputs that read it (pad::readers along each dim), so there
+// gradient, one thread per input element sums the outputs that read it (padding::readers along each dim), so there
 // are no atomics and the result is the same on every run. 16-bit floats sum in float.
 #include <algorithm>
 
@@ -29,8 +29,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ow = i % s.OW, oh = i / s.OW % s.OH, od = i / (s.OW * s.OH) % s.OD, b = i / (s.OW * s.OH * s.OD);
-    const int64_t d = pad::source(p.mode, od, s.D, p.before[0]), h = pad::source(p.mode, oh, s.H, p.before[1]),
-                  w = pad::source(p.mode, ow, s.W, p.before[2]);
+    const int64_t d = padding::source(p.mode, od, s.D, p.before[0]), h = padding::source(p.mode, oh, s.H, p.before[1]),
+                  w = padding::source(p.mode, ow, s.W, p.before[2]);
     out[i] = x[((b * s.D + d) * s.H + h) * s.W + w];
   }
 }
@@ -43,9 +43,9 @@ __global__ void __launch_bounds__(kThreads)
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t w = i % s.W, h = i / s.W % s.H, d = i / (s.W * s.H) % s.D, b = i / (s.W * s.H * s.D);
     int64_t dlo[3], dhi[3], hlo[3], hhi[3], wlo[3], whi[3];
-    const int nd = pad::readers(p.mode, d, s.D, p.before[0], s.OD, dlo, dhi);
-    const int nh = pad::readers(p.mode, h, s.H, p.before[1], s.OH, hlo, hhi);
-    const int nw = pad::readers(p.mode, w, s.W, p.before[2], s.OW, wlo, whi);
+    const int nd = padding::readers(p.mode, d, s.D, p.before[0], s.OD, dlo, dhi);
+    const int nh = padding::readers(p.mode, h, s.H, p.before[1], s.OH, hlo, hhi);
+    const int nw = padding::readers(p.mode, w, s.W, p.before[2], s.OW, wlo, whi);
     M sum = 0;
     for (int a = 0; a < nd; ++a)
       for (int64_t od = dlo[a]; od < dhi[a]; ++od)

@@ -14,6 +14,7 @@
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
+#include "kiln/tensor/ops/pad.h"
 
 namespace kiln::ops {
 
@@ -422,20 +423,6 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {
 }
 
 namespace {
-const char* mode_name(PadMode mode) {
-  switch (mode) {
-    case PadMode::Constant:
-      return "constant";
-    case PadMode::Reflect:
-      return "reflect";
-    case PadMode::Replicate:
-      return "replicate";
-    case PadMode::Circular:
-      return "circular";
-  }
-  return "?";
-}
-
 // The (B, D, H, W) view the pad kernels take of a shape padded over its last k dims, and the params.
 Shape pad_canonical(IntArrayRef shape, size_t k) {
   Shape c = {1, 1, 1, 1};
@@ -485,7 +472,7 @@ Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode) {
   KILN_CHECK(x.defined(), "pad: the input tensor is undefined");
   check_pad(x, pads, mode);
   const size_t k = pads.size() / 2;
-  KILN_CHECK(k <= 3, "pad: the ", mode_name(mode), " kernels pad up to three dims, got ", k, " pairs");
+  KILN_CHECK(k <= 3, "pad: the ", padding::mode_name(mode), " kernels pad up to three dims, got ", k, " pairs");
   Tensor out = empty(padded_shape(x.sizes(), pads), TensorOptions(x.dtype()).device(x.device()));
   if (out.numel() == 0) return out;
   call_kernel<Op::pad>(x.device(), view(out, pad_canonical(out.sizes(), k)),

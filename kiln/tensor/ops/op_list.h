@@ -106,9 +106,9 @@ using MaxPool2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_ou
 // contiguous, one floating dtype.
 using AdaptiveAvgPoolKernel = void(const Tensor& out, const Tensor& x);
 using AdaptiveAvgPoolBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out);
-// Padding by copies (PadParams): out (B, OD, OH, OW) from x (B, D, H, W), each output reading pad::source along
-// each dim (any dtype). Backward: grad_x (B, D, H, W), overwritten, each input the sum of the outputs that read
-// it (floating). All contiguous.
+// Padding by copies (PadParams): out (B, OD, OH, OW) from x (B, D, H, W), each output reading padding::source
+// (pad.h) along each dim (any dtype). Backward: grad_x (B, D, H, W), overwritten, each input the sum of the
+// outputs that read it (floating). All contiguous.
 using PadKernel = void(const Tensor& out, const Tensor& x, const PadParams& p);
 using PadBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, const PadParams& p);
 // Adaptive max pooling's argmax over the same bins: indices (B, OD, OH, OW), int64, where each bin's max of x

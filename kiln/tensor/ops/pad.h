@@ -10,7 +10,22 @@
 #include "kiln/tensor/macros.h"
 #include "kiln/tensor/ops/op_list.h"
 
-namespace kiln::pad {
+namespace kiln::padding {
+
+// "reflect", for messages.
+inline const char* mode_name(PadMode mode) {
+  switch (mode) {
+    case PadMode::Constant:
+      return "constant";
+    case PadMode::Reflect:
+      return "reflect";
+    case PadMode::Replicate:
+      return "replicate";
+    case PadMode::Circular:
+      return "circular";
+  }
+  return "?";
+}
 
 KILN_INLINE int64_t source(PadMode mode, int64_t o, int64_t n, int64_t before) {
   int64_t s = o - before;
@@ -49,4 +64,4 @@ KILN_INLINE int readers(PadMode mode, int64_t i, int64_t n, int64_t before, int6
   return count;
 }
 
-}  // namespace kiln::pad
+}  // namespace kiln::padding

@@ -1,7 +1,7 @@
 // CPU kernels of padding by copies (op_list.h: PadKernel, PadBackwardKernel; pad.h gives the positions), over
 // (B, D, H, W). Forward: each output row (b, od, oh) reads one input row, its inside a memcpy and its border
 // through a table of source positions. Backward: each input row (b, d, h) sums the output rows that read it
-// (pad::readers along D and H), each by its inside and then its border outputs added at their sources along
+// (padding::readers along D and H), each by its inside and then its border outputs added at their sources along
 // W. A task owns whole input rows, so no two threads write one element and the sums come out in one order.
 // float16 and bfloat16 gradients sum in float32 and are rounded once.
 #include <algorithm>
@@ -28,13 +28,14 @@ Dims dims_of(const Tensor& in, const Tensor& padded) {
 
 std::vector<int64_t> sources(const PadParams& p, int dim, int64_t n, int64_t out) {
   std::vector<int64_t> s(static_cast<size_t>(out));
-  for (int64_t o = 0; o < out; ++o) s[static_cast<size_t>(o)] = pad::source(p.mode, o, n, p.before[dim]);
+  for (int64_t o = 0; o < out; ++o) s[static_cast<size_t>(o)] = padding::source(p.mode, o, n, p.before[dim]);
   return s;
 }
 
 void forward(const Tensor& out, const Tensor& x, const PadParams& p) {
   const Dims s = dims_of(x, out);
-  const std::vector<int64_t> sd = sources(p, 0, s.D, s.OD), sh = sources(p, 1, s.H, s.OH), sw = sources(p, 2, s.W, s.OW);
+  const std::vector<int64_t> sd = sources(p, 0, s.D, s.OD), sh = sources(p, 1, s.H, s.OH);
+  const std::vector<int64_t> sw = sources(p, 2, s.W, s.OW);
   const int64_t bw = p.before[2], lo = std::clamp<int64_t>(bw, 0, s.OW), hi = std::clamp<int64_t>(bw + s.W, 0, s.OW);
   const size_t esize = x.element_size();
   const char* px = static_cast<const char*>(x.raw_data_ptr());
@@ -68,8 +69,8 @@ void backward(const Tensor& grad_x, const Tensor& grad_out, const PadParams& p) 
       T* __restrict dst = px + r * s.W;
       std::fill(dst, dst + s.W, T(0));
       int64_t dlo[3], dhi[3], hlo[3], hhi[3];
-      const int nd = pad::readers(p.mode, d, s.D, p.before[0], s.OD, dlo, dhi);
-      const int nh = pad::readers(p.mode, h, s.H, p.before[1], s.OH, hlo, hhi);
+      const int nd = padding::readers(p.mode, d, s.D, p.before[0], s.OD, dlo, dhi);
+      const int nh = padding::readers(p.mode, h, s.H, p.before[1], s.OH, hlo, hhi);
       for (int i = 0; i < nd; ++i)
         for (int64_t od = dlo[i]; od < dhi[i]; ++od)
           for (int j = 0; j < nh; ++j)
