@@ -34,9 +34,8 @@ Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode, double value) {
   // With nothing to copy the output is empty too (the checks above leave no other case): constant's is the same.
   if (x.numel() == 0) return kiln::pad(x, pads, 0.0);
   // Beyond three dims, or on a device without the pad kernels: one gather per group of padded dims, each over
-  // its dims flattened into one: the last two together (a
-  // plane, one index_select forward and one index_add back), a third on its own, so that an index stays one
-  // entry per output position of at most a plane.
+  // its dims flattened into one. The last two go together (a plane: one index_select forward, one index_add
+  // back), the others one at a time, so that an index holds at most a plane's output positions.
   Tensor y = x;
   for (int64_t j = 0; j < pairs;) {
     const int64_t take = j == 0 ? std::min<int64_t>(2, pairs) : 1;
