@@ -1,6 +1,7 @@
 // Frontends of convolution and max pooling: shape checks with messages that name the op and the shapes, one
 // floating dtype, contiguous inputs, outputs allocated on the inputs' device, then that device's kernel.
 #include "kiln/tensor/ops/conv.h"
+#include "kiln/tensor/ops/spatial_canonical.h"
 
 #include <algorithm>
 #include <string>
@@ -162,16 +163,6 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, IntArr
 
 namespace {
 
-// The (B, D, H, W) form the kernels take of a shape whose last k dims are spatial: the dims before them
-// flattened into B, missing spatial dims 1.
-Shape pool_canonical(IntArrayRef shape, size_t k) {
-  Shape c = {1, 1, 1, 1};
-  const size_t lead = shape.size() - k;
-  for (size_t i = 0; i < lead; ++i) c[0] *= shape[i];
-  for (size_t i = 0; i < k; ++i) c[4 - k + i] = shape[lead + i];
-  return c;
-}
-
 void check_adaptive_shape(const char* op, IntArrayRef input_shape, IntArrayRef output_size) {
   const size_t k = output_size.size();
   KILN_CHECK(k >= 1 && k <= 3, op, ": expected one to three output sizes, got ", k);
@@ -195,8 +186,8 @@ Tensor adaptive_avg_pool(const Tensor& x, IntArrayRef output_size) {
   out_shape.insert(out_shape.end(), output_size.begin(), output_size.end());
   Tensor out = empty(out_shape, TensorOptions(x.dtype()).device(x.device()));
   if (out.numel() == 0) return out;
-  call_kernel<Op::adaptive_avg_pool>(x.device(), view(out, pool_canonical(out_shape, k)),
-                                     view(contiguous(x), pool_canonical(x.sizes(), k)));
+  call_kernel<Op::adaptive_avg_pool>(x.device(), view(out, spatial_canonical(out_shape, k)),
+                                     view(contiguous(x), spatial_canonical(x.sizes(), k)));
   return out;
 }
 
@@ -209,8 +200,8 @@ Tensor adaptive_max_pool_indices(const Tensor& x, IntArrayRef output_size) {
   out_shape.insert(out_shape.end(), output_size.begin(), output_size.end());
   Tensor indices = empty(out_shape, TensorOptions(kInt64).device(x.device()));
   if (indices.numel() == 0) return indices;
-  call_kernel<Op::adaptive_max_pool>(x.device(), view(indices, pool_canonical(out_shape, k)),
-                                     view(contiguous(x), pool_canonical(x.sizes(), k)));
+  call_kernel<Op::adaptive_max_pool>(x.device(), view(indices, spatial_canonical(out_shape, k)),
+                                     view(contiguous(x), spatial_canonical(x.sizes(), k)));
   return indices;
 }
 
@@ -234,8 +225,8 @@ Tensor adaptive_avg_pool_backward(const Tensor& grad_out, IntArrayRef input_shap
     KILN_CHECK(grad_out.size(static_cast<int64_t>(i)) == input_shape[i], "adaptive_avg_pool_backward: grad_out ",
                shape_str(grad_out.sizes()), " does not match the input shape ", shape_str(input_shape),
                " in dim ", i, ", which is not pooled");
-  call_kernel<Op::adaptive_avg_pool_backward>(grad_out.device(), view(grad_x, pool_canonical(input_shape, k)),
-                                              view(contiguous(grad_out), pool_canonical(grad_out.sizes(), k)));
+  call_kernel<Op::adaptive_avg_pool_backward>(grad_out.device(), view(grad_x, spatial_canonical(input_shape, k)),
+                                              view(contiguous(grad_out), spatial_canonical(grad_out.sizes(), k)));
   return grad_x;
 }
 

@@ -15,6 +15,7 @@
 #include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
 #include "kiln/tensor/ops/pad.h"
+#include "kiln/tensor/ops/spatial_canonical.h"
 
 namespace kiln::ops {
 
@@ -423,14 +424,7 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value) {
 }
 
 namespace {
-// The (B, D, H, W) view the pad kernels take of a shape padded over its last k dims, and the params.
-Shape pad_canonical(IntArrayRef shape, size_t k) {
-  Shape c = {1, 1, 1, 1};
-  const size_t lead = shape.size() - k;
-  for (size_t i = 0; i < lead; ++i) c[0] *= shape[i];
-  for (size_t i = 0; i < k; ++i) c[4 - k + i] = shape[lead + i];
-  return c;
-}
+// The pad kernels' params: the before pads of D, H, W (spatial_canonical's dims).
 PadParams pad_params(IntArrayRef pads, PadMode mode) {
   PadParams p;
   p.mode = mode;
@@ -475,8 +469,8 @@ Tensor pad(const Tensor& x, IntArrayRef pads, PadMode mode) {
   KILN_CHECK(k <= 3, "pad: the ", padding::mode_name(mode), " kernels pad up to three dims, got ", k, " pairs");
   Tensor out = empty(padded_shape(x.sizes(), pads), TensorOptions(x.dtype()).device(x.device()));
   if (out.numel() == 0) return out;
-  call_kernel<Op::pad>(x.device(), view(out, pad_canonical(out.sizes(), k)),
-                       view(contiguous(x), pad_canonical(x.sizes(), k)), pad_params(pads, mode));
+  call_kernel<Op::pad>(x.device(), view(out, spatial_canonical(out.sizes(), k)),
+                       view(contiguous(x), spatial_canonical(x.sizes(), k)), pad_params(pads, mode));
   return out;
 }
 
@@ -493,8 +487,8 @@ Tensor pad_backward(const Tensor& grad_out, IntArrayRef pads, PadMode mode, IntA
   Tensor grad_x = empty(input_shape, TensorOptions(grad_out.dtype()).device(grad_out.device()));
   if (grad_x.numel() == 0) return grad_x;
   if (grad_out.numel() == 0) return fill_(grad_x, 0);
-  call_kernel<Op::pad_backward>(grad_out.device(), view(grad_x, pad_canonical(input_shape, k)),
-                                view(contiguous(grad_out), pad_canonical(grad_out.sizes(), k)),
+  call_kernel<Op::pad_backward>(grad_out.device(), view(grad_x, spatial_canonical(input_shape, k)),
+                                view(contiguous(grad_out), spatial_canonical(grad_out.sizes(), k)),
                                 pad_params(pads, mode));
   return grad_x;
 }
