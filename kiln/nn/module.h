@@ -16,6 +16,7 @@
 // (module(x), not module.forward(x)) runs its forward hooks and names it in anomaly mode's reports.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -149,6 +150,8 @@ class ModuleHolder {
              !(sizeof...(Args) == 1 && (std::is_same_v<std::remove_cvref_t<Args>, ModuleHolder> || ...)))
   explicit ModuleHolder(Args&&... args) : impl_(std::make_shared<M>(std::forward<Args>(args)...)) {}
   ModuleHolder(std::shared_ptr<M> impl) : impl_(std::move(impl)) {}  // NOLINT: a holder is its pointer
+  // An empty holder, for an optional submodule (TransformerEncoder's norm); is_empty() tells.
+  ModuleHolder(std::nullptr_t) {}  // NOLINT: as a null pointer
   // A module whose constructor ends with an options struct names it `using Options = ...;`, and then the
   // options can be a braced list, which the constructor above cannot deduce: nn::HuberLoss({.delta = 2}),
   // nn::Conv2d(3, 16, 3, {.stride = 2}).
@@ -183,6 +186,7 @@ class ModuleHolder {
   M* operator->() const { return impl_.get(); }
   M& operator*() const { return *impl_; }
   const std::shared_ptr<M>& ptr() const { return impl_; }
+  bool is_empty() const { return impl_ == nullptr; }
   operator std::shared_ptr<Module>() const { return impl_; }  // NOLINT
   Tensor operator()(const Tensor& x) const { return (*impl_)(x); }
   // Modules whose forward takes more than one argument (the losses' input and target, attention's query, key

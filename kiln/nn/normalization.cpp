@@ -93,12 +93,12 @@ Tensor GroupNormImpl::forward(const Tensor& x) { return functional::group_norm(x
 
 std::string GroupNormImpl::extra_repr() const { return detail::concat(groups_, ", eps=", eps_); }
 
-LayerNormImpl::LayerNormImpl(Shape normalized_shape, double eps, bool elementwise_affine)
+LayerNormImpl::LayerNormImpl(Shape normalized_shape, double eps, bool elementwise_affine, bool with_bias)
     : Module("LayerNorm"), normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   KILN_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
   if (elementwise_affine) {
     weight = register_parameter("weight", ones(normalized_shape_));
-    bias = register_parameter("bias", zeros(normalized_shape_));
+    if (with_bias) bias = register_parameter("bias", zeros(normalized_shape_));
   }
 }
 

@@ -111,10 +111,11 @@ class GroupNormImpl : public Module {
 using GroupNorm = ModuleHolder<GroupNormImpl>;
 
 // Normalizes over the last dims (normalized_shape) to mean 0 and variance 1, then scales and shifts by the
-// learned weight (ones) and bias (zeros) when elementwise_affine.
+// learned weight (ones) and bias (zeros) when elementwise_affine. bias = false keeps only the weight, as
+// PyTorch 2.1's LayerNorm(..., bias=False): `bias` is then undefined and not a parameter.
 class LayerNormImpl : public Module {
  public:
-  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNormImpl(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Tensor weight, bias;

@@ -1,6 +1,6 @@
-// MultiheadAttention and TransformerEncoderLayer against their formulas written out with float64 loops (per
-// head: softmax(q k^T / sqrt(d) + mask) v, then out_proj; layer norm, residuals and the feed-forward block by
-// hand), gradchecked; PyTorch's parameter names; nn::init::orthogonal_ against Gram-Schmidt of the same draw.
+// MultiheadAttention against its formula written out with float64 loops (tests/nn/attention_reference.h: per
+// head softmax(q k^T / sqrt(d) + mask) v, then out_proj), gradchecked; PyTorch's parameter names;
+// nn::init::orthogonal_ against Gram-Schmidt of the same draw. The Transformer layers: transformer_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +11,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
+#include "nn/attention_reference.h"
 #include "nn/nn_test_util.h"
 #include "tensor/test_util.h"
 
@@ -19,117 +20,17 @@ namespace {
 
 using autograd::gradcheck;
 using test::expect_error;
-using test::randn64;
-
+using test::expect_near;
 using test::kInf;
-
-std::vector<double> values(const Tensor& t) { return t.contiguous().to(kFloat64).to_vector<double>(); }
-
-// ---- the float64 loop reference ----
-
-struct MhaWeights {
-  int64_t kdim, vdim;
-  // (E, E), (E, kdim), (E, vdim); (3E) with q, k, v in turn; (E, E), (E). Absent biases are zeros.
-  std::vector<double> w_q, w_k, w_v, b_in, w_out, b_out;
-};
-
-MhaWeights weights_of(nn::MultiheadAttentionImpl& m) {
-  int64_t E = m.embed_dim();
-  MhaWeights w;
-  w.kdim = m.options().kdim;
-  w.vdim = m.options().vdim;
-  if (m.in_proj_weight.defined()) {
-    std::vector<double> packed = values(m.in_proj_weight);
-    w.w_q.assign(packed.begin(), packed.begin() + E * E);
-    w.w_k.assign(packed.begin() + E * E, packed.begin() + 2 * E * E);
-    w.w_v.assign(packed.begin() + 2 * E * E, packed.end());
-  } else {
-    w.w_q = values(m.q_proj_weight);
-    w.w_k = values(m.k_proj_weight);
-    w.w_v = values(m.v_proj_weight);
-  }
-  w.b_in = m.in_proj_bias.defined() ? values(m.in_proj_bias) : std::vector<double>(3 * E, 0.0);
-  w.w_out = values(m.out_proj->weight);
-  w.b_out = m.out_proj->bias.defined() ? values(m.out_proj->bias) : std::vector<double>(E, 0.0);
-  return w;
-}
-
-// Additive mask entry for batch n, head h, query i, key j (-inf: masked).
-using MaskFn = std::function<double(int64_t n, int64_t h, int64_t i, int64_t j)>;
-const MaskFn kNoMask = [](int64_t, int64_t, int64_t, int64_t) { return 0.0; };
-
-struct MhaResult {
-  std::vector<double> out;      // (L, N, E)
-  std::vector<double> weights;  // (N, H, L, S)
-  std::vector<double> averaged(int64_t N, int64_t H, int64_t L, int64_t S) const {
-    std::vector<double> a(static_cast<size_t>(N * L * S), 0.0);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < L * S; ++i) a[n * L * S + i] += weights[(n * H + h) * L * S + i] / H;
-    return a;
-  }
-};
-
-// q: (L, N, E), k: (S, N, kdim), v: (S, N, vdim), time-first and flat.
-MhaResult mha_reference(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                        int64_t L, int64_t S, int64_t N, int64_t E, int64_t H, const MhaWeights& w,
-                        const MaskFn& mask) {
-  int64_t d = E / H;
-  MhaResult r;
-  r.weights.assign(static_cast<size_t>(N * H * L * S), 0.0);
-  std::vector<double> joined(static_cast<size_t>(L * N * E), 0.0);
-  // feature f of the projection `which` (0: q, 1: k, 2: v) of token t of x
-  auto project = [&](const std::vector<double>& x, int64_t t, int64_t n, int which, int64_t f) {
-    const std::vector<double>& wt = which == 0 ? w.w_q : which == 1 ? w.w_k : w.w_v;
-    int64_t in = which == 0 ? E : which == 1 ? w.kdim : w.vdim;
-    double s = w.b_in[which * E + f];
-    for (int64_t e = 0; e < in; ++e) s += x[(t * N + n) * in + e] * wt[f * in + e];
-    return s;
-  };
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < L; ++i) {
-        std::vector<double> score(static_cast<size_t>(S));
-        double top = -kInf;
-        for (int64_t j = 0; j < S; ++j) {
-          double s = 0;
-          for (int64_t c = 0; c < d; ++c) s += project(q, i, n, 0, h * d + c) * project(k, j, n, 1, h * d + c);
-          score[j] = s / std::sqrt(static_cast<double>(d)) + mask(n, h, i, j);
-          top = std::max(top, score[j]);
-        }
-        if (top == -kInf) continue;  // every key masked: zero weights, kiln's documented choice
-        double total = 0;
-        for (double& s : score) total += (s = std::exp(s - top));
-        for (int64_t j = 0; j < S; ++j) {
-          double p = score[j] / total;
-          r.weights[((n * H + h) * L + i) * S + j] = p;
-          for (int64_t c = 0; c < d; ++c)
-            joined[(i * N + n) * E + h * d + c] += p * project(v, j, n, 2, h * d + c);
-        }
-      }
-  r.out.assign(static_cast<size_t>(L * N * E), 0.0);
-  for (int64_t t = 0; t < L * N; ++t)
-    for (int64_t o = 0; o < E; ++o) {
-      double s = w.b_out[o];
-      for (int64_t e = 0; e < E; ++e) s += joined[t * E + e] * w.w_out[o * E + e];
-      r.out[t * E + o] = s;
-    }
-  return r;
-}
-
-void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << what << " at " << i;
-}
-
-// (N, L, E) flat -> (L, N, E) flat
-std::vector<double> to_time_first(const std::vector<double>& x, int64_t N, int64_t L, int64_t E) {
-  std::vector<double> y(x.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t e = 0; e < E; ++e) y[(i * N + n) * E + e] = x[(n * L + i) * E + e];
-  return y;
-}
+using test::kNoMask;
+using test::MaskFn;
+using test::mha_reference;
+using test::MhaResult;
+using test::MhaWeights;
+using test::randn64;
+using test::to_time_first;
+using test::values;
+using test::weights_of;
 
 // A float64 module with random biases too (zero biases would hide a misplaced one).
 nn::MultiheadAttention make_mha(int64_t E, int64_t H, nn::MultiheadAttentionOptions options = {}) {
@@ -415,185 +316,6 @@ TEST(MultiheadAttention, BadInputsNameWhatWasExpected) {
                {"attn_mask", "(L, S) = (3, 4)", "(N * num_heads, L, S) = (4, 3, 4)", "(3, 3)"});
   expect_error([&] { m->forward(q, k, k, zeros({kN, kS}, kInt64)); }, {"key_padding_mask", "bool", "int64"});
   expect_error([&] { m->forward(q, k, k, zeros({kS, kN}, kBool)); }, {"key_padding_mask", "(N, S) = (2, 4)", "(4, 2)"});
-}
-
-// ---- TransformerEncoderLayer ----
-
-std::vector<double> linear_rows(const std::vector<double>& x, int64_t rows, int64_t in, int64_t out,
-                                const std::vector<double>& w, const std::vector<double>& b) {
-  std::vector<double> y(static_cast<size_t>(rows * out));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out; ++o) {
-      double s = b[o];
-      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
-      y[r * out + o] = s;
-    }
-  return y;
-}
-
-std::vector<double> layer_norm_rows(const std::vector<double>& x, int64_t rows, int64_t E, const std::vector<double>& w,
-                                    const std::vector<double>& b, double eps) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    double mean = 0, var = 0;
-    for (int64_t e = 0; e < E; ++e) mean += x[r * E + e] / E;
-    for (int64_t e = 0; e < E; ++e) var += (x[r * E + e] - mean) * (x[r * E + e] - mean) / E;
-    for (int64_t e = 0; e < E; ++e) y[r * E + e] = (x[r * E + e] - mean) / std::sqrt(var + eps) * w[e] + b[e];
-  }
-  return y;
-}
-
-std::vector<double> plus(std::vector<double> a, const std::vector<double>& b) {
-  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
-  return a;
-}
-
-// src: (S, N, E) time-first
-std::vector<double> encoder_reference(nn::TransformerEncoderLayerImpl& layer, const std::vector<double>& src,
-                                      int64_t S, int64_t N, int64_t E, int64_t H, int64_t F, bool norm_first,
-                                      bool gelu, const MaskFn& mask) {
-  MhaWeights w = weights_of(*layer.self_attn);
-  auto norm = [&](nn::LayerNorm& ln, const std::vector<double>& x) {
-    return layer_norm_rows(x, S * N, E, values(ln->weight), values(ln->bias), 1e-5);
-  };
-  auto sa = [&](const std::vector<double>& x) { return mha_reference(x, x, x, S, S, N, E, H, w, mask).out; };
-  auto ff = [&](const std::vector<double>& x) {
-    std::vector<double> h = linear_rows(x, S * N, E, F, values(layer.linear1->weight), values(layer.linear1->bias));
-    for (double& e : h) e = gelu ? 0.5 * e * (1 + std::erf(e / std::sqrt(2.0))) : std::max(e, 0.0);
-    return linear_rows(h, S * N, F, E, values(layer.linear2->weight), values(layer.linear2->bias));
-  };
-  std::vector<double> x = src;
-  if (norm_first) {
-    x = plus(x, sa(norm(layer.norm1, x)));
-    x = plus(x, ff(norm(layer.norm2, x)));
-  } else {
-    x = norm(layer.norm1, plus(x, sa(x)));
-    x = norm(layer.norm2, plus(x, ff(x)));
-  }
-  return x;
-}
-
-constexpr int64_t kD = 4, kHeads = 2, kFF = 8, kSeq = 3;
-
-nn::TransformerEncoderLayer make_encoder(bool norm_first, const std::string& activation, bool batch_first = false) {
-  nn::TransformerEncoderLayerOptions o;
-  o.dim_feedforward = kFF;
-  o.dropout = 0.0;
-  o.norm_first = norm_first;
-  o.activation = activation;
-  o.batch_first = batch_first;
-  nn::TransformerEncoderLayer layer(kD, kHeads, o);
-  layer->to(kFloat64);
-  // every parameter random, the norms' and biases included, so that each one shows in the output
-  NoGradGuard no_grad;
-  uint64_t seed = 200;
-  for (auto& [name, p] : layer->named_parameters()) {
-    bool norm_weight = name.rfind("norm", 0) == 0 && name.find("weight") != std::string::npos;
-    p.copy_(randn64(p.sizes(), seed++) * 0.5 + (norm_weight ? 1.0 : 0.0));
-  }
-  return layer;
-}
-
-TEST(TransformerEncoderLayer, PreAndPostNormMatchLoopReference) {
-  Tensor src = randn64({kSeq, kN, kD}, 30);
-  std::vector<double> sv = values(src);
-  Tensor padding = tensor(std::vector<bool>{false, false, true, false, true, false}, {kN, kSeq});
-  MaskFn padding_fn = [](int64_t n, int64_t, int64_t, int64_t j) {
-    return (n == 0 && j == 2) || (n == 1 && j == 1) ? -kInf : 0.0;
-  };
-  MaskFn causal_fn = [](int64_t, int64_t, int64_t i, int64_t j) { return j > i ? -kInf : 0.0; };
-  for (bool norm_first : {true, false})
-    for (const char* act : {"relu", "gelu"}) {
-      SCOPED_TRACE(std::string(norm_first ? "pre-norm " : "post-norm ") + act);
-      auto layer = make_encoder(norm_first, act);
-      bool gelu = std::string(act) == "gelu";
-      expect_near(values(layer(src)),
-                  encoder_reference(*layer, sv, kSeq, kN, kD, kHeads, kFF, norm_first, gelu, kNoMask), 1e-12,
-                  "no mask");
-      expect_near(values(layer->forward(src, {}, padding)),
-                  encoder_reference(*layer, sv, kSeq, kN, kD, kHeads, kFF, norm_first, gelu, padding_fn), 1e-12,
-                  "key padding");
-      // unbatched: a batch of one
-      expect_near(values(layer(src.select(1, 1))), values(layer(src.narrow(1, 1, 1))), 1e-14, "unbatched");
-      expect_near(values(layer->forward(src, {}, padding, /*is_causal=*/true)),
-                  encoder_reference(*layer, sv, kSeq, kN, kD, kHeads, kFF, norm_first, gelu,
-                                    [&](int64_t n, int64_t h, int64_t i, int64_t j) {
-                                      return padding_fn(n, h, i, j) + causal_fn(n, h, i, j);
-                                    }),
-                  1e-12, "causal and padding");
-    }
-}
-
-TEST(TransformerEncoderLayer, BatchFirstIsATranspose) {
-  auto a = make_encoder(true, "relu"), b = make_encoder(true, "relu", /*batch_first=*/true);
-  Tensor src = randn64({kSeq, kN, kD}, 31);
-  Tensor padding = tensor(std::vector<bool>{false, true, false, false, false, true}, {kN, kSeq});
-  expect_near(values(b->forward(src.transpose(0, 1), {}, padding).transpose(0, 1)),
-              values(a->forward(src, {}, padding)), 1e-12, "batch_first");
-}
-
-// d(sum(layer(src) * r)) / d(every parameter element), by central differences, against backward.
-void check_parameter_gradients(nn::TransformerEncoderLayerImpl& layer, const Tensor& src, const Tensor& padding) {
-  Tensor r = randn64({kSeq, kN, kD}, 40);
-  auto loss = [&] { return (layer.forward(src, {}, padding, true) * r).sum(); };
-  layer.zero_grad();
-  loss().backward();
-  NoGradGuard no_grad;
-  const double eps = 1e-6;
-  for (auto& [name, p] : layer.named_parameters()) {
-    std::vector<double> analytic = values(p.grad());
-    double* x = p.data_ptr<double>();
-    for (int64_t e = 0; e < p.numel(); ++e) {
-      double saved = x[e];
-      x[e] = saved + eps;
-      double up = loss().item<double>();
-      x[e] = saved - eps;
-      double down = loss().item<double>();
-      x[e] = saved;
-      double numeric = (up - down) / (2 * eps);
-      EXPECT_NEAR(analytic[e], numeric, 1e-6 + 1e-4 * std::abs(numeric)) << name << "[" << e << "]";
-    }
-  }
-}
-
-TEST(TransformerEncoderLayer, Gradchecks) {
-  Tensor padding = tensor(std::vector<bool>{false, false, true, false, false, false}, {kN, kSeq});
-  for (bool norm_first : {true, false}) {
-    SCOPED_TRACE(norm_first ? "pre-norm" : "post-norm");
-    auto layer = make_encoder(norm_first, "gelu");
-    Tensor src = randn64({kSeq, kN, kD}, 41).requires_grad_();
-    gradcheck([&](const std::vector<Tensor>& in) { return layer->forward(in[0], {}, padding, true); }, {src});
-    check_parameter_gradients(*layer, src.detach(), padding);
-  }
-}
-
-TEST(TransformerEncoderLayer, PyTorchStateDictKeys) {
-  nn::TransformerEncoderLayerOptions o;
-  o.dim_feedforward = 32;
-  nn::TransformerEncoderLayer layer(16, 4, o);
-  std::vector<std::string> names;
-  for (auto& [name, t] : layer->named_parameters()) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.in_proj_bias",
-                                             "self_attn.out_proj.weight", "self_attn.out_proj.bias",
-                                             "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
-                                             "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"}));
-  EXPECT_EQ(layer->state_dict().size(), names.size());
-  EXPECT_EQ(layer->linear1->weight.sizes(), (Shape{32, 16}));
-  std::vector<std::string> children;
-  for (auto& [name, c] : layer->named_children()) children.push_back(name);
-  EXPECT_EQ(children, (std::vector<std::string>{"self_attn", "linear1", "dropout", "linear2", "norm1", "norm2",
-                                                "dropout1", "dropout2"}));
-  // a state dict of one loads into another
-  nn::TransformerEncoderLayer other(16, 4, o);
-  other->load_state_dict(layer->state_dict());
-  expect_near(values(other->self_attn->in_proj_weight), values(layer->self_attn->in_proj_weight), 0, "loaded");
-}
-
-TEST(TransformerEncoderLayer, BadOptionsAreNamed) {
-  expect_error([] { nn::TransformerEncoderLayer(6, 4); }, {"TransformerEncoderLayer", "d_model (6)", "nhead (4)"});
-  nn::TransformerEncoderLayerOptions o;
-  o.activation = "tanh";
-  expect_error([&] { nn::TransformerEncoderLayer(8, 2, o); }, {"TransformerEncoderLayer", "\"tanh\"", "relu"});
 }
 
 // ---- nn::init::orthogonal_ ----

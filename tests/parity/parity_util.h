@@ -1,5 +1,5 @@
-// What the parity tests share: copying tensors between kiln and LibTorch (float64, contiguous) and comparing
-// them element by element.
+// What the parity tests share: copying tensors between kiln and LibTorch (float64, contiguous), comparing them
+// element by element, and giving a LibTorch module a kiln module's parameters by name.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/nn/module.h"
 
 namespace kiln::parity {
 
@@ -38,6 +39,19 @@ inline void expect_same(const Tensor& ours, const torch::Tensor& theirs, double 
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) continue;
     ASSERT_NEAR(a[i], b[i], tol * std::max(1.0, std::fabs(b[i]))) << what << " at " << i;
+  }
+}
+
+// Gives the torch module kiln's parameter values, by name.
+inline void copy_parameters(nn::Module& ours, torch::nn::Module& theirs) {
+  auto named = theirs.named_parameters();
+  ASSERT_EQ(named.size(), ours.named_parameters().size());
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : ours.named_parameters()) {
+    ASSERT_TRUE(named.contains(name)) << "LibTorch has no parameter " << name;
+    torch::Tensor& t = named[name];
+    ASSERT_EQ(std::vector<int64_t>(p.sizes().begin(), p.sizes().end()), t.sizes().vec()) << name;
+    t.copy_(to_torch(p));
   }
 }
 

@@ -19,19 +19,6 @@ namespace {
 
 using nn::RNNMode;
 
-// Gives the torch module kiln's parameter values, by name.
-void copy_parameters(nn::Module& ours, torch::nn::Module& theirs) {
-  auto named = theirs.named_parameters();
-  ASSERT_EQ(named.size(), ours.named_parameters().size());
-  torch::NoGradGuard no_grad;
-  for (const auto& [name, p] : ours.named_parameters()) {
-    ASSERT_TRUE(named.contains(name)) << "LibTorch has no parameter " << name;
-    torch::Tensor& t = named[name];
-    ASSERT_EQ(std::vector<int64_t>(p.sizes().begin(), p.sizes().end()), t.sizes().vec()) << name;
-    t.copy_(to_torch(p));
-  }
-}
-
 // LibTorch's module of the same kind and options, as one forward: (output, h_n, c_n) from (input, h0, c0).
 struct TorchRnn {
   std::shared_ptr<torch::nn::Module> module;
