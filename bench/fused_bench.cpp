@@ -9,15 +9,17 @@
 // batch norm (training) after W3's first convolution, (64, 32, 28, 28), and after a linear layer, (128, 512);
 // gelu (exact: one kernel forward, one backward, against x/2 (1 + erf(x / sqrt 2)) composed) at gpt-mini's
 // feed-forward width, (2048, 512), and a wider one, (4096, 3072); the same for gelu's tanh form (gelu_tanh).
+// The CTC loss (its own table) against LibTorch's only.
 // On the CPU a last table times kiln's float erf kernel against a loop of std::erf on the same 16M values (one
 // thread each).
 // On a GPU (`fused_bench cuda`, run by scripts/gpu_check.sh) the same rows on the device, each step timed
 // with a synchronize, against the composite only.
 //
-//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|gelu_tanh|erf]
+//   fused_bench [cpu|cuda] [reps] [cross_entropy|layer_norm|batch_norm|gelu|gelu_tanh|ctc_loss|erf]
 //   (the last argument: those rows only)
 #include <kiln/kiln.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -219,6 +221,49 @@ int main(int argc, char** argv) {
       }
 #endif
       print_row(name.c_str(), kiln::shape_str(shape), kiln::bench::time_interleaved(variants, reps), torch);
+    }
+  }
+
+  // The CTC loss of log_softmax(z), mean reduction, forward + backward to z: a speech-like batch (200 frames, 30
+  // classes, 50 labels) and a line-of-text one (50 frames, 80 classes, 20 labels), lengths varying across it.
+  // Against LibTorch's ctc_loss only: kiln has no composite of it.
+  if (wanted("ctc_loss")) {
+    std::printf("\n| op | (T, N, C, S) | kiln |%s\n|---|---|---|%s\n", torch ? " LibTorch | kiln / LibTorch |" : "",
+                torch ? "---|---|" : "");
+    for (auto [T, N, C, S] : std::vector<std::array<int64_t, 4>>{{200, 32, 30, 50}, {50, 64, 80, 20}}) {
+      Tensor z = kiln::randn({T, N, C}).to(dev).requires_grad_();
+      Tensor targets = kiln::randint(1, C, {N, S});
+      std::vector<int64_t> in(static_cast<size_t>(N)), tl(static_cast<size_t>(N));
+      for (int64_t n = 0; n < N; ++n) {
+        in[n] = T - n % (T / 5);  // never too short for its labels, repeats and all
+        tl[n] = S - n % (S / 4);
+      }
+      auto loss = [&] { return kiln::nn::F::ctc_loss(kiln::log_softmax(z, 2), targets, in, tl); };
+      std::vector<std::function<void()>> variants = {[&] {
+        z.set_grad(Tensor());
+        loss().backward();
+        sync(dev);
+      }};
+#ifdef KILN_BENCH_WITH_TORCH
+      namespace tf = torch::nn::functional;
+      torch::Tensor tz, tt, tin, ttl;
+      if (torch) {
+        tz = torch::from_blob(z.detach().data_ptr<float>(), {T, N, C}).clone().requires_grad_();
+        tt = torch::from_blob(targets.data_ptr<int64_t>(), {N, S}, torch::kInt64).clone();
+        tin = torch::tensor(in, torch::kInt64);
+        ttl = torch::tensor(tl, torch::kInt64);
+        check("ctc_loss", loss().item<double>(), tf::ctc_loss(torch::log_softmax(tz, 2), tt, tin, ttl).item<double>());
+        variants.push_back([&] {
+          tz.mutable_grad() = torch::Tensor();
+          tf::ctc_loss(torch::log_softmax(tz, 2), tt, tin, ttl).backward();
+        });
+      }
+#endif
+      const std::vector<double> t = kiln::bench::time_interleaved(variants, reps);
+      std::printf("| ctc_loss | (%lld, %lld, %lld, %lld) | %.1f |", static_cast<long long>(T), static_cast<long long>(N),
+                  static_cast<long long>(C), static_cast<long long>(S), t[0] * 1e6);
+      if (torch) std::printf(" %.1f | %.2f |", t[1] * 1e6, t[0] / t[1]);
+      std::printf("\n");
     }
   }
 

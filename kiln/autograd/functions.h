@@ -194,6 +194,11 @@ Tensor layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias
 ops::BatchNormForward batch_norm_channels(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                           const Tensor& running_mean, const Tensor& running_var, double eps,
                                           bool training);
+// Connectionist temporal classification (ops/ctc.h; functions/ctc.cpp): log_probs (T, N, C), targets (N, S) or
+// 1-D, a length of each -> the negative log-likelihood of each target (N), differentiable in log_probs once
+// (the gradient is not itself differentiable: create_graph through it is an error, as in PyTorch).
+Tensor ctc_loss_nll(const Tensor& log_probs, const Tensor& targets, IntArrayRef input_lengths,
+                    IntArrayRef target_lengths, int64_t blank, bool zero_infinity);
 
 // ---- no gradient: the tensor layer's functions as they are ----
 using ops::all;

@@ -234,6 +234,24 @@ struct MultiMarginOptions {
 // max(0, margin - x[y] + x[i])^p, divided by C, times weight[y] when given.
 Tensor multi_margin_loss(const Tensor& x, const Tensor& y, const MultiMarginOptions& options = {});
 
+// ---- connectionist temporal classification (ctc_loss.cpp) ----
+struct CTCLossOptions {
+  int64_t blank = 0;  // the blank class
+  // Mean: each loss divided by its target's length (at least 1), then the mean over the batch, as PyTorch's.
+  Reduction reduction = Reduction::Mean;
+  bool zero_infinity = false;  // infinite losses (targets that cannot fit their inputs) and their gradients -> 0
+};
+// The negative log-likelihood of each target sequence summed over every alignment of it to the inputs' frames
+// (kiln/tensor/ops/ctc.h has the math). log_probs: (T, N, C) log-probabilities over C classes (a log_softmax's
+// output), or unbatched (T, C); targets: (N, S) labels padded to S, or 1-D with each row's labels one after
+// another (unbatched: (S)), int64 or int32, never blank; input_lengths, target_lengths: one per batch element
+// (input_lengths <= T). 16-bit log_probs are computed in float32.
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, IntArrayRef input_lengths, IntArrayRef target_lengths,
+                const CTCLossOptions& options = {});
+// The lengths as integer tensors of N elements (0-dim when unbatched), on any device, as PyTorch takes them.
+Tensor ctc_loss(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                const Tensor& target_lengths, const CTCLossOptions& options = {});
+
 // ---- more activations (activation.cpp), as torch.nn.functional's; at a kink the gradient is PyTorch's where
 // it says which side (elu takes x <= 0's, hardtanh's family passes none at its edges) ----
 Tensor elu(const Tensor& x, double alpha = 1.0);   // x > 0 ? x : alpha (e^x - 1)

@@ -137,4 +137,9 @@ std::string MultiMarginLossImpl::extra_repr() const {
   return detail::concat("p=", options_.p, ", margin=", options_.margin, ", reduction=", reduction_name(options_.reduction));
 }
 
+std::string CTCLossImpl::extra_repr() const {
+  return detail::concat("blank=", options_.blank, ", reduction=", reduction_name(options_.reduction),
+                        ", zero_infinity=", options_.zero_infinity ? "true" : "false");
+}
+
 }  // namespace kiln::nn

@@ -317,4 +317,25 @@ class MultiMarginLossImpl : public Module {
 };
 using MultiMarginLoss = ModuleHolder<MultiMarginLossImpl>;
 
+// Called with log_probs, targets, input_lengths and target_lengths (functional::ctc_loss), the lengths as
+// tensors or as lists.
+class CTCLossImpl : public Module {
+ public:
+  using Options = functional::CTCLossOptions;  // ModuleHolder takes it as a braced list
+  explicit CTCLossImpl(Options options = {}) : Module("CTCLoss"), options_(options) {}
+  Tensor forward(const Tensor& log_probs, const Tensor& targets, const Tensor& input_lengths,
+                 const Tensor& target_lengths) const {
+    return functional::ctc_loss(log_probs, targets, input_lengths, target_lengths, options_);
+  }
+  Tensor forward(const Tensor& log_probs, const Tensor& targets, IntArrayRef input_lengths,
+                 IntArrayRef target_lengths) const {
+    return functional::ctc_loss(log_probs, targets, input_lengths, target_lengths, options_);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  Options options_;
+};
+using CTCLoss = ModuleHolder<CTCLossImpl>;
+
 }  // namespace kiln::nn

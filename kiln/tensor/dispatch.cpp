@@ -39,6 +39,7 @@ void install_builtin_kernels() {
   detail::register_pad_cpu_kernels();
   detail::register_optim_cpu_kernels();
   detail::register_cross_entropy_cpu_kernels();
+  detail::register_ctc_cpu_kernels();
   detail::register_normalization_cpu_kernels();
 #ifdef KILN_WITH_CUDA
   detail::register_cuda_kernels();

@@ -3,11 +3,13 @@
 // backward, every float dtype, narrow rows (a warp each), wide rows (a block each), many rows (the parameter
 // gradients' two launches), weights, ignore_index and smoothing, logits near 1e4, batch norm in training and
 // eval mode; a bad target found on the device and raised by the next call; and all three through autograd and
-// nn, against the CPU.
+// nn, against the CPU. The CTC loss's kernels, forward and backward, against the CPU's.
 #include <random>
 #include <string>
 
 #include "cuda/cuda_test_util.h"
+#include "kiln/kiln.h"
+#include "kiln/tensor/ops/ctc.h"
 
 namespace kiln {
 namespace {
@@ -243,6 +245,64 @@ TEST_F(CudaFused, ThroughNnMatchesTheCpu) {
   const char* names[] = {"loss", "dx", "dw", "db", "running mean", "running var", "eval dx"};
   for (size_t i = 0; i < cpu.size(); ++i)
     test::expect_matches_cpu(gpu[i], cpu[i], std::string(names[i]) + seed_note(seed), 1e-11, 1e-12);
+}
+
+
+namespace ctc_case {
+
+// log_probs (T, N, C) of random logits, lengths and labels (never blank 0) drawn for each element: empty targets,
+// repeated labels, inputs too short for their targets, and frames past the input length all come up.
+struct Batch {
+  Tensor log_probs, targets;
+  std::vector<int64_t> input_lengths, target_lengths;
+};
+
+Batch draw(int64_t T, int64_t N, int64_t C, int64_t S, DType dtype, std::mt19937& rng) {
+  Batch b;
+  b.log_probs = log_softmax(test::random_tensor({T, N, C}, dtype, rng, test::Layout::Contiguous, -4, 4), 2);
+  std::uniform_int_distribution<int64_t> frames(0, T), labels(0, S), cls(1, C - 1), small(1, std::min<int64_t>(C - 1, 2));
+  std::vector<int64_t> tv(static_cast<size_t>(N * S), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    b.input_lengths.push_back(n == 0 ? T : frames(rng));
+    b.target_lengths.push_back(n == 0 ? std::min(S, T / 2) : labels(rng));
+    for (int64_t j = 0; j < S; ++j) tv[n * S + j] = n % 2 ? small(rng) : cls(rng);  // odd rows: many repeats
+  }
+  b.targets = tensor(tv, {N, S});
+  return b;
+}
+
+}  // namespace ctc_case
+
+TEST_F(CudaFused, CtcLossMatchesTheCpu) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 rng(seed);
+  struct Case {
+    int64_t T, N, C, S;
+  };
+  // the third has 401 positions, more than a block's 256 threads
+  const std::vector<Case> cases = {{1, 1, 2, 0}, {12, 5, 6, 4}, {300, 3, 30, 200}, {50, 64, 20, 10}};
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const Case& cs : cases) {
+      const std::string what = "ctc_loss (T " + std::to_string(cs.T) + ", N " + std::to_string(cs.N) + ", C " +
+                               std::to_string(cs.C) + ", S " + std::to_string(cs.S) + ") " + dtype_name(dtype) +
+                               seed_note(seed);
+      const ctc_case::Batch b = ctc_case::draw(cs.T, cs.N, cs.C, cs.S, dtype, rng);
+      const Tensor lp_gpu = b.log_probs.to(Device::cuda());
+      ops::CtcForward cpu = ops::ctc_loss_forward(b.log_probs, b.targets, b.input_lengths, b.target_lengths, 0);
+      ops::CtcForward gpu = ops::ctc_loss_forward(lp_gpu, b.targets, b.input_lengths, b.target_lengths, 0);
+      const double rtol = dtype == kFloat64 ? 1e-12 : 1e-5;
+      test::expect_matches_cpu(gpu.nll, cpu.nll, what + ": nll", rtol, rtol);
+      test::expect_matches_cpu(gpu.log_alpha, cpu.log_alpha, what + ": log_alpha", rtol, rtol);
+      const Tensor g = test::random_tensor({cs.N}, dtype, rng);
+      for (bool zero_infinity : {false, true}) {
+        Tensor gcpu = ops::ctc_loss_backward(g, b.log_probs, cpu, 0, zero_infinity);
+        Tensor ggpu = ops::ctc_loss_backward(g.to(Device::cuda()), lp_gpu, gpu, 0, zero_infinity);
+        test::expect_matches_cpu(ggpu, gcpu, what + (zero_infinity ? ": gradient, zero_infinity" : ": gradient"),
+                                 rtol, rtol);
+      }
+      if (HasFailure()) return;
+    }
+  }
 }
 
 }  // namespace

@@ -85,5 +85,21 @@ TEST_F(CudaTest, GradcheckPaddingPixelShuffleAndRmsNormOnTheGpu) {
       {x, w});
 }
 
+// The CTC loss's kernels on the GPU: alpha forward, beta and the gradient backward, through a log_softmax and on
+// log-probabilities directly, with repeated labels, an empty target and frames past an input length.
+TEST_F(CudaTest, GradcheckCtcLossOnTheGpu) {
+  Generator gen(test::fresh_seed());
+  Tensor z = input({7, 3, 4}, gen);
+  const Tensor targets = tensor(std::vector<int64_t>{1, 1, 2, 3, 0, 0, 2, 3, 3}, {3, 3});
+  autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        const Tensor y = gpu(in[0]);
+        const nn::F::CTCLossOptions none{.reduction = nn::F::Reduction::None};
+        return std::vector<Tensor>{nn::F::ctc_loss(log_softmax(y, 2), targets, {7, 6, 7}, {3, 0, 3}, none),
+                                   nn::F::ctc_loss(y - 2.0, targets, {5, 7, 6}, {2, 1, 3})};
+      },
+      {z});
+}
+
 }  // namespace
 }  // namespace kiln

@@ -153,5 +153,59 @@ TEST(FunctionalParity, DistancesAndMarginLossesMatchLibTorch) {
   }
 }
 
+
+// The CTC loss on the same log-probabilities, targets and lengths (empty targets, repeats, frames past the input
+// length, an input too short for its target with zero_infinity), in each reduction; gradients with respect to
+// the logits through each library's log_softmax. With respect to log_probs themselves LibTorch's gradient
+// carries an extra exp(log_probs) * grad term that only a log_softmax before it cancels (kiln/tensor/ops/ctc.h):
+// checked to be exactly that difference.
+TEST(FunctionalParity, CtcLossMatchesLibTorch) {
+  constexpr int64_t T = 12, N = 5, C = 6, S = 4;
+  std::mt19937 rng(41);
+  const Tensor logits0 = uniform_tensor(rng, {T, N, C}, -3, 3);
+  const std::vector<int64_t> targets_v = {1, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 5, 5, 3, 3};
+  const Tensor targets = tensor(targets_v, {N, S});
+  const std::vector<int64_t> input_lengths = {12, 9, 7, 12, 5}, target_lengths = {4, 2, 0, 4, 4};
+  const torch::Tensor t_targets = torch::tensor(targets_v, torch::kLong).reshape({N, S});
+  const torch::Tensor t_in = torch::tensor(input_lengths, torch::kLong);
+  const torch::Tensor t_tl = torch::tensor(target_lengths, torch::kLong);
+  for (F::Reduction reduction : {F::Reduction::None, F::Reduction::Sum, F::Reduction::Mean}) {
+    SCOPED_TRACE(nn::reduction_name(reduction));
+    // row 4 needs 6 frames for (5, 5, 3, 3), blanks between the repeats, and has 5: infinite, zeroed
+    const F::CTCLossOptions o{.blank = 0, .reduction = reduction, .zero_infinity = true};
+    Tensor logits = logits0.detach().requires_grad_();
+    Tensor loss = F::ctc_loss(log_softmax(logits, 2), targets, input_lengths, target_lengths, o);
+    torch::Tensor t_logits = to_torch(logits0).requires_grad_();
+    auto t_options = torch::nn::functional::CTCLossFuncOptions().blank(0).zero_infinity(true);
+    if (reduction == F::Reduction::None) t_options.reduction(torch::kNone);
+    if (reduction == F::Reduction::Sum) t_options.reduction(torch::kSum);
+    if (reduction == F::Reduction::Mean) t_options.reduction(torch::kMean);
+    torch::Tensor t_loss =
+        torch::nn::functional::ctc_loss(torch::log_softmax(t_logits, 2), t_targets, t_in, t_tl, t_options);
+    expect_same(loss, t_loss, 1e-12, "loss");
+    if (reduction == F::Reduction::None) EXPECT_EQ(kiln_values(loss)[4], 0.0);  // the infinite row, zeroed
+    const Tensor w = uniform_tensor(rng, loss.sizes(), 0.5, 1.5);
+    (loss * w).sum().backward();
+    (t_loss * to_torch(w)).sum().backward();
+    expect_same(logits.grad(), t_logits.grad(), 1e-12, "d logits");
+  }
+  // with respect to log_probs: LibTorch's = kiln's + exp(lp) g on each row's frames below its input length
+  Tensor lp = log_softmax(logits0, 2).detach().requires_grad_();
+  Tensor nll = F::ctc_loss(lp, targets, input_lengths, target_lengths,
+                           {.reduction = F::Reduction::None, .zero_infinity = true});
+  torch::Tensor t_lp = to_torch(lp).requires_grad_();
+  torch::Tensor t_nll = torch::nn::functional::ctc_loss(
+      t_lp, t_targets, t_in, t_tl,
+      torch::nn::functional::CTCLossFuncOptions().reduction(torch::kNone).zero_infinity(true));
+  nll.sum().backward();
+  t_nll.sum().backward();
+  std::vector<double> frame_weight(static_cast<size_t>(T * N * C), 0.0);  // 1 where a finite row's frame counts
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t c = 0; c < C; ++c) frame_weight[(t * N + n) * C + c] = t < input_lengths[n] ? 1.0 : 0.0;
+  Tensor extra = exp(lp.detach()) * tensor(frame_weight, {T, N, C});
+  expect_same(lp.grad() + extra, t_lp.grad(), 1e-12, "d log_probs, up to exp(lp)");
+}
+
 }  // namespace
 }  // namespace kiln::parity

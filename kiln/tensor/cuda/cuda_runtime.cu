@@ -342,6 +342,7 @@ void register_cuda_adaptive_pool_kernels(); // adaptive_pool_cuda.cu
 void register_cuda_pad_kernels();          // pad_cuda.cu
 void register_cuda_optim_kernels();        // optim_cuda.cu
 void register_cuda_cross_entropy_kernels(); // cross_entropy_cuda.cu
+void register_cuda_ctc_kernels();          // ctc_cuda.cu
 void register_cuda_normalization_kernels(); // normalization_cuda.cu
 void register_cuda_activation_kernels();   // activation_cuda.cu
 
@@ -360,6 +361,7 @@ void register_cuda_kernels() {
   register_cuda_pad_kernels();
   register_cuda_optim_kernels();
   register_cuda_cross_entropy_kernels();
+  register_cuda_ctc_kernels();
   register_cuda_normalization_kernels();
 }
 

@@ -153,6 +153,19 @@ using CrossEntropyBackwardKernel = void(const Tensor& grad_logits, const Tensor&
                                         const Tensor& stats, const Tensor& target, const Tensor& weight,
                                         const CrossEntropyParams& p);
 
+// Connectionist temporal classification (ops/ctc.h has the math). log_probs: (T, N, C), float32 or float64;
+// targets: (N, S) int64, row n's labels its first target_lengths[n] entries; input_lengths, target_lengths: (N)
+// int64, checked by the frontend (0 <= input_lengths <= T, 0 <= target_lengths <= S, labels in [0, C) and not
+// blank). All contiguous, on one device. nll: (N); log_alpha: (N, T, 2S + 1), -inf where unreachable or past
+// the sequence; both in log_probs' dtype and written whole.
+using CtcLossKernel = void(const Tensor& nll, const Tensor& log_alpha, const Tensor& log_probs, const Tensor& targets,
+                           const Tensor& input_lengths, const Tensor& target_lengths, int64_t blank);
+// grad_log_probs: (T, N, C), written whole (0 past each input length); grad_nll: (N); the rest as the
+// forward's inputs and outputs. zero_infinity: rows of infinite nll get zero gradients (else NaN).
+using CtcLossBackwardKernel = void(const Tensor& grad_log_probs, const Tensor& grad_nll, const Tensor& log_probs,
+                                   const Tensor& targets, const Tensor& input_lengths, const Tensor& target_lengths,
+                                   const Tensor& nll, const Tensor& log_alpha, int64_t blank, bool zero_infinity);
+
 // Layer normalization over the last dim, fused (ops/normalization.h has the math).
 // x, y: (M, D) contiguous; weight, bias: (D) in x's dtype or undefined; mean, rstd: (M) in x's op-math dtype.
 using LayerNormKernel = void(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
@@ -285,6 +298,8 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   /* fused losses */                       \
   X(cross_entropy, CrossEntropyKernel)     \
   X(cross_entropy_backward, CrossEntropyBackwardKernel) \
+  X(ctc_loss, CtcLossKernel)               \
+  X(ctc_loss_backward, CtcLossBackwardKernel) \
   /* fused normalization */                \
   X(layer_norm, LayerNormKernel)           \
   X(layer_norm_backward, LayerNormBackwardKernel) \

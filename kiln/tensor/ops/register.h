@@ -19,6 +19,7 @@ void register_adaptive_pool_cpu_kernels();
 void register_pad_cpu_kernels();
 void register_optim_cpu_kernels();
 void register_cross_entropy_cpu_kernels();
+void register_ctc_cpu_kernels();
 void register_normalization_cpu_kernels();
 
 #ifdef KILN_WITH_CUDA
