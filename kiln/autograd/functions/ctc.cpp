@@ -27,11 +27,18 @@ Tensor ctc_loss_nll(const Tensor& log_probs, const Tensor& targets, IntArrayRef 
   ops::CtcForward f = ops::ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, blank);
   Tensor nll = zero_infinity ? ops::masked_fill(f.nll, ops::isinf(f.nll), 0.0) : f.nll;
   if (should_record(log_probs)) {
+    // Without zero_infinity, f.nll is the output itself: kept as an output (its data, not its history), or the
+    // output would own the node that owns it.
+    SavedTensor saved_nll(f.nll, /*is_output=*/!zero_infinity);
+    f.nll = Tensor();
     record("ctc_loss", nll, {log_probs},
-           [slp = SavedTensor(log_probs, false), f, blank, zero_infinity](const Tensor& g, const OpNode& n) {
+           [slp = SavedTensor(log_probs, false), saved_nll, f, blank, zero_infinity](const Tensor& g,
+                                                                                     const OpNode& n) {
              KILN_CHECK(!autograd::GradMode::is_enabled(), "ctc_loss: its gradient is not differentiable; backward "
                         "with create_graph through ctc_loss is not supported");
-             return TensorList{ops::ctc_loss_backward(g, slp.get(n), f, blank, zero_infinity)};
+             ops::CtcForward forward = f;
+             forward.nll = saved_nll.get(n);
+             return TensorList{ops::ctc_loss_backward(g, slp.get(n), forward, blank, zero_infinity)};
            });
   }
   return nll;
