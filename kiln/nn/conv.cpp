@@ -117,18 +117,27 @@ std::string Conv1dImpl::extra_repr() const {
                         padding_mode_str(options_.padding_mode));
 }
 
+// The pools' settings as PyTorch prints them, the non-default ones after the first three.
 std::string MaxPool2dImpl::extra_repr() const {
-  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
+  const auto& o = options_;
+  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(*o.stride) + ", padding=" + pair_str(o.padding) +
+         ", dilation=" + pair_str(o.dilation) + (o.ceil_mode ? ", ceil_mode=true" : "");
 }
 std::string AvgPool2dImpl::extra_repr() const {
-  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
+  const auto& o = options_;
+  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(*o.stride) + ", padding=" + pair_str(o.padding) +
+         (o.ceil_mode ? ", ceil_mode=true" : "") + (o.count_include_pad ? "" : ", count_include_pad=false") +
+         (o.divisor_override ? ", divisor_override=" + std::to_string(*o.divisor_override) : "");
 }
 std::string MaxPool1dImpl::extra_repr() const {
-  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_,
-                        ", dilation=", dilation_);
+  const auto& o = options_;
+  return detail::concat("kernel_size=", kernel_, ", stride=", *o.stride, ", padding=", o.padding,
+                        ", dilation=", o.dilation, o.ceil_mode ? ", ceil_mode=true" : "");
 }
 std::string AvgPool1dImpl::extra_repr() const {
-  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);
+  const auto& o = options_;
+  return detail::concat("kernel_size=", kernel_, ", stride=", *o.stride, ", padding=", o.padding,
+                        o.ceil_mode ? ", ceil_mode=true" : "", o.count_include_pad ? "" : ", count_include_pad=false");
 }
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveMaxPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }

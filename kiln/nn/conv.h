@@ -76,60 +76,116 @@ class Conv1dImpl : public Module {
 };
 using Conv1d = ModuleHolder<Conv1dImpl>;
 
+// The pooling layers take their settings positionally, as before (nn::MaxPool2d(3, 2, 1)), or after the kernel
+// as options (nn::MaxPool2d(3, {.stride = 2, .ceil_mode = true})); an unset stride is the kernel.
+struct MaxPool2dOptions {
+  std::optional<functional::Pair> stride;
+  functional::Pair padding = 0;
+  functional::Pair dilation = 1;
+  bool ceil_mode = false;
+};
 class MaxPool2dImpl : public Module {
  public:
+  using Options = MaxPool2dOptions;  // ModuleHolder takes it as a braced list
+  MaxPool2dImpl(functional::Pair kernel, MaxPool2dOptions options)
+      : Module("MaxPool2d"), kernel_(kernel), options_(std::move(options)) {
+    options_.stride = options_.stride.value_or(kernel);
+  }
   explicit MaxPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
                          functional::Pair padding = 0)
-      : Module("MaxPool2d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
-  Tensor forward(const Tensor& x) override { return functional::max_pool2d(x, kernel_, stride_, padding_); }
-  std::string extra_repr() const override;
-
- private:
-  functional::Pair kernel_, stride_, padding_;
-};
-using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
-
-class AvgPool2dImpl : public Module {
- public:
-  explicit AvgPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
-                         functional::Pair padding = 0)
-      : Module("AvgPool2d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
-  Tensor forward(const Tensor& x) override { return functional::avg_pool2d(x, kernel_, stride_, padding_); }
-  std::string extra_repr() const override;
-
- private:
-  functional::Pair kernel_, stride_, padding_;
-};
-using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
-
-class MaxPool1dImpl : public Module {
- public:
-  explicit MaxPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
-                         int64_t dilation = 1)
-      : Module("MaxPool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding),
-        dilation_(dilation) {}
-  Tensor forward(const Tensor& x) override { return functional::max_pool1d(x, kernel_, stride_, padding_, dilation_); }
-  std::string extra_repr() const override;
-
- private:
-  int64_t kernel_, stride_, padding_, dilation_;
-};
-using MaxPool1d = ModuleHolder<MaxPool1dImpl>;
-
-class AvgPool1dImpl : public Module {
- public:
-  explicit AvgPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
-                         bool count_include_pad = true)
-      : Module("AvgPool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding),
-        count_include_pad_(count_include_pad) {}
+      : MaxPool2dImpl(kernel, MaxPool2dOptions{stride, padding}) {}
   Tensor forward(const Tensor& x) override {
-    return functional::avg_pool1d(x, kernel_, stride_, padding_, count_include_pad_);
+    return functional::max_pool2d(x, kernel_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
   }
   std::string extra_repr() const override;
 
  private:
-  int64_t kernel_, stride_, padding_;
-  bool count_include_pad_;
+  functional::Pair kernel_;
+  MaxPool2dOptions options_;
+};
+using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
+
+struct AvgPool2dOptions {
+  std::optional<functional::Pair> stride;
+  functional::Pair padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  std::optional<int64_t> divisor_override;
+};
+class AvgPool2dImpl : public Module {
+ public:
+  using Options = AvgPool2dOptions;  // ModuleHolder takes it as a braced list
+  AvgPool2dImpl(functional::Pair kernel, AvgPool2dOptions options)
+      : Module("AvgPool2d"), kernel_(kernel), options_(std::move(options)) {
+    options_.stride = options_.stride.value_or(kernel);
+  }
+  explicit AvgPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+                         functional::Pair padding = 0)
+      : AvgPool2dImpl(kernel, AvgPool2dOptions{stride, padding}) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::avg_pool2d(x, kernel_, options_.stride, options_.padding, options_.count_include_pad,
+                                  options_.ceil_mode, options_.divisor_override);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair kernel_;
+  AvgPool2dOptions options_;
+};
+using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
+
+struct MaxPool1dOptions {
+  std::optional<int64_t> stride;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  bool ceil_mode = false;
+};
+class MaxPool1dImpl : public Module {
+ public:
+  using Options = MaxPool1dOptions;  // ModuleHolder takes it as a braced list
+  MaxPool1dImpl(int64_t kernel, MaxPool1dOptions options)
+      : Module("MaxPool1d"), kernel_(kernel), options_(options) {
+    options_.stride = options_.stride.value_or(kernel);
+  }
+  explicit MaxPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                         int64_t dilation = 1)
+      : MaxPool1dImpl(kernel, MaxPool1dOptions{stride, padding, dilation}) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::max_pool1d(x, kernel_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_;
+  MaxPool1dOptions options_;
+};
+using MaxPool1d = ModuleHolder<MaxPool1dImpl>;
+
+struct AvgPool1dOptions {
+  std::optional<int64_t> stride;
+  int64_t padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+class AvgPool1dImpl : public Module {
+ public:
+  using Options = AvgPool1dOptions;  // ModuleHolder takes it as a braced list
+  AvgPool1dImpl(int64_t kernel, AvgPool1dOptions options)
+      : Module("AvgPool1d"), kernel_(kernel), options_(options) {
+    options_.stride = options_.stride.value_or(kernel);
+  }
+  explicit AvgPool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                         bool count_include_pad = true)
+      : AvgPool1dImpl(kernel, AvgPool1dOptions{stride, padding, false, count_include_pad}) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::avg_pool1d(x, kernel_, options_.stride, options_.padding, options_.count_include_pad,
+                                  options_.ceil_mode);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_;
+  AvgPool1dOptions options_;
 };
 using AvgPool1d = ModuleHolder<AvgPool1dImpl>;
 

@@ -17,10 +17,12 @@ namespace kiln::nn::functional {
 namespace {
 struct Geometry {
   int64_t oh, ow;
+  int64_t extra_h = 0, extra_w = 0;  // ceil_mode: how far the last windows run past the padded input
 };
 
 // Checks x (N, C, H, W) against a window geometry; the output size.
-Geometry check_geometry(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation) {
+Geometry check_geometry(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation,
+                        bool ceil_mode = false) {
   KILN_CHECK(x.dim() == 4, op, ": expected input (N, C, H, W), got ", shape_str(x.sizes()));
   KILN_CHECK(kernel.h > 0 && kernel.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 &&
                  padding.h >= 0 && padding.w >= 0,
@@ -29,15 +31,22 @@ Geometry check_geometry(const char* op, const Tensor& x, Pair kernel, Pair strid
   int64_t H = x.size(2) + 2 * padding.h, W = x.size(3) + 2 * padding.w;
   KILN_CHECK(H >= ekh && W >= ekw, op, ": input of shape ", shape_str(x.sizes()), " with padding (", padding.h, ", ",
              padding.w, ") is smaller than the kernel's extent (", ekh, ", ", ekw, ")");
-  return {(H - ekh) / stride.h + 1, (W - ekw) / stride.w + 1};
+  Geometry g{ops::pool_out_size(x.size(2), kernel.h, stride.h, padding.h, dilation.h, ceil_mode),
+             ops::pool_out_size(x.size(3), kernel.w, stride.w, padding.w, dilation.w, ceil_mode)};
+  g.extra_h = std::max<int64_t>(0, (g.oh - 1) * stride.h + ekh - H);
+  g.extra_w = std::max<int64_t>(0, (g.ow - 1) * stride.w + ekw - W);
+  return g;
 }
 
-// x padded and cut into windows: (N, C, OH, OW, kh, kw).
+// x padded (and, for ceil_mode's last windows, extended past its end with pad_value) and cut into windows:
+// (N, C, OH, OW, kh, kw).
 Tensor windows(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation,
-               double pad_value, Geometry* g) {
-  *g = check_geometry(op, x, kernel, stride, padding, dilation);
+               double pad_value, Geometry* g, bool ceil_mode = false) {
+  *g = check_geometry(op, x, kernel, stride, padding, dilation, ceil_mode);
   int64_t ekh = dilation.h * (kernel.h - 1) + 1, ekw = dilation.w * (kernel.w - 1) + 1;
-  Tensor xp = (padding.h || padding.w) ? kiln::pad(x, {padding.w, padding.w, padding.h, padding.h}, pad_value) : x;
+  const bool padded = padding.h || padding.w || g->extra_h || g->extra_w;
+  Tensor xp = padded ? kiln::pad(x, {padding.w, padding.w + g->extra_w, padding.h, padding.h + g->extra_h}, pad_value)
+                     : x;
   Tensor p = xp.unfold(2, ekh, stride.h).unfold(3, ekw, stride.w);  // (N, C, OH, OW, ekh, ekw)
   if (dilation.h > 1) p = p.slice(4, 0, std::nullopt, dilation.h);
   if (dilation.w > 1) p = p.slice(5, 0, std::nullopt, dilation.w);
@@ -146,7 +155,8 @@ Tensor batched(const Tensor& x, bool* added) {
 }
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, Pair dilation) {
+Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, Pair dilation,
+                  bool ceil_mode) {
   KILN_CHECK(padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w, "max_pool2d: padding (", padding.h, ", ",
              padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
   bool added;
@@ -154,55 +164,69 @@ Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, P
   DeviceType dev = x.device().type;
   if (is_floating(x.dtype()) && has_kernel<Op::max_pool2d>(dev) && has_kernel<Op::max_pool2d_backward>(dev)) {
     Pair s = stride.value_or(kernel);
-    check_geometry("max_pool2d", x, kernel, s, padding, dilation);
+    check_geometry("max_pool2d", x, kernel, s, padding, dilation, ceil_mode);
     Pool2dParams p;
     p.kernel[0] = kernel.h, p.kernel[1] = kernel.w;
     p.stride[0] = s.h, p.stride[1] = s.w;
     p.padding[0] = padding.h, p.padding[1] = padding.w;
     p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
+    p.ceil_mode = ceil_mode;
     Tensor y = kiln::max_pool2d_with_indices(x, p).first;
     return added ? y.squeeze(0) : y;
   }
   Geometry geo{};
   Tensor p = windows("max_pool2d", x, kernel, stride.value_or(kernel), padding, dilation,
-                     -std::numeric_limits<double>::infinity(), &geo);
+                     -std::numeric_limits<double>::infinity(), &geo, ceil_mode);
   Tensor flat = p.reshape({x.size(0), x.size(1), geo.oh, geo.ow, kernel.h * kernel.w});
   Tensor y = max(flat, -1).first;
   return added ? y.squeeze(0) : y;
 }
 
-Tensor avg_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, bool count_include_pad) {
+Tensor avg_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, bool count_include_pad,
+                  bool ceil_mode, std::optional<int64_t> divisor_override) {
+  KILN_CHECK(!divisor_override || *divisor_override != 0, "avg_pool2d: divisor_override must not be 0");
   bool added;
   Tensor x = batched(x_in, &added);
   Geometry geo{};
   Pair s = stride.value_or(kernel);
-  Tensor p = windows("avg_pool2d", x, kernel, s, padding, 1, 0.0, &geo);
+  Tensor p = windows("avg_pool2d", x, kernel, s, padding, 1, 0.0, &geo, ceil_mode);
   Tensor y;
-  if (count_include_pad || (padding.h == 0 && padding.w == 0)) {
+  if (divisor_override) {
+    y = p.sum({4, 5}) / static_cast<double>(*divisor_override);
+  } else if ((count_include_pad || (padding.h == 0 && padding.w == 0)) && geo.extra_h == 0 && geo.extra_w == 0) {
     y = p.mean({4, 5});
-  } else {  // divide by the number of real (unpadded) elements in each window
-    Tensor ones_x = ones({1, 1, x.size(2), x.size(3)}, TensorOptions(x.dtype()).device(x.device()));
+  } else {
+    // Divide by how many of each window's positions count: those inside the padded input with
+    // count_include_pad, else those inside the input; never the part of a last window past the padded end.
+    const TensorOptions o = TensorOptions(x.dtype()).device(x.device());
+    Tensor counted = count_include_pad ? ones({1, 1, x.size(2) + 2 * padding.h, x.size(3) + 2 * padding.w}, o)
+                                       : kiln::pad(ones({1, 1, x.size(2), x.size(3)}, o),
+                                                   {padding.w, padding.w, padding.h, padding.h}, 0.0);
     Geometry g2{};
-    Tensor count = windows("avg_pool2d", ones_x, kernel, s, padding, 1, 0.0, &g2).sum({4, 5});
-    y = p.sum({4, 5}) / count;
+    // (ceil_mode over the already padded input may allow one more window than over x: narrowed away)
+    Tensor count = windows("avg_pool2d", counted, kernel, s, 0, 1, 0.0, &g2, ceil_mode).sum({4, 5});
+    y = p.sum({4, 5}) / count.narrow(2, 0, geo.oh).narrow(3, 0, geo.ow);
   }
   return added ? y.squeeze(0) : y;
 }
 
 // The 1-d pools run the 2-d ones over (N, C, 1, L), as conv1d does.
-Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation) {
+Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding, int64_t dilation,
+                  bool ceil_mode) {
   KILN_CHECK(x.dim() == 2 || x.dim() == 3, "max_pool1d: expected input (N, C, L) or (C, L), got ",
              shape_str(x.sizes()));
   KILN_CHECK(padding * 2 <= kernel, "max_pool1d: padding ", padding, " must be at most half the kernel ", kernel);
-  return max_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, {1, dilation})
+  return max_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, {1, dilation},
+                    ceil_mode)
       .squeeze(-2);
 }
 
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding,
-                  bool count_include_pad) {
+                  bool count_include_pad, bool ceil_mode) {
   KILN_CHECK(x.dim() == 2 || x.dim() == 3, "avg_pool1d: expected input (N, C, L) or (C, L), got ",
              shape_str(x.sizes()));
-  return avg_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, count_include_pad)
+  return avg_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, count_include_pad,
+                    ceil_mode)
       .squeeze(-2);
 }
 

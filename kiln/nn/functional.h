@@ -66,15 +66,20 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, in
               int64_t dilation = 1, int64_t groups = 1);
 // x: (N, C, L) or (C, L): max_pool2d and avg_pool2d over a height of one.
 Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
-                  int64_t dilation = 1);
+                  int64_t dilation = 1, bool ceil_mode = false);
 Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
-                  bool count_include_pad = true);
+                  bool count_include_pad = true, bool ceil_mode = false);
 // x: (N, C, H, W) (or (C, H, W)); padding is implicit -inf; the gradient goes to the first maximum of a window.
+// ceil_mode: the output size rounds up, so a last window that runs past the end still counts, as long as it
+// starts inside the input or its left padding (PyTorch's rule).
 Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
-                  Pair dilation = 1);
-// count_include_pad: padded zeros count in the mean (PyTorch's default).
+                  Pair dilation = 1, bool ceil_mode = false);
+// count_include_pad: padded zeros count in the mean (PyTorch's default); the part of a ceil_mode window past
+// the padded end never does. divisor_override: divide every window's sum by it instead.
+// NOTE: count_include_pad comes before ceil_mode here (PyTorch has ceil_mode first), as kiln had it before.
 Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
-                  bool count_include_pad = true);
+                  bool count_include_pad = true, bool ceil_mode = false,
+                  std::optional<int64_t> divisor_override = std::nullopt);
 // Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)). Inputs with or
 // without the batch dim: (N, C, L) or (C, L); (N, C, H, W) or (C, H, W); (N, C, D, H, W) or (C, D, H, W).
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);

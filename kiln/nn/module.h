@@ -171,7 +171,7 @@ class ModuleHolder {
   ModuleHolder(A&& a, B&& b, C&& c, const typename T::Options& options)
       : impl_(std::make_shared<M>(std::forward<A>(a), std::forward<B>(b), std::forward<C>(c), options)) {}
 
-  // A list of sizes as a braced list, first or second, which the constructors above cannot deduce either:
+  // A list of sizes as a braced list, first, second or third, which the constructors above cannot deduce either:
   // nn::AdaptiveAvgPool3d({2, 4, 3}), nn::LayerNorm({64}), nn::ConstantPad2d({1, 1, 2, 0}, 0.5),
   // nn::Unflatten(1, {2, 3}). The list lives until the constructor has copied it.
   template <class... Rest>
@@ -182,6 +182,15 @@ class ModuleHolder {
     requires std::is_constructible_v<M, A, std::initializer_list<int64_t>, Rest...>
   ModuleHolder(A&& a, std::initializer_list<int64_t> sizes, Rest&&... rest)
       : impl_(std::make_shared<M>(std::forward<A>(a), sizes, std::forward<Rest>(rest)...)) {}
+  // Third, as a convolution's kernel: nn::Conv2d(3, 16, {3, 5}), and then options too.
+  template <class A, class B, class... Rest>
+    requires std::is_constructible_v<M, A, B, std::initializer_list<int64_t>, Rest...>
+  ModuleHolder(A&& a, B&& b, std::initializer_list<int64_t> sizes, Rest&&... rest)
+      : impl_(std::make_shared<M>(std::forward<A>(a), std::forward<B>(b), sizes, std::forward<Rest>(rest)...)) {}
+  template <class A, class B, class T = M>
+    requires std::is_constructible_v<M, A, B, std::initializer_list<int64_t>, const typename T::Options&>
+  ModuleHolder(A&& a, B&& b, std::initializer_list<int64_t> sizes, const typename T::Options& options)
+      : impl_(std::make_shared<M>(std::forward<A>(a), std::forward<B>(b), sizes, options)) {}
 
   M* operator->() const { return impl_.get(); }
   M& operator*() const { return *impl_; }

@@ -95,6 +95,10 @@ TEST(Conv2d, ModuleShapesInitAndErrors) {
   EXPECT_LE(conv->weight.abs().max().item<double>(), bound);
   expect_error([&] { conv(zeros({2, 4, 10, 10})); }, {"conv2d", "(2, 4, 10, 10)", "3 channels"});
   expect_error([&] { nn::Conv2d(3, 8, 3, nn::Conv2dOptions{.groups = 2}); }, {"Conv2d", "divisible by groups 2"});
+  // a non-square kernel as a braced list, with and without options
+  EXPECT_EQ(nn::Conv2d(3, 8, {3, 5})->weight.sizes(), (Shape{8, 3, 3, 5}));
+  EXPECT_EQ(nn::Conv2d(3, 8, {1, 3}, {.stride = 2, .padding = {0, 1}})(zeros({1, 3, 6, 6})).sizes(),
+            (Shape{1, 8, 3, 3}));
   auto c1 = nn::Conv1d(2, 3, 3, nn::Conv1dOptions{.padding = 1});
   Tensor x1 = randn64({2, 2, 7}, 30);
   c1->to(kFloat64);

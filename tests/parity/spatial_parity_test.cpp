@@ -241,6 +241,53 @@ TEST(SpatialParity, PixelShuffleAndPool1dMatchLibTorch) {
   }
 }
 
+// 2-d pooling with ceil_mode (last windows past the end, one that would start in the padding dropped),
+// count_include_pad, divisor_override and dilation: values and gradients.
+TEST(SpatialParity, PoolingCeilModeMatchesLibTorch) {
+  struct Case {
+    Shape input;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  };
+  const std::vector<Case> cases = {{{2, 3, 7, 8}, 3, 2, 2, 2, 0, 0, 1, 1},   {{2, 3, 7, 9}, 3, 3, 2, 3, 1, 1, 1, 1},
+                                   {{1, 2, 6, 5}, 3, 2, 2, 2, 1, 1, 1, 1},   {{1, 2, 10, 11}, 3, 2, 4, 5, 0, 1, 1, 1},
+                                   {{1, 2, 9, 10}, 2, 3, 2, 3, 0, 1, 2, 2}};
+  uint64_t seed = 90;
+  for (const Case& c : cases) {
+    const std::string what = shape_str(c.input) + " k" + std::to_string(c.kh) + "x" + std::to_string(c.kw) + " s" +
+                             std::to_string(c.sh) + "x" + std::to_string(c.sw);
+    for (bool ceil_mode : {true, false}) {
+      Tensor x = test::randn64(c.input, seed++).requires_grad_();
+      Tensor y = nn::F::max_pool2d(x, {c.kh, c.kw}, nn::F::Pair(c.sh, c.sw), nn::F::Pair(c.ph, c.pw),
+                                   nn::F::Pair(c.dh, c.dw), ceil_mode);
+      const Tensor probe = test::randn64(y.sizes(), seed++);
+      (y * probe).sum().backward();
+      torch::Tensor tx = to_torch(x).requires_grad_();
+      torch::Tensor ty = torch::max_pool2d(tx, {c.kh, c.kw}, {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw}, ceil_mode);
+      (ty * to_torch(probe)).sum().backward();
+      const std::string mode = ceil_mode ? " ceil" : " floor";
+      expect_same(y, ty, 0, "max_pool2d " + what + mode);
+      expect_same(x.grad(), tx.grad(), 0, "max_pool2d gradient " + what + mode);
+      if (c.dh != 1 || c.dw != 1) continue;  // avg_pool2d has no dilation
+      for (bool include : {true, false})
+        for (std::optional<int64_t> divisor : {std::optional<int64_t>(), std::optional<int64_t>(4)}) {
+          Tensor xa = x.detach().requires_grad_();
+          Tensor ya = nn::F::avg_pool2d(xa, {c.kh, c.kw}, nn::F::Pair(c.sh, c.sw), nn::F::Pair(c.ph, c.pw), include,
+                                        ceil_mode, divisor);
+          const Tensor pa = test::randn64(ya.sizes(), seed++);
+          (ya * pa).sum().backward();
+          torch::Tensor txa = to_torch(xa).requires_grad_();
+          torch::Tensor tya = torch::avg_pool2d(txa, {c.kh, c.kw}, {c.sh, c.sw}, {c.ph, c.pw}, ceil_mode, include,
+                                                divisor ? c10::optional<int64_t>(*divisor) : c10::nullopt);
+          (tya * to_torch(pa)).sum().backward();
+          const std::string how = what + mode + (include ? " include_pad" : " exclude_pad") +
+                                  (divisor ? " divisor 4" : "");
+          expect_same(ya, tya, 1e-14, "avg_pool2d " + how);
+          expect_same(xa.grad(), txa.grad(), 1e-14, "avg_pool2d gradient " + how);
+        }
+    }
+  }
+}
+
 // Adaptive max pooling over one, two and three dims, overlapping bins included: values, indices, gradients.
 TEST(SpatialParity, AdaptiveMaxPoolMatchesLibTorch) {
   struct Case {

@@ -17,6 +17,14 @@ int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t paddin
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
 }
 
+int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, bool ceil_mode) {
+  const int64_t span = in + 2 * padding - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  // floor division: a window longer than the padded input gives 0 (an error), not the 1 truncation would give
+  int64_t out = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
+  if (ceil_mode && out > 0 && (out - 1) * stride >= in + padding) --out;
+  return out;
+}
+
 namespace {
 
 std::string params_str(const Conv2dParams& p) {
@@ -123,8 +131,8 @@ Shape pool_output_shape(const char* op, IntArrayRef x, const Pool2dParams& p) {
              op, ": kernel, stride and dilation must be positive and padding non-negative");
   KILN_CHECK(p.padding[0] * 2 <= p.kernel[0] && p.padding[1] * 2 <= p.kernel[1], op, ": padding (", p.padding[0], ", ",
              p.padding[1], ") must be at most half the kernel (", p.kernel[0], ", ", p.kernel[1], ")");
-  int64_t oh = conv_out_size(x[2], p.kernel[0], p.stride[0], p.padding[0], p.dilation[0]);
-  int64_t ow = conv_out_size(x[3], p.kernel[1], p.stride[1], p.padding[1], p.dilation[1]);
+  int64_t oh = pool_out_size(x[2], p.kernel[0], p.stride[0], p.padding[0], p.dilation[0], p.ceil_mode);
+  int64_t ow = pool_out_size(x[3], p.kernel[1], p.stride[1], p.padding[1], p.dilation[1], p.ceil_mode);
   KILN_CHECK(oh > 0 && ow > 0, op, ": input of shape ", shape_str(x), " with padding (", p.padding[0], ", ",
              p.padding[1], ") is smaller than the kernel (", p.kernel[0], ", ", p.kernel[1], ") with dilation (",
              p.dilation[0], ", ", p.dilation[1], ")");

@@ -14,6 +14,9 @@ namespace kiln::ops {
 
 // The output size of one spatial dim: (in + 2 pad - dil (k - 1) - 1) / stride + 1.
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation);
+// Pooling's, as PyTorch's: the same with floor division, or with ceil_mode rounded up, keeping a last window
+// only if it starts inside the input or its left padding. 0 or less: the window does not fit.
+int64_t pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation, bool ceil_mode);
 
 // x: (N, Cin, H, W), weight: (Cout, Cin / groups, KH, KW), bias: (Cout) or undefined -> (N, Cout, OH, OW)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);

@@ -276,7 +276,11 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
   for (int64_t i = 0; i < OH; ++i) valid_range(i * p.stride[0] - p.padding[0], p.dilation[0], H, p.kernel[0], &ulo[i], &uhi[i]);
   for (int64_t j = 0; j < OW; ++j) valid_range(j * p.stride[1] - p.padding[1], p.dilation[1], W, p.kernel[1], &vlo[j], &vhi[j]);
   const int64_t grain = std::max<int64_t>(1, kDefaultGrain / work);
-  if (p.padding[0] == 0 && p.padding[1] == 0 && H * W <= std::numeric_limits<int32_t>::max()) {
+  // Whole windows only: no padding, and (ceil_mode) no last window running past the end.
+  const bool inside = p.padding[0] == 0 && p.padding[1] == 0 &&
+                      (OH - 1) * p.stride[0] + p.dilation[0] * (p.kernel[0] - 1) < H &&
+                      (OW - 1) * p.stride[1] + p.dilation[1] * (p.kernel[1] - 1) < W;
+  if (inside && H * W <= std::numeric_limits<int32_t>::max()) {
     std::vector<int32_t> off(static_cast<size_t>(OH * OW));
     for (int64_t i = 0; i < OH; ++i)
       for (int64_t j = 0; j < OW; ++j) off[i * OW + j] = static_cast<int32_t>(i * p.stride[0] * W + j * p.stride[1]);

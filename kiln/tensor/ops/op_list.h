@@ -83,6 +83,9 @@ struct Pool2dParams {
   int64_t stride[2] = {1, 1};
   int64_t padding[2] = {0, 0};  // implicit -inf padding for max pooling
   int64_t dilation[2] = {1, 1};
+  // The output size rounds up (ops::pool_out_size): a last window may run past the padded input's end, and the
+  // kernels clip it there.
+  bool ceil_mode = false;
 };
 // out (N, Cout, OH, OW) = x (N, Cin, H, W) conv weight (Cout, Cin / groups, KH, KW) + bias (Cout; undefined: none).
 // All contiguous, one floating dtype.
