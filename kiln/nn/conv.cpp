@@ -139,6 +139,12 @@ std::string AvgPool1dImpl::extra_repr() const {
   return detail::concat("kernel_size=", kernel_, ", stride=", *o.stride, ", padding=", o.padding,
                         o.ceil_mode ? ", ceil_mode=true" : "", o.count_include_pad ? "" : ", count_include_pad=false");
 }
+std::string MaxUnpool2dImpl::extra_repr() const {
+  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(stride_) + ", padding=" + pair_str(padding_);
+}
+std::string MaxUnpool1dImpl::extra_repr() const {
+  return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);
+}
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveMaxPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveAvgPool1dImpl::extra_repr() const { return detail::concat("output_size=", size_); }

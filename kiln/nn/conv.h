@@ -134,6 +134,38 @@ class AvgPool2dImpl : public Module {
 };
 using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
 
+// Called with a max pool's output and indices (functional::max_pool2d_with_indices), and optionally the size
+// to restore: nn::MaxUnpool2d(2)(y, indices).
+class MaxUnpool2dImpl : public Module {
+ public:
+  explicit MaxUnpool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+                           functional::Pair padding = 0)
+      : Module("MaxUnpool2d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
+  Tensor forward(const Tensor& x, const Tensor& indices,
+                 std::optional<functional::Pair> output_size = std::nullopt) const {
+    return functional::max_unpool2d(x, indices, kernel_, stride_, padding_, output_size);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair kernel_, stride_, padding_;
+};
+using MaxUnpool2d = ModuleHolder<MaxUnpool2dImpl>;
+
+class MaxUnpool1dImpl : public Module {
+ public:
+  explicit MaxUnpool1dImpl(int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0)
+      : Module("MaxUnpool1d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
+  Tensor forward(const Tensor& x, const Tensor& indices, std::optional<int64_t> output_size = std::nullopt) const {
+    return functional::max_unpool1d(x, indices, kernel_, stride_, padding_, output_size);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+};
+using MaxUnpool1d = ModuleHolder<MaxUnpool1dImpl>;
+
 struct MaxPool1dOptions {
   std::optional<int64_t> stride;
   int64_t padding = 0;

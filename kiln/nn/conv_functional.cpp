@@ -182,6 +182,76 @@ Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, P
   return added ? y.squeeze(0) : y;
 }
 
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, Pair kernel, std::optional<Pair> stride,
+                                                  Pair padding, Pair dilation, bool ceil_mode) {
+  bool added;
+  Tensor x = batched(x_in, &added);
+  DeviceType dev = x.device().type;
+  KILN_CHECK(is_floating(x.dtype()) && has_kernel<Op::max_pool2d>(dev) && has_kernel<Op::max_pool2d_backward>(dev),
+             "max_pool2d_with_indices: expected a floating-point input on a device with the max-pool kernels, got ",
+             x.dtype(), " on ", x.device());
+  KILN_CHECK(padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w, "max_pool2d_with_indices: padding (", padding.h,
+             ", ", padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
+  Pair s = stride.value_or(kernel);
+  check_geometry("max_pool2d_with_indices", x, kernel, s, padding, dilation, ceil_mode);
+  Pool2dParams p;
+  p.kernel[0] = kernel.h, p.kernel[1] = kernel.w;
+  p.stride[0] = s.h, p.stride[1] = s.w;
+  p.padding[0] = padding.h, p.padding[1] = padding.w;
+  p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
+  p.ceil_mode = ceil_mode;
+  auto [y, indices] = kiln::max_pool2d_with_indices(x, p);
+  if (added) return {y.squeeze(0), indices.squeeze(0)};
+  return {y, indices};
+}
+
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel, std::optional<int64_t> stride,
+                                                  int64_t padding, int64_t dilation, bool ceil_mode) {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "max_pool1d_with_indices: expected input (N, C, L) or (C, L), got ",
+             shape_str(x.sizes()));
+  // Over a height of one, h * L + l is l.
+  auto [y, indices] = max_pool2d_with_indices(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)),
+                                              {0, padding}, {1, dilation}, ceil_mode);
+  return {y.squeeze(-2), indices.squeeze(-2)};
+}
+
+Tensor max_unpool2d(const Tensor& x_in, const Tensor& indices_in, Pair kernel, std::optional<Pair> stride,
+                    Pair padding, std::optional<Pair> output_size) {
+  KILN_CHECK(x_in.defined() && indices_in.defined(), "max_unpool2d: an input tensor is undefined");
+  KILN_CHECK(x_in.dim() == 3 || x_in.dim() == 4, "max_unpool2d: expected input (N, C, H, W) or (C, H, W), got ",
+             shape_str(x_in.sizes()));
+  KILN_CHECK(indices_in.sizes() == x_in.sizes() && indices_in.dtype() == kInt64, "max_unpool2d: indices must be int64 "
+             "of the input's shape ", shape_str(x_in.sizes()), ", got ", indices_in.dtype(), " ",
+             shape_str(indices_in.sizes()));
+  bool added;
+  Tensor x = batched(x_in, &added);
+  Tensor indices = added ? indices_in.unsqueeze(0) : indices_in;
+  const Pair s = stride.value_or(kernel);
+  const Pair out = output_size.value_or(Pair((x.size(2) - 1) * s.h - 2 * padding.h + kernel.h,
+                                             (x.size(3) - 1) * s.w - 2 * padding.w + kernel.w));
+  KILN_CHECK(out.h > 0 && out.w > 0, "max_unpool2d: the output size (", out.h, ", ", out.w, ") must be positive");
+  const int64_t N = x.size(0), C = x.size(1), plane = out.h * out.w;
+  if (indices.numel() > 0) {
+    const int64_t lo = indices.min().item<int64_t>(), hi = indices.max().item<int64_t>();
+    KILN_CHECK(lo >= 0 && hi < plane, "max_unpool2d: index ", lo < 0 ? lo : hi, " is outside the output plane of ",
+               out.h, " x ", out.w, " = ", plane, " positions");
+  }
+  Tensor zero = zeros({N, C, plane}, TensorOptions(x.dtype()).device(x.device()));
+  Tensor y = scatter(zero, 2, indices.reshape({N, C, -1}), x.reshape({N, C, -1})).view({N, C, out.h, out.w});
+  return added ? y.squeeze(0) : y;
+}
+
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel, std::optional<int64_t> stride,
+                    int64_t padding, std::optional<int64_t> output_size) {
+  KILN_CHECK(x.dim() == 2 || x.dim() == 3, "max_unpool1d: expected input (N, C, L) or (C, L), got ",
+             shape_str(x.sizes()));
+  std::optional<Pair> out;
+  if (output_size) out = Pair(1, *output_size);
+  return max_unpool2d(x.unsqueeze(-2), indices.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)),
+                      {0, padding}, out)
+      .squeeze(-2);
+}
+
 Tensor avg_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, bool count_include_pad,
                   bool ceil_mode, std::optional<int64_t> divisor_override) {
   KILN_CHECK(!divisor_override || *divisor_override != 0, "avg_pool2d: divisor_override must not be 0");

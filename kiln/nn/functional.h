@@ -74,6 +74,24 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
 // starts inside the input or its left padding (PyTorch's rule).
 Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
                   Pair dilation = 1, bool ceil_mode = false);
+// max_pool2d's values with, for each, where its maximum is: h * W + w within its (n, c) plane of x, PyTorch's
+// return_indices (what max_unpool2d takes). Floating inputs, on a device with the max-pool kernels.
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt,
+                                                  Pair padding = 0, Pair dilation = 1, bool ceil_mode = false);
+// The same over (N, C, L) or (C, L); the indices are positions along L.
+std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel,
+                                                  std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                                                  int64_t dilation = 1, bool ceil_mode = false);
+// max_pool2d's partial inverse: a zero tensor of output_size (by default (H - 1) stride - 2 padding + kernel per
+// dim) with each value of x written at its index; the gradient gathers from there. x and indices: the pool's
+// (N, C, H, W) (or (C, H, W)) outputs. An index outside the output is an error. Where two values share an
+// index (overlapping windows), the later one in x's order stays, and the gradient still reaches both, as in
+// PyTorch on the CPU.
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, Pair kernel, std::optional<Pair> stride = std::nullopt,
+                    Pair padding = 0, std::optional<Pair> output_size = std::nullopt);
+Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel,
+                    std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
+                    std::optional<int64_t> output_size = std::nullopt);
 // count_include_pad: padded zeros count in the mean (PyTorch's default); the part of a ceil_mode window past
 // the padded end never does. divisor_override: divide every window's sum by it instead.
 // NOTE: count_include_pad comes before ceil_mode here (PyTorch has ceil_mode first), as kiln had it before.

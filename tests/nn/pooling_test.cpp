@@ -1,7 +1,8 @@
 // Pooling's output sizes and windows as PyTorch defines them, ceil_mode included, against float64 loops
 // written from that definition: the output size from the formula, each window clipped to the input (max) or
 // divided as count_include_pad and divisor_override say (average); the kernels and the composite path (an
-// integer input) alike; gradients by gradcheck and the first-maximum rule; the modules' options and reprs.
+// integer input) alike; gradients by gradcheck and the first-maximum rule; the modules' options and reprs;
+// return_indices and max_unpool.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -181,6 +182,51 @@ TEST(PoolingCeilMode, WindowsLargerThanTheInputAreErrors) {
   expect_error([] { F::max_pool2d(randn64({1, 1, 2, 5}, 1), 3, 2); }, {"max_pool2d", "smaller than the kernel"});
   expect_error([] { F::max_pool2d(randn64({1, 1, 2, 5}, 1).to(kInt64), 3, 2); }, {"max_pool2d", "smaller"});
   expect_error([] { F::avg_pool2d(randn64({1, 1, 5, 5}, 1), 2, 2, 0, true, false, 0); }, {"divisor_override"});
+}
+
+// return_indices and max_unpool: the indices are each window's first maximum as h * W + w in its plane (the
+// reference above), and unpooling writes each value there into zeros.
+TEST(MaxUnpool, PlacesEachMaximumAtItsIndex) {
+  const PoolCase c{{6, 3, 2, 1, 1}, {7, 2, 2, 0, 1}, true};
+  Tensor x = randn64({2, 3, 6, 7}, 65);
+  auto [y, idx] = F::max_pool2d_with_indices(x, {3, 2}, F::Pair(2, 2), F::Pair(1, 0), 1, true);
+  EXPECT_EQ(values(y), values(F::max_pool2d(x, {3, 2}, F::Pair(2, 2), F::Pair(1, 0), 1, true)));
+  const int64_t plane = 6 * 7, outs = c.h.windows(true) * c.w.windows(true);
+  ASSERT_EQ(idx.sizes(), (Shape{2, 3, c.h.windows(true), c.w.windows(true)}));
+  std::vector<double> xv = values(x), iv = values(idx);
+  for (int64_t q = 0; q < 6; ++q) {
+    Pooled want = reference(std::vector<double>(xv.begin() + q * plane, xv.begin() + (q + 1) * plane), c, true, true,
+                            std::nullopt);
+    for (int64_t o = 0; o < outs; ++o)
+      EXPECT_EQ(iv[q * outs + o], static_cast<double>(want.argmax[o])) << q << ", " << o;
+  }
+  // unpooled into the input's size: the maxima where they were, zeros elsewhere
+  Tensor u = F::max_unpool2d(y, idx, {3, 2}, F::Pair(2, 2), F::Pair(1, 0), F::Pair(6, 7));
+  std::vector<double> uv = values(u), yv = values(y);
+  std::vector<double> want(uv.size(), 0.0);
+  for (int64_t q = 0; q < 6; ++q)
+    for (int64_t o = 0; o < outs; ++o) want[q * plane + static_cast<int64_t>(iv[q * outs + o])] = yv[q * outs + o];
+  EXPECT_EQ(uv, want);
+  // the default size, (OH - 1) s - 2 p + k, and the module
+  Tensor even = randn64({1, 2, 4, 6}, 66);
+  auto [ye, ie] = F::max_pool2d_with_indices(even, 2);
+  // the gradient gathers from the indices (windows apart: overlapping ones can share an index, whose gradient
+  // then reaches every value written there, as in PyTorch, while only the last one stays)
+  Tensor yl = ye.detach().requires_grad_();
+  gradcheck([&](const std::vector<Tensor>& t) { return F::max_unpool2d(t[0], ie, 2); }, {yl});
+  EXPECT_EQ(F::max_unpool2d(ye, ie, 2).sizes(), (Shape{1, 2, 4, 6}));
+  EXPECT_EQ(values(nn::MaxUnpool2d(2)(ye, ie)), values(F::max_unpool2d(ye, ie, 2)));
+  EXPECT_EQ(nn::MaxUnpool2d(2)->str(), "MaxUnpool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))");
+  // 1-d, and unbatched
+  Tensor s = randn64({2, 9}, 67);
+  auto [ys, is] = F::max_pool1d_with_indices(s, 3);
+  EXPECT_EQ(values(is), values(F::max_pool2d_with_indices(s.unsqueeze(1), {1, 3}).second.squeeze(1)));
+  EXPECT_EQ(values(nn::MaxUnpool1d(3)(ys, is)),
+            values(F::max_unpool2d(ys.unsqueeze(1), is.unsqueeze(1), {1, 3}).squeeze(1)));
+  // an index outside the output is said, not written past the end
+  expect_error([&] { F::max_unpool2d(y, idx, {3, 2}, F::Pair(2, 2), F::Pair(1, 0), F::Pair(3, 3)); },
+               {"max_unpool2d", "outside the output plane of 3 x 3"});
+  expect_error([&] { F::max_pool2d_with_indices(x.to(kInt64), 2); }, {"max_pool2d_with_indices", "floating"});
 }
 
 }  // namespace

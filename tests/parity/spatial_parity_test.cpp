@@ -288,6 +288,27 @@ TEST(SpatialParity, PoolingCeilModeMatchesLibTorch) {
   }
 }
 
+// return_indices and max_unpool2d, odd sizes restored through output_size: values, indices, gradients.
+TEST(SpatialParity, MaxUnpoolMatchesLibTorch) {
+  const Tensor x = test::randn64({2, 3, 7, 9}, 95);
+  for (bool ceil_mode : {false, true}) {
+    auto [y, idx] = nn::F::max_pool2d_with_indices(x, 3, 2, 1, 1, ceil_mode);
+    auto [ty, tidx] = torch::max_pool2d_with_indices(to_torch(x), {3, 3}, {2, 2}, {1, 1}, {1, 1}, ceil_mode);
+    const std::string mode = ceil_mode ? " ceil" : " floor";
+    expect_same(y, ty, 0, "max_pool2d_with_indices" + mode);
+    expect_same(idx, tidx, 0, "indices" + mode);
+    Tensor yl = y.detach().requires_grad_();
+    Tensor u = nn::F::max_unpool2d(yl, idx, 3, 2, 1, nn::F::Pair(7, 9));
+    const Tensor probe = test::randn64(u.sizes(), 96);
+    (u * probe).sum().backward();
+    torch::Tensor tyl = to_torch(y).requires_grad_();
+    torch::Tensor tu = torch::max_unpool2d(tyl, tidx, {7, 9});
+    (tu * to_torch(probe)).sum().backward();
+    expect_same(u, tu, 0, "max_unpool2d" + mode);
+    expect_same(yl.grad(), tyl.grad(), 0, "max_unpool2d gradient" + mode);
+  }
+}
+
 // Adaptive max pooling over one, two and three dims, overlapping bins included: values, indices, gradients.
 TEST(SpatialParity, AdaptiveMaxPoolMatchesLibTorch) {
   struct Case {

@@ -1,8 +1,8 @@
 // CPU kernels of the CTC loss (the math is in ops/ctc.h): one thread per batch element, which runs its alpha
 // recursion (forward) or its beta recursion and then the gradient of each of its frames (backward), in
-// log_probs' dtype. A frame's loop over positions reads the previous frame's row only, so it vectorizes apart
-// from the skip test. The independent references are the sum over every path, enumerated, and a recursion in
-// probability space, both in float64 (tests/nn/ctc_test.cpp).
+// log_probs' dtype, with the math library's exp and log (three exps and a log per position and frame: the
+// cost). The independent references are the sum over every path, enumerated, and a recursion in probability
+// space, both in float64 (tests/nn/ctc_test.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
