@@ -153,6 +153,25 @@ Tensor batched(const Tensor& x, bool* added) {
   *added = x.dim() == 3;
   return *added ? x.unsqueeze(0) : x;
 }
+
+// The max-pool kernels take floating tensors on a device that has both (forward and backward).
+bool use_max_pool_kernels(const Tensor& x) {
+  const DeviceType d = x.device().type;
+  return is_floating(x.dtype()) && has_kernel<Op::max_pool2d>(d) && has_kernel<Op::max_pool2d_backward>(d);
+}
+
+// Values and indices of (N, C, H, W) x from the kernels, the geometry checked first (naming op).
+std::pair<Tensor, Tensor> max_pool_by_kernels(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding,
+                                              Pair dilation, bool ceil_mode) {
+  check_geometry(op, x, kernel, stride, padding, dilation, ceil_mode);
+  Pool2dParams p;
+  p.kernel[0] = kernel.h, p.kernel[1] = kernel.w;
+  p.stride[0] = stride.h, p.stride[1] = stride.w;
+  p.padding[0] = padding.h, p.padding[1] = padding.w;
+  p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
+  p.ceil_mode = ceil_mode;
+  return kiln::max_pool2d_with_indices(x, p);
+}
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, Pair dilation,
@@ -161,17 +180,9 @@ Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, P
              padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
   bool added;
   Tensor x = batched(x_in, &added);
-  DeviceType dev = x.device().type;
-  if (is_floating(x.dtype()) && has_kernel<Op::max_pool2d>(dev) && has_kernel<Op::max_pool2d_backward>(dev)) {
-    Pair s = stride.value_or(kernel);
-    check_geometry("max_pool2d", x, kernel, s, padding, dilation, ceil_mode);
-    Pool2dParams p;
-    p.kernel[0] = kernel.h, p.kernel[1] = kernel.w;
-    p.stride[0] = s.h, p.stride[1] = s.w;
-    p.padding[0] = padding.h, p.padding[1] = padding.w;
-    p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
-    p.ceil_mode = ceil_mode;
-    Tensor y = kiln::max_pool2d_with_indices(x, p).first;
+  if (use_max_pool_kernels(x)) {
+    Tensor y = max_pool_by_kernels("max_pool2d", x, kernel, stride.value_or(kernel), padding, dilation, ceil_mode)
+                   .first;
     return added ? y.squeeze(0) : y;
   }
   Geometry geo{};
@@ -186,21 +197,12 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, Pair kerne
                                                   Pair padding, Pair dilation, bool ceil_mode) {
   bool added;
   Tensor x = batched(x_in, &added);
-  DeviceType dev = x.device().type;
-  KILN_CHECK(is_floating(x.dtype()) && has_kernel<Op::max_pool2d>(dev) && has_kernel<Op::max_pool2d_backward>(dev),
-             "max_pool2d_with_indices: expected a floating-point input on a device with the max-pool kernels, got ",
-             x.dtype(), " on ", x.device());
+  KILN_CHECK(use_max_pool_kernels(x), "max_pool2d_with_indices: expected a floating-point input on a device with "
+             "the max-pool kernels, got ", x.dtype(), " on ", x.device());
   KILN_CHECK(padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w, "max_pool2d_with_indices: padding (", padding.h,
              ", ", padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
-  Pair s = stride.value_or(kernel);
-  check_geometry("max_pool2d_with_indices", x, kernel, s, padding, dilation, ceil_mode);
-  Pool2dParams p;
-  p.kernel[0] = kernel.h, p.kernel[1] = kernel.w;
-  p.stride[0] = s.h, p.stride[1] = s.w;
-  p.padding[0] = padding.h, p.padding[1] = padding.w;
-  p.dilation[0] = dilation.h, p.dilation[1] = dilation.w;
-  p.ceil_mode = ceil_mode;
-  auto [y, indices] = kiln::max_pool2d_with_indices(x, p);
+  auto [y, indices] = max_pool_by_kernels("max_pool2d_with_indices", x, kernel, stride.value_or(kernel), padding,
+                                          dilation, ceil_mode);
   if (added) return {y.squeeze(0), indices.squeeze(0)};
   return {y, indices};
 }
