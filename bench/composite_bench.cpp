@@ -4,7 +4,8 @@
 // relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
 // (bicubic up, area down), padding (reflect, replicate), an NCHW to NHWC copy, pixel_shuffle and rms_norm
-// (LibTorch 1.13 has none: its usual composite).
+// (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools (kiln's composites over the
+// 2-d kernels; LibTorch's own 3-d kernels).
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -103,6 +104,11 @@ int main(int argc, char** argv) {
   Tensor image = kiln::randn({8, 16, 64, 64}).requires_grad_(), big = kiln::randn({8, 16, 128, 128}).requires_grad_();
   Tensor norm_weight = kiln::randn({1024}).requires_grad_();
   Tensor img3 = kiln::randn({64, 3, 64, 64}).requires_grad_();
+  // A video clip batch through C3D-sized layers: a 3x3x3 convolution, a 2x2x2 upsampling and the 3-d pools.
+  Tensor clip = kiln::randn({4, 32, 8, 28, 28}).requires_grad_(), w3 = kiln::randn({64, 32, 3, 3, 3}).requires_grad_();
+  Tensor coarse = kiln::randn({4, 32, 4, 14, 14}).requires_grad_(), wt3 = kiln::randn({32, 16, 2, 2, 2}).requires_grad_();
+  // The conv2d that conv3d above reduces to: its kd = 3 input slices stacked as 96 channels, (N OD) = 32 images.
+  Tensor stacked = kiln::randn({32, 96, 28, 28}).requires_grad_(), w2 = kiln::randn({64, 96, 3, 3}).requires_grad_();
 #ifdef KILN_BENCH_WITH_TORCH
   // LibTorch 1.13's accumulating index_put_ takes its indices as a list of optional tensors.
   auto torch_put = [](const torch::Tensor& positions, const torch::Tensor& values) {
@@ -115,6 +121,8 @@ int main(int argc, char** argv) {
   torch::Tensor trows = leaf(rows), tidx = to_torch(idx), twide = leaf(wide), tmask = to_torch(mask);
   torch::Tensor tupdates = to_torch(updates), tq = leaf(q), tk = leaf(k), ta = leaf(a), tb = leaf(b), tc = leaf(c);
   torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big), tnorm_weight = leaf(norm_weight), timg3 = leaf(img3);
+  torch::Tensor tclip = leaf(clip), tw3 = leaf(w3), tcoarse = leaf(coarse), twt3 = leaf(wt3), tstacked = leaf(stacked),
+                tw2 = leaf(w2);
   // LibTorch 1.13 has no rms_norm: the usual composite, as models written against it spell it.
   auto torch_rms_norm = [&] {
     return twide * torch::rsqrt(twide.pow(2).mean(-1, true) + 1e-6) * tnorm_weight;
@@ -163,6 +171,18 @@ int main(int argc, char** argv) {
        THEIRS(torch::pixel_shuffle(timage, 2))},
       {"rms_norm", "(4096, 1024)", [&] { return F::rms_norm(wide, {1024}, norm_weight, 1e-6); }
        THEIRS(torch_rms_norm())},
+      {"conv3d 3x3x3, padding 1", "(4, 32, 8, 28, 28) to 64", [&] { return F::conv3d(clip, w3, {}, 1, 1); }
+       THEIRS(torch::conv3d(tclip, tw3, {}, 1, 1))},
+      {"conv2d 3x3, padding 1 (conv3d's own)", "(32, 96, 28, 28) to 64", [&] { return F::conv2d(stacked, w2, {}, 1, 1); }
+       THEIRS(torch::conv2d(tstacked, tw2, {}, 1, 1))},
+      {"conv_transpose3d 2x2x2, stride 2", "(4, 32, 4, 14, 14) to 16", [&] { return F::conv_transpose3d(coarse, wt3, {}, 2); }
+       THEIRS(torch::conv_transpose3d(tcoarse, twt3, {}, 2))},
+      {"avg_pool2d 3x3, stride 2, padding 1", "(8, 16, 64, 64)", [&] { return F::avg_pool2d(image, 3, 2, 1); }
+       THEIRS(torch::avg_pool2d(timage, 3, 2, 1))},
+      {"max_pool3d 2x2x2", "(4, 32, 8, 28, 28)", [&] { return F::max_pool3d(clip, 2); }
+       THEIRS(torch::max_pool3d(tclip, 2))},
+      {"avg_pool3d 3x3x3, stride 2, padding 1", "(4, 32, 8, 28, 28)", [&] { return F::avg_pool3d(clip, 3, 2, 1); }
+       THEIRS(torch::avg_pool3d(tclip, 3, 2, 1))},
   };
   for (const Row& row : differentiable) run(row, reps, true);
   // A write without autograd: index_put_ with accumulate into a fresh zero tensor each time.

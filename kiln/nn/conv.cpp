@@ -1,6 +1,9 @@
 #include "kiln/nn/conv.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "kiln/nn/init.h"
 
@@ -24,6 +27,34 @@ std::string padding_mode_str(functional::PadMode mode) {
   return "";
 }
 
+std::string triple_str(functional::Triple t) { return detail::concat("(", t.d, ", ", t.h, ", ", t.w, ")"); }
+
+std::string rule_str(functional::PadRule rule) { return rule == functional::PadRule::Same ? "same" : "valid"; }
+
+// The padding before and after each dim, the last dim's first (as functional::pad takes them): the sizes
+// given, or what the rule asks for the kernel and dilation.
+std::vector<int64_t> explicit_pads(std::optional<functional::PadRule> rule, std::vector<int64_t> padding,
+                                   const std::vector<int64_t>& kernel, const std::vector<int64_t>& dilation) {
+  std::vector<int64_t> pads;
+  for (size_t i = padding.size(); i-- > 0;) {
+    int64_t before = padding[i], after = padding[i];
+    if (rule == functional::PadRule::Valid) before = after = 0;
+    if (rule == functional::PadRule::Same) {
+      const int64_t total = dilation[i] * (kernel[i] - 1);
+      before = total / 2, after = total - before;
+    }
+    pads.push_back(before);
+    pads.push_back(after);
+  }
+  return pads;
+}
+
+// padding="same" keeps the size only at stride 1, so PyTorch refuses it with any other at construction.
+void check_same_stride(const char* layer, std::optional<functional::PadRule> rule, std::vector<int64_t> stride) {
+  for (int64_t s : stride)
+    KILN_CHECK(rule != functional::PadRule::Same || s == 1, layer, ": padding=\"same\" needs stride 1");
+}
+
 // PyTorch's default for convolutions: kaiming_uniform(a = sqrt(5)) on the weight, i.e. uniform in
 // +-1/sqrt(fan_in), and the bias uniform in the same bound.
 void reset_conv(const Tensor& weight, const Tensor& bias) {
@@ -42,6 +73,7 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pa
   KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
              "Conv2d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
              options.groups);
+  check_same_stride("Conv2d", options.padding.rule, {options.stride.h, options.stride.w});
   weight = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel.h, kernel.w}));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
@@ -49,17 +81,24 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pa
 
 Tensor Conv2dImpl::forward(const Tensor& x) {
   const auto& o = options_;
-  if (o.padding_mode == functional::PadMode::Constant)
-    return functional::conv2d(x, weight, bias, o.stride, o.padding, o.dilation, o.groups);
+  if (o.padding_mode == functional::PadMode::Constant) {
+    if (o.padding.rule) return functional::conv2d(x, weight, bias, o.stride, *o.padding.rule, o.dilation, o.groups);
+    return functional::conv2d(x, weight, bias, o.stride, o.padding.size, o.dilation, o.groups);
+  }
   // Another mode pads first (both sides of each dim by the padding, as PyTorch's), then convolves unpadded.
-  const Tensor padded = functional::pad(x, {o.padding.w, o.padding.w, o.padding.h, o.padding.h}, o.padding_mode);
+  const Tensor padded = functional::pad(x,
+                                        explicit_pads(o.padding.rule, {o.padding.size.h, o.padding.size.w},
+                                                      {weight.size(2), weight.size(3)}, {o.dilation.h, o.dilation.w}),
+                                        o.padding_mode);
   return functional::conv2d(padded, weight, bias, o.stride, 0, o.dilation, o.groups);
 }
 
 std::string Conv2dImpl::extra_repr() const {
+  const auto& p = options_.padding;
   return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=",
                         pair_str({weight.size(2), weight.size(3)}), ", stride=", pair_str(options_.stride),
-                        ", padding=", pair_str(options_.padding), options_.groups > 1 ? ", groups=" : "",
+                        ", padding=", p.rule ? rule_str(*p.rule) : pair_str(p.size),
+                        options_.groups > 1 ? ", groups=" : "",
                         options_.groups > 1 ? std::to_string(options_.groups) : "",
                         bias.defined() ? "" : ", bias=false",
                         padding_mode_str(options_.padding_mode));
@@ -98,6 +137,7 @@ Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
   KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
              "Conv1d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
              options.groups);
+  check_same_stride("Conv1d", options.padding.rule, {options.stride});
   weight = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel}));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
@@ -105,16 +145,113 @@ Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
 
 Tensor Conv1dImpl::forward(const Tensor& x) {
   const auto& o = options_;
-  if (o.padding_mode == functional::PadMode::Constant)
-    return functional::conv1d(x, weight, bias, o.stride, o.padding, o.dilation, o.groups);
-  const Tensor padded = functional::pad(x, {o.padding, o.padding}, o.padding_mode);
+  if (o.padding_mode == functional::PadMode::Constant) {
+    if (o.padding.rule) return functional::conv1d(x, weight, bias, o.stride, *o.padding.rule, o.dilation, o.groups);
+    return functional::conv1d(x, weight, bias, o.stride, o.padding.size, o.dilation, o.groups);
+  }
+  const Tensor padded = functional::pad(
+      x, explicit_pads(o.padding.rule, {o.padding.size}, {weight.size(2)}, {o.dilation}), o.padding_mode);
   return functional::conv1d(padded, weight, bias, o.stride, 0, o.dilation, o.groups);
 }
 
 std::string Conv1dImpl::extra_repr() const {
+  const auto& p = options_.padding;
   return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=", weight.size(2),
-                        ", stride=", options_.stride, ", padding=", options_.padding,
+                        ", stride=", options_.stride, ", padding=", p.rule ? rule_str(*p.rule) : std::to_string(p.size),
                         padding_mode_str(options_.padding_mode));
+}
+
+Conv3dImpl::Conv3dImpl(int64_t in_channels, int64_t out_channels, functional::Triple kernel, Conv3dOptions options)
+    : Module("Conv3d"), options_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.d > 0 && kernel.h > 0 && kernel.w > 0, "Conv3d: channels "
+             "and kernel size must be positive, got ", in_channels, ", ", out_channels, " and ", triple_str(kernel));
+  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "Conv3d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
+             options.groups);
+  check_same_stride("Conv3d", options.padding.rule, {options.stride.d, options.stride.h, options.stride.w});
+  weight = register_parameter("weight",
+                              empty({out_channels, in_channels / options.groups, kernel.d, kernel.h, kernel.w}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_conv(weight, bias);
+}
+
+Tensor Conv3dImpl::forward(const Tensor& x) {
+  const auto& o = options_;
+  if (o.padding_mode == functional::PadMode::Constant) {
+    if (o.padding.rule) return functional::conv3d(x, weight, bias, o.stride, *o.padding.rule, o.dilation, o.groups);
+    return functional::conv3d(x, weight, bias, o.stride, o.padding.size, o.dilation, o.groups);
+  }
+  const auto& p = o.padding.size;
+  const Tensor padded = functional::pad(x,
+                                        explicit_pads(o.padding.rule, {p.d, p.h, p.w},
+                                                      {weight.size(2), weight.size(3), weight.size(4)},
+                                                      {o.dilation.d, o.dilation.h, o.dilation.w}),
+                                        o.padding_mode);
+  return functional::conv3d(padded, weight, bias, o.stride, 0, o.dilation, o.groups);
+}
+
+std::string Conv3dImpl::extra_repr() const {
+  const auto& p = options_.padding;
+  return detail::concat(weight.size(1) * options_.groups, ", ", weight.size(0), ", kernel_size=",
+                        triple_str({weight.size(2), weight.size(3), weight.size(4)}), ", stride=",
+                        triple_str(options_.stride), ", padding=", p.rule ? rule_str(*p.rule) : triple_str(p.size),
+                        options_.groups > 1 ? ", groups=" : "",
+                        options_.groups > 1 ? std::to_string(options_.groups) : "",
+                        bias.defined() ? "" : ", bias=false", padding_mode_str(options_.padding_mode));
+}
+
+ConvTranspose1dImpl::ConvTranspose1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                                         ConvTranspose1dOptions options)
+    : Module("ConvTranspose1d"), options_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "ConvTranspose1d: channels and kernel size must be "
+             "positive, got ", in_channels, ", ", out_channels, " and ", kernel);
+  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "ConvTranspose1d: in_channels ", in_channels, " and out_channels ", out_channels,
+             " must be divisible by groups ", options.groups);
+  weight = register_parameter("weight", empty({in_channels, out_channels / options.groups, kernel}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_conv(weight, bias);
+}
+
+Tensor ConvTranspose1dImpl::forward(const Tensor& x) {
+  const auto& o = options_;
+  return functional::conv_transpose1d(x, weight, bias, o.stride, o.padding, o.output_padding, o.groups, o.dilation);
+}
+
+std::string ConvTranspose1dImpl::extra_repr() const {
+  const auto& o = options_;
+  return detail::concat(weight.size(0), ", ", weight.size(1) * o.groups, ", kernel_size=", weight.size(2),
+                        ", stride=", o.stride, ", padding=", o.padding, ", output_padding=", o.output_padding,
+                        o.groups > 1 ? ", groups=" + std::to_string(o.groups) : "", bias.defined() ? "" : ", bias=false");
+}
+
+ConvTranspose3dImpl::ConvTranspose3dImpl(int64_t in_channels, int64_t out_channels, functional::Triple kernel,
+                                         ConvTranspose3dOptions options)
+    : Module("ConvTranspose3d"), options_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.d > 0 && kernel.h > 0 && kernel.w > 0, "ConvTranspose3d: "
+             "channels and kernel size must be positive, got ", in_channels, ", ", out_channels, " and ",
+             triple_str(kernel));
+  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "ConvTranspose3d: in_channels ", in_channels, " and out_channels ", out_channels,
+             " must be divisible by groups ", options.groups);
+  weight = register_parameter("weight",
+                              empty({in_channels, out_channels / options.groups, kernel.d, kernel.h, kernel.w}));
+  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  reset_conv(weight, bias);
+}
+
+Tensor ConvTranspose3dImpl::forward(const Tensor& x) {
+  const auto& o = options_;
+  return functional::conv_transpose3d(x, weight, bias, o.stride, o.padding, o.output_padding, o.groups, o.dilation);
+}
+
+std::string ConvTranspose3dImpl::extra_repr() const {
+  const auto& o = options_;
+  return detail::concat(weight.size(0), ", ", weight.size(1) * o.groups, ", kernel_size=",
+                        triple_str({weight.size(2), weight.size(3), weight.size(4)}), ", stride=",
+                        triple_str(o.stride), ", padding=", triple_str(o.padding), ", output_padding=",
+                        triple_str(o.output_padding), o.groups > 1 ? ", groups=" + std::to_string(o.groups) : "",
+                        bias.defined() ? "" : ", bias=false");
 }
 
 // The pools' settings as PyTorch prints them, the non-default ones after the first three.
@@ -127,6 +264,18 @@ std::string AvgPool2dImpl::extra_repr() const {
   const auto& o = options_;
   return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(*o.stride) + ", padding=" + pair_str(o.padding) +
          (o.ceil_mode ? ", ceil_mode=true" : "") + (o.count_include_pad ? "" : ", count_include_pad=false") +
+         (o.divisor_override ? ", divisor_override=" + std::to_string(*o.divisor_override) : "");
+}
+std::string MaxPool3dImpl::extra_repr() const {
+  const auto& o = options_;
+  return "kernel_size=" + triple_str(kernel_) + ", stride=" + triple_str(*o.stride) + ", padding=" +
+         triple_str(o.padding) + ", dilation=" + triple_str(o.dilation) + (o.ceil_mode ? ", ceil_mode=true" : "");
+}
+std::string AvgPool3dImpl::extra_repr() const {
+  const auto& o = options_;
+  return "kernel_size=" + triple_str(kernel_) + ", stride=" + triple_str(*o.stride) + ", padding=" +
+         triple_str(o.padding) + (o.ceil_mode ? ", ceil_mode=true" : "") +
+         (o.count_include_pad ? "" : ", count_include_pad=false") +
          (o.divisor_override ? ", divisor_override=" + std::to_string(*o.divisor_override) : "");
 }
 std::string MaxPool1dImpl::extra_repr() const {

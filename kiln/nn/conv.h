@@ -1,7 +1,9 @@
-// Conv1d, Conv2d, ConvTranspose2d, the pooling layers and Upsample.
+// Conv1d/2d/3d, ConvTranspose1d/2d/3d, the pooling layers and Upsample.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "kiln/nn/functional.h"
@@ -9,8 +11,23 @@
 
 namespace kiln::nn {
 
+// A convolution layer's padding: its size in each dim, or a rule, as PyTorch's padding="same" / "valid":
+// nn::Conv2d(3, 8, 3, {.padding = F::same}) keeps the input's size (stride 1 only).
+template <class Size>
+struct ConvPadding {
+  Size size = 0;
+  std::optional<functional::PadRule> rule;
+  ConvPadding(int64_t all) : size(all) {}  // NOLINT: .padding = 1
+  ConvPadding(Size s) requires(!std::is_same_v<Size, int64_t>) : size(s) {}  // NOLINT
+  ConvPadding(std::initializer_list<int64_t> sizes) requires(!std::is_same_v<Size, int64_t>)  // NOLINT: {0, 1}
+      : size(sizes) {}
+  ConvPadding(functional::PadRule r) : rule(r) {}  // NOLINT: .padding = F::same
+};
+
 struct Conv2dOptions {
-  functional::Pair stride = 1, padding = 0, dilation = 1;
+  functional::Pair stride = 1;
+  ConvPadding<functional::Pair> padding = 0;
+  functional::Pair dilation = 1;
   int64_t groups = 1;
   bool bias = true;
   // What the padding holds: zeros (Constant, PyTorch's "zeros"), or the input reflected, replicated or wrapped
@@ -57,7 +74,9 @@ class ConvTranspose2dImpl : public Module {
 using ConvTranspose2d = ModuleHolder<ConvTranspose2dImpl>;
 
 struct Conv1dOptions {
-  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  int64_t stride = 1;
+  ConvPadding<int64_t> padding = 0;
+  int64_t dilation = 1, groups = 1;
   bool bias = true;
   functional::PadMode padding_mode = functional::PadMode::Constant;  // as Conv2dOptions'
 };
@@ -76,10 +95,76 @@ class Conv1dImpl : public Module {
 };
 using Conv1d = ModuleHolder<Conv1dImpl>;
 
+struct Conv3dOptions {
+  functional::Triple stride = 1;
+  ConvPadding<functional::Triple> padding = 0;
+  functional::Triple dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  functional::PadMode padding_mode = functional::PadMode::Constant;  // as Conv2dOptions'
+};
+
+// x: (N, C, D, H, W) -> (N, O, OD, OH, OW); weight (O, C / groups, kd, kh, kw), bias (O), initialized as Conv2d's.
+class Conv3dImpl : public Module {
+ public:
+  using Options = Conv3dOptions;  // ModuleHolder takes it as a braced list
+  Conv3dImpl(int64_t in_channels, int64_t out_channels, functional::Triple kernel_size, Conv3dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  Conv3dOptions options_;
+};
+using Conv3d = ModuleHolder<Conv3dImpl>;
+
+struct ConvTranspose1dOptions {
+  int64_t stride = 1, padding = 0, output_padding = 0, groups = 1;
+  bool bias = true;
+  int64_t dilation = 1;
+};
+
+// x: (N, C, L) -> (N, O, OL) with OL = (L - 1) s - 2 p + d (k - 1) + op + 1; weight (C, O / groups, k).
+class ConvTranspose1dImpl : public Module {
+ public:
+  using Options = ConvTranspose1dOptions;  // ModuleHolder takes it as a braced list
+  ConvTranspose1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                      ConvTranspose1dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  ConvTranspose1dOptions options_;
+};
+using ConvTranspose1d = ModuleHolder<ConvTranspose1dImpl>;
+
+struct ConvTranspose3dOptions {
+  functional::Triple stride = 1, padding = 0, output_padding = 0;
+  int64_t groups = 1;
+  bool bias = true;
+  functional::Triple dilation = 1;
+};
+
+// x: (N, C, D, H, W) -> (N, O, OD, OH, OW), each dim as ConvTranspose1d's; weight (C, O / groups, kd, kh, kw).
+class ConvTranspose3dImpl : public Module {
+ public:
+  using Options = ConvTranspose3dOptions;  // ModuleHolder takes it as a braced list
+  ConvTranspose3dImpl(int64_t in_channels, int64_t out_channels, functional::Triple kernel_size,
+                      ConvTranspose3dOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  ConvTranspose3dOptions options_;
+};
+using ConvTranspose3d = ModuleHolder<ConvTranspose3dImpl>;
+
 // The pooling layers take their settings positionally, as before (nn::MaxPool2d(3, 2, 1)), or after the kernel
 // as options (nn::MaxPool2d(3, {.stride = 2, .ceil_mode = true})); an unset stride is the kernel.
 struct MaxPool2dOptions {
-  std::optional<functional::Pair> stride;
+  functional::OptionalSize<functional::Pair> stride;
   functional::Pair padding = 0;
   functional::Pair dilation = 1;
   bool ceil_mode = false;
@@ -91,7 +176,7 @@ class MaxPool2dImpl : public Module {
       : Module("MaxPool2d"), kernel_(kernel), options_(std::move(options)) {
     options_.stride = options_.stride.value_or(kernel);
   }
-  explicit MaxPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+  explicit MaxPool2dImpl(functional::Pair kernel, functional::OptionalSize<functional::Pair> stride = std::nullopt,
                          functional::Pair padding = 0)
       : MaxPool2dImpl(kernel, MaxPool2dOptions{stride, padding}) {}
   Tensor forward(const Tensor& x) override {
@@ -106,11 +191,11 @@ class MaxPool2dImpl : public Module {
 using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
 
 struct AvgPool2dOptions {
-  std::optional<functional::Pair> stride;
+  functional::OptionalSize<functional::Pair> stride;
   functional::Pair padding = 0;
   bool ceil_mode = false;
   bool count_include_pad = true;
-  std::optional<int64_t> divisor_override;
+  std::optional<int64_t> divisor_override = std::nullopt;
 };
 class AvgPool2dImpl : public Module {
  public:
@@ -119,7 +204,7 @@ class AvgPool2dImpl : public Module {
       : Module("AvgPool2d"), kernel_(kernel), options_(std::move(options)) {
     options_.stride = options_.stride.value_or(kernel);
   }
-  explicit AvgPool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+  explicit AvgPool2dImpl(functional::Pair kernel, functional::OptionalSize<functional::Pair> stride = std::nullopt,
                          functional::Pair padding = 0)
       : AvgPool2dImpl(kernel, AvgPool2dOptions{stride, padding}) {}
   Tensor forward(const Tensor& x) override {
@@ -138,7 +223,7 @@ using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
 // to restore: nn::MaxUnpool2d(2)(y, indices).
 class MaxUnpool2dImpl : public Module {
  public:
-  explicit MaxUnpool2dImpl(functional::Pair kernel, std::optional<functional::Pair> stride = std::nullopt,
+  explicit MaxUnpool2dImpl(functional::Pair kernel, functional::OptionalSize<functional::Pair> stride = std::nullopt,
                            functional::Pair padding = 0)
       : Module("MaxUnpool2d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
   Tensor forward(const Tensor& x, const Tensor& indices,
@@ -220,6 +305,62 @@ class AvgPool1dImpl : public Module {
   AvgPool1dOptions options_;
 };
 using AvgPool1d = ModuleHolder<AvgPool1dImpl>;
+
+struct MaxPool3dOptions {
+  functional::OptionalSize<functional::Triple> stride;
+  functional::Triple padding = 0;
+  functional::Triple dilation = 1;
+  bool ceil_mode = false;
+};
+class MaxPool3dImpl : public Module {
+ public:
+  using Options = MaxPool3dOptions;  // ModuleHolder takes it as a braced list
+  MaxPool3dImpl(functional::Triple kernel, MaxPool3dOptions options)
+      : Module("MaxPool3d"), kernel_(kernel), options_(std::move(options)) {
+    options_.stride = options_.stride.value_or(kernel);
+  }
+  explicit MaxPool3dImpl(functional::Triple kernel, functional::OptionalSize<functional::Triple> stride = std::nullopt,
+                         functional::Triple padding = 0)
+      : MaxPool3dImpl(kernel, MaxPool3dOptions{stride, padding}) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::max_pool3d(x, kernel_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Triple kernel_;
+  MaxPool3dOptions options_;
+};
+using MaxPool3d = ModuleHolder<MaxPool3dImpl>;
+
+struct AvgPool3dOptions {
+  functional::OptionalSize<functional::Triple> stride;
+  functional::Triple padding = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  std::optional<int64_t> divisor_override = std::nullopt;
+};
+class AvgPool3dImpl : public Module {
+ public:
+  using Options = AvgPool3dOptions;  // ModuleHolder takes it as a braced list
+  AvgPool3dImpl(functional::Triple kernel, AvgPool3dOptions options)
+      : Module("AvgPool3d"), kernel_(kernel), options_(std::move(options)) {
+    options_.stride = options_.stride.value_or(kernel);
+  }
+  explicit AvgPool3dImpl(functional::Triple kernel, functional::OptionalSize<functional::Triple> stride = std::nullopt,
+                         functional::Triple padding = 0)
+      : AvgPool3dImpl(kernel, AvgPool3dOptions{stride, padding}) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::avg_pool3d(x, kernel_, options_.stride, options_.padding, options_.count_include_pad,
+                                  options_.ceil_mode, options_.divisor_override);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Triple kernel_;
+  AvgPool3dOptions options_;
+};
+using AvgPool3d = ModuleHolder<AvgPool3dImpl>;
 
 class AdaptiveAvgPool2dImpl : public Module {
  public:

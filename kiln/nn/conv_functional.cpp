@@ -148,6 +148,138 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 
 namespace {
+// padding="same" in one dim: dilation (k - 1) positions in all, half before and the rest after.
+std::pair<int64_t, int64_t> same_pads(int64_t kernel, int64_t dilation) {
+  const int64_t total = dilation * (kernel - 1);
+  return {total / 2, total - total / 2};
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, PadRule padding, Pair dilation,
+              int64_t groups) {
+  if (padding == PadRule::Valid) return conv2d(x, weight, bias, stride, 0, dilation, groups);
+  KILN_CHECK(x.dim() == 4 && weight.dim() == 4, "conv2d: expected input (N, C, H, W) and weight (O, C / groups, kh, "
+             "kw), got ", shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
+  KILN_CHECK(stride.h == 1 && stride.w == 1, "conv2d: padding=\"same\" needs stride 1, got (", stride.h, ", ",
+             stride.w, ")");
+  const auto [h0, h1] = same_pads(weight.size(2), dilation.h);
+  const auto [w0, w1] = same_pads(weight.size(3), dilation.w);
+  // Symmetric padding where the totals are even; an odd one's extra row or column goes after, padded here.
+  const Tensor xp = (h1 != h0 || w1 != w0) ? kiln::pad(x, {0, w1 - w0, 0, h1 - h0}) : x;
+  return conv2d(xp, weight, bias, 1, {h0, w0}, dilation, groups);
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, PadRule padding,
+              int64_t dilation, int64_t groups) {
+  KILN_CHECK(x.dim() == 3 && weight.dim() == 3, "conv1d: expected input (N, C, L) and weight (O, C / groups, k), got ",
+             shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
+  KILN_CHECK(padding == PadRule::Valid || stride == 1, "conv1d: padding=\"same\" needs stride 1, got ", stride);
+  return conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, {1, stride}, padding, {1, dilation}, groups).squeeze(2);
+}
+
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Triple stride, Triple padding,
+              Triple dilation, int64_t groups) {
+  KILN_CHECK(weight.dim() == 5, "conv3d: weight must be (out_channels, in_channels / groups, kd, kh, kw), got ",
+             shape_str(weight.sizes()));
+  KILN_CHECK(groups >= 1 && weight.size(0) % groups == 0, "conv3d: out_channels ", weight.size(0),
+             " is not divisible by groups ", groups);
+  KILN_CHECK(x.dim() == 5 && x.size(1) == weight.size(1) * groups, "conv3d: input of shape ", shape_str(x.sizes()),
+             " needs (N, C, D, H, W) with ", weight.size(1) * groups, " channels for weight ",
+             shape_str(weight.sizes()), " and groups ", groups);
+  KILN_CHECK(!bias.defined() || bias.sizes() == Shape{weight.size(0)}, "conv3d: bias must be (", weight.size(0),
+             "), got ", shape_str(bias.sizes()));
+  const int64_t s[3] = {stride.d, stride.h, stride.w}, p[3] = {padding.d, padding.h, padding.w},
+                dil[3] = {dilation.d, dilation.h, dilation.w};
+  for (int i = 0; i < 3; ++i) {
+    KILN_CHECK(s[i] > 0 && dil[i] > 0 && p[i] >= 0, "conv3d: stride and dilation must be positive and padding "
+               "non-negative, got (", stride.d, ", ", stride.h, ", ", stride.w, "), (", dilation.d, ", ", dilation.h,
+               ", ", dilation.w, ") and (", padding.d, ", ", padding.h, ", ", padding.w, ")");
+    const int64_t extent = dil[i] * (weight.size(2 + i) - 1) + 1;
+    KILN_CHECK(x.size(2 + i) + 2 * p[i] >= extent, "conv3d: input of shape ", shape_str(x.sizes()), " with padding (",
+               padding.d, ", ", padding.h, ", ", padding.w, ") is smaller than the kernel's extent in dim ", 2 + i,
+               " (", extent, ")");
+  }
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2), H = x.size(3), W = x.size(4);
+  const int64_t O = weight.size(0), kd = weight.size(2), G = groups, cg = C / G;
+  const int64_t extent = dilation.d * (kd - 1) + 1;
+  const int64_t OD = (D + 2 * padding.d - extent) / stride.d + 1;
+  // The kd input slices of each output depth: (N, C, OD, H, W, kd), a strided view of the depth-padded x.
+  Tensor slices = (padding.d ? kiln::pad(x, {0, 0, 0, 0, padding.d, padding.d}) : x).unfold(2, extent, stride.d);
+  if (dilation.d > 1) slices = slices.slice(5, 0, std::nullopt, dilation.d);
+  // Stacked as channels group by group, (N OD, G kd cg, H, W), to meet the weight's taps as (O, kd cg, kh, kw).
+  const Tensor stacked =
+      slices.reshape({N, G, cg, OD, H, W, kd}).permute({0, 3, 1, 6, 2, 4, 5}).reshape({N * OD, G * kd * cg, H, W});
+  const Tensor taps = weight.permute({0, 2, 1, 3, 4}).reshape({O, kd * cg, weight.size(3), weight.size(4)});
+  const Tensor y = conv2d(stacked, taps, bias, {stride.h, stride.w}, {padding.h, padding.w},
+                          {dilation.h, dilation.w}, G);  // (N OD, O, OH, OW)
+  return y.view({N, OD, O, y.size(2), y.size(3)}).permute({0, 2, 1, 3, 4}).contiguous();
+}
+
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Triple stride, PadRule padding,
+              Triple dilation, int64_t groups) {
+  if (padding == PadRule::Valid) return conv3d(x, weight, bias, stride, 0, dilation, groups);
+  KILN_CHECK(x.dim() == 5 && weight.dim() == 5, "conv3d: expected input (N, C, D, H, W) and weight (O, C / groups, "
+             "kd, kh, kw), got ", shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
+  KILN_CHECK(stride.d == 1 && stride.h == 1 && stride.w == 1, "conv3d: padding=\"same\" needs stride 1, got (",
+             stride.d, ", ", stride.h, ", ", stride.w, ")");
+  const auto [d0, d1] = same_pads(weight.size(2), dilation.d);
+  const auto [h0, h1] = same_pads(weight.size(3), dilation.h);
+  const auto [w0, w1] = same_pads(weight.size(4), dilation.w);
+  const bool odd = d1 != d0 || h1 != h0 || w1 != w0;
+  const Tensor xp = odd ? kiln::pad(x, {0, w1 - w0, 0, h1 - h0, 0, d1 - d0}) : x;
+  return conv3d(xp, weight, bias, 1, {d0, h0, w0}, dilation, groups);
+}
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation) {
+  KILN_CHECK(x.dim() == 3 && weight.dim() == 3, "conv_transpose1d: expected input (N, C, L) and weight (C, O / "
+             "groups, k), got ", shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
+  return conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, {1, stride}, {0, padding}, {0, output_padding},
+                          groups, {1, dilation})
+      .squeeze(2);
+}
+
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Triple stride, Triple padding,
+                        Triple output_padding, int64_t groups, Triple dilation) {
+  KILN_CHECK(weight.dim() == 5, "conv_transpose3d: weight must be (in_channels, out_channels / groups, kd, kh, kw), "
+             "got ", shape_str(weight.sizes()));
+  KILN_CHECK(x.dim() == 5 && x.size(1) == weight.size(0), "conv_transpose3d: input of shape ", shape_str(x.sizes()),
+             " needs (N, C, D, H, W) with ", weight.size(0), " channels for weight ", shape_str(weight.sizes()));
+  KILN_CHECK(groups >= 1 && weight.size(0) % groups == 0, "conv_transpose3d: in_channels ", weight.size(0),
+             " is not divisible by groups ", groups);
+  KILN_CHECK(stride.d > 0 && dilation.d > 0 && padding.d >= 0 && output_padding.d >= 0 &&
+                 output_padding.d < std::max(stride.d, dilation.d),
+             "conv_transpose3d: in depth, stride ", stride.d, " and dilation ", dilation.d,
+             " must be positive, padding ", padding.d, " non-negative and output_padding ", output_padding.d,
+             " below the stride or the dilation");
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2), G = groups;
+  const int64_t kd = weight.size(2), og = weight.size(1), O = og * G;  // og: output channels per group
+  KILN_CHECK(!bias.defined() || bias.sizes() == Shape{O}, "conv_transpose3d: bias must be (", O, "), got ",
+             shape_str(bias.sizes()));
+  const int64_t full = (D - 1) * stride.d + dilation.d * (kd - 1) + 1 + output_padding.d;  // before cropping
+  const int64_t OD = full - 2 * padding.d;
+  KILN_CHECK(OD > 0, "conv_transpose3d: input of shape ", shape_str(x.sizes()), " gives an output depth of ", OD,
+             "; the padding is too large");
+  // Every input depth through the 2-d transposed convolution, the kd taps as extra output channels laid out
+  // (G, kd, og): (N D, G kd og, OH, OW).
+  const Tensor taps = weight.permute({0, 2, 1, 3, 4}).reshape({C, kd * og, weight.size(3), weight.size(4)});
+  const Tensor planes = x.permute({0, 2, 1, 3, 4}).reshape({N * D, C, x.size(3), x.size(4)});
+  const Tensor z = conv_transpose2d(planes, taps, {}, {stride.h, stride.w}, {padding.h, padding.w},
+                                    {output_padding.h, output_padding.w}, G, {dilation.h, dilation.w});
+  const int64_t OH = z.size(2), OW = z.size(3);
+  // Tap u of input depth i lands at depth i sd + u dd of the uncropped output: (N, kd D, O, OH, OW) added there.
+  const Tensor src = z.view({N, D, G, kd, og, OH, OW}).permute({0, 3, 1, 2, 4, 5, 6}).reshape({N, kd * D, O, OH, OW});
+  std::vector<int64_t> at(static_cast<size_t>(kd * D));
+  for (int64_t u = 0; u < kd; ++u)
+    for (int64_t i = 0; i < D; ++i) at[static_cast<size_t>(u * D + i)] = i * stride.d + u * dilation.d;
+  const Tensor index = tensor(at, {kd * D}, TensorOptions(kInt64).device(x.device()));
+  const Tensor sum = index_add(zeros({N, full, O, OH, OW}, TensorOptions(z.dtype()).device(z.device())), 1, index,
+                               src);
+  Tensor y = sum.narrow(1, padding.d, OD).permute({0, 2, 1, 3, 4});
+  return bias.defined() ? y + bias.view({1, O, 1, 1, 1}) : y.contiguous();
+}
+
+namespace {
 // Pooling accepts (C, H, W) too, as PyTorch does.
 Tensor batched(const Tensor& x, bool* added) {
   *added = x.dim() == 3;
@@ -174,7 +306,7 @@ std::pair<Tensor, Tensor> max_pool_by_kernels(const char* op, const Tensor& x, P
 }
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, Pair dilation,
+Tensor max_pool2d(const Tensor& x_in, Pair kernel, OptionalSize<Pair> stride, Pair padding, Pair dilation,
                   bool ceil_mode) {
   KILN_CHECK(padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w, "max_pool2d: padding (", padding.h, ", ",
              padding.w, ") must be at most half the kernel (", kernel.h, ", ", kernel.w, ")");
@@ -193,7 +325,7 @@ Tensor max_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, P
   return added ? y.squeeze(0) : y;
 }
 
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, Pair kernel, std::optional<Pair> stride,
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x_in, Pair kernel, OptionalSize<Pair> stride,
                                                   Pair padding, Pair dilation, bool ceil_mode) {
   bool added;
   Tensor x = batched(x_in, &added);
@@ -217,7 +349,7 @@ std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kerne
   return {y.squeeze(-2), indices.squeeze(-2)};
 }
 
-Tensor max_unpool2d(const Tensor& x_in, const Tensor& indices_in, Pair kernel, std::optional<Pair> stride,
+Tensor max_unpool2d(const Tensor& x_in, const Tensor& indices_in, Pair kernel, OptionalSize<Pair> stride,
                     Pair padding, std::optional<Pair> output_size) {
   KILN_CHECK(x_in.defined() && indices_in.defined(), "max_unpool2d: an input tensor is undefined");
   KILN_CHECK(x_in.dim() == 3 || x_in.dim() == 4, "max_unpool2d: expected input (N, C, H, W) or (C, H, W), got ",
@@ -254,32 +386,56 @@ Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel, std:
       .squeeze(-2);
 }
 
-Tensor avg_pool2d(const Tensor& x_in, Pair kernel, std::optional<Pair> stride, Pair padding, bool count_include_pad,
-                  bool ceil_mode, std::optional<int64_t> divisor_override) {
-  KILN_CHECK(!divisor_override || *divisor_override != 0, "avg_pool2d: divisor_override must not be 0");
-  bool added;
-  Tensor x = batched(x_in, &added);
-  Geometry geo{};
-  Pair s = stride.value_or(kernel);
-  Tensor p = windows("avg_pool2d", x, kernel, s, padding, 1, 0.0, &geo, ceil_mode);
-  Tensor y;
-  if (divisor_override) {
-    y = p.sum({4, 5}) / static_cast<double>(*divisor_override);
-  } else if ((count_include_pad || (padding.h == 0 && padding.w == 0)) && geo.extra_h == 0 && geo.extra_w == 0) {
-    y = p.mean({4, 5});
-  } else {
-    // Divide by how many of each window's positions count: those inside the padded input with
-    // count_include_pad, else those inside the input; never the part of a last window past the padded end.
-    const TensorOptions o = TensorOptions(x.dtype()).device(x.device());
-    Tensor counted = count_include_pad ? ones({1, 1, x.size(2) + 2 * padding.h, x.size(3) + 2 * padding.w}, o)
-                                       : kiln::pad(ones({1, 1, x.size(2), x.size(3)}, o),
-                                                   {padding.w, padding.w, padding.h, padding.h}, 0.0);
-    Geometry g2{};
-    // (ceil_mode over the already padded input may allow one more window than over x: narrowed away)
-    Tensor count = windows("avg_pool2d", counted, kernel, s, 0, 1, 0.0, &g2, ceil_mode).sum({4, 5});
-    y = p.sum({4, 5}) / count.narrow(2, 0, geo.oh).narrow(3, 0, geo.ow);
+namespace {
+// Average pooling over x's last kernel.size() dims, one dim at a time: each dim zero-padded (and, for ceil_mode's
+// last window, extended), cut into windows and summed, so an output costs the sum of the kernel's sizes rather
+// than their product. Then one division by each output's divisor: divisor_override, or the product over the dims
+// of how many of its positions count (those in the padded input with count_include_pad, else those in the
+// input; never the part of a ceil_mode window past the padded end), as PyTorch divides.
+Tensor average_pool(const char* op, const Tensor& x, IntArrayRef kernel, IntArrayRef stride, IntArrayRef padding,
+                    bool count_include_pad, bool ceil_mode, std::optional<int64_t> divisor_override) {
+  KILN_CHECK(!divisor_override || *divisor_override != 0, op, ": divisor_override must not be 0");
+  const int64_t dims = static_cast<int64_t>(kernel.size()), lead = x.dim() - dims;
+  Tensor y = x;
+  Shape out_shape(static_cast<size_t>(x.dim()), 1);
+  std::vector<double> divisor{1.0};  // the outer product of the dims' counts, built up dim by dim
+  for (int64_t i = 0; i < dims; ++i) {
+    const int64_t dim = lead + i, in = x.size(dim), k = kernel[i], s = stride[i], p = padding[i];
+    KILN_CHECK(k > 0 && s > 0 && p >= 0 && 2 * p <= k, op, ": kernel ", shape_str(kernel), " and stride ",
+               shape_str(stride), " must be positive and padding ", shape_str(padding), " at most half the kernel");
+    KILN_CHECK(in + 2 * p >= k, op, ": input of shape ", shape_str(x.sizes()), " with padding ", shape_str(padding),
+               " is smaller than the kernel ", shape_str(kernel));
+    const int64_t out = ops::pool_out_size(in, k, s, p, 1, ceil_mode);
+    const int64_t extra = std::max<int64_t>(0, (out - 1) * s + k - (in + 2 * p));
+    if (p || extra) {
+      std::vector<int64_t> pads(static_cast<size_t>(2 * (x.dim() - dim)), 0);  // the last dim's pair first
+      pads[pads.size() - 2] = p, pads[pads.size() - 1] = p + extra;
+      y = kiln::pad(y, pads, 0.0);
+    }
+    y = y.unfold(dim, k, s).sum({y.dim()});
+    out_shape[static_cast<size_t>(dim)] = out;
+    std::vector<double> next;
+    next.reserve(divisor.size() * static_cast<size_t>(out));
+    for (double before : divisor)
+      for (int64_t o = 0; o < out; ++o) {
+        const int64_t start = o * s - p, end = std::min(start + k, in + p);
+        next.push_back(before * static_cast<double>(count_include_pad ? end - start
+                                                                      : std::min(end, in) - std::max<int64_t>(start, 0)));
+      }
+    divisor = std::move(next);
   }
-  return added ? y.squeeze(0) : y;
+  if (divisor_override) return y / static_cast<double>(*divisor_override);
+  return y / tensor(divisor, out_shape, TensorOptions(y.dtype()).device(y.device()));
+}
+}  // namespace
+
+Tensor avg_pool2d(const Tensor& x_in, Pair kernel, OptionalSize<Pair> stride, Pair padding, bool count_include_pad,
+                  bool ceil_mode, std::optional<int64_t> divisor_override) {
+  KILN_CHECK(x_in.dim() == 3 || x_in.dim() == 4, "avg_pool2d: expected input (N, C, H, W) or (C, H, W), got ",
+             shape_str(x_in.sizes()));
+  const Pair s = stride.value_or(kernel);
+  return average_pool("avg_pool2d", x_in, {kernel.h, kernel.w}, {s.h, s.w}, {padding.h, padding.w}, count_include_pad,
+                      ceil_mode, divisor_override);
 }
 
 // The 1-d pools run the 2-d ones over (N, C, 1, L), as conv1d does.
@@ -300,6 +456,64 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
   return avg_pool2d(x.unsqueeze(-2), {1, kernel}, Pair(1, stride.value_or(kernel)), {0, padding}, count_include_pad,
                     ceil_mode)
       .squeeze(-2);
+}
+
+namespace {
+// One dim of a 3-d pool's depth: the output size, checked as the 2-d pools check theirs.
+struct DepthWindows {
+  int64_t out, extent, extra;  // extra: how far a ceil_mode last window runs past the padded end
+};
+DepthWindows depth_windows(const char* op, const Tensor& x, Triple kernel, Triple stride, Triple padding,
+                           Triple dilation, bool ceil_mode) {
+  KILN_CHECK(x.dim() == 5, op, ": expected input (N, C, D, H, W) or (C, D, H, W), got ", shape_str(x.sizes()));
+  KILN_CHECK(kernel.d > 0 && stride.d > 0 && dilation.d > 0 && padding.d >= 0, op, ": in depth, kernel ", kernel.d,
+             ", stride ", stride.d, " and dilation ", dilation.d, " must be positive and padding ", padding.d,
+             " non-negative");
+  const int64_t extent = dilation.d * (kernel.d - 1) + 1, padded = x.size(2) + 2 * padding.d;
+  KILN_CHECK(padded >= extent, op, ": input of shape ", shape_str(x.sizes()), " with depth padding ", padding.d,
+             " is shallower than the kernel's depth extent ", extent);
+  const int64_t out = ops::pool_out_size(x.size(2), kernel.d, stride.d, padding.d, dilation.d, ceil_mode);
+  return {out, extent, std::max<int64_t>(0, (out - 1) * stride.d + extent - padded)};
+}
+
+// y (N, C, D, ...) padded along depth with value and cut into its windows: (N, C, OD, ..., kd).
+Tensor along_depth(const Tensor& y, const DepthWindows& g, Triple stride, Triple padding, Triple dilation,
+                   double value) {
+  const bool padded = padding.d || g.extra;
+  Tensor w = (padded ? kiln::pad(y, {0, 0, 0, 0, padding.d, padding.d + g.extra}, value) : y)
+                 .unfold(2, g.extent, stride.d);
+  return dilation.d > 1 ? w.slice(w.dim() - 1, 0, std::nullopt, dilation.d) : w;
+}
+}  // namespace
+
+Tensor max_pool3d(const Tensor& x_in, Triple kernel, OptionalSize<Triple> stride_in, Triple padding, Triple dilation,
+                  bool ceil_mode) {
+  KILN_CHECK(padding.d * 2 <= kernel.d && padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w,
+             "max_pool3d: padding (", padding.d, ", ", padding.h, ", ", padding.w,
+             ") must be at most half the kernel (", kernel.d, ", ", kernel.h, ", ", kernel.w, ")");
+  const bool added = x_in.dim() == 4;
+  const Tensor x = added ? x_in.unsqueeze(0) : x_in;
+  const Triple stride = stride_in.value_or(kernel);
+  const DepthWindows g = depth_windows("max_pool3d", x, kernel, stride, padding, dilation, ceil_mode);
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2);
+  // The max of a box is the max over its depths of each plane's window max; the first maximum stays first.
+  const Tensor planes = max_pool2d(x.reshape({N, C * D, x.size(3), x.size(4)}), {kernel.h, kernel.w},
+                                   Pair(stride.h, stride.w), {padding.h, padding.w}, {dilation.h, dilation.w},
+                                   ceil_mode);
+  const Tensor y = max(along_depth(planes.view({N, C, D, planes.size(2), planes.size(3)}), g, stride, padding,
+                                   dilation, -std::numeric_limits<double>::infinity()),
+                       -1)
+                       .first;
+  return added ? y.squeeze(0) : y;
+}
+
+Tensor avg_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride_in, Triple padding,
+                  bool count_include_pad, bool ceil_mode, std::optional<int64_t> divisor_override) {
+  KILN_CHECK(x.dim() == 4 || x.dim() == 5, "avg_pool3d: expected input (N, C, D, H, W) or (C, D, H, W), got ",
+             shape_str(x.sizes()));
+  const Triple s = stride_in.value_or(kernel);
+  return average_pool("avg_pool3d", x, {kernel.d, kernel.h, kernel.w}, {s.d, s.h, s.w},
+                      {padding.d, padding.h, padding.w}, count_include_pad, ceil_mode, divisor_override);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x_in, Pair output_size) {

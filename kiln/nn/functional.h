@@ -50,19 +50,67 @@ struct Pair {
                values.size());
   }
 };
+// Three sizes (depth, height, width); one number means all three.
+struct Triple {
+  int64_t d, h, w;
+  Triple(int64_t all) : d(all), h(all), w(all) {}  // NOLINT: as Pair's
+  Triple(int64_t d_, int64_t h_, int64_t w_) : d(d_), h(h_), w(w_) {}
+  Triple(std::initializer_list<int64_t> values)  // NOLINT: {d, h, w} or {all}
+      : d(values.size() ? *values.begin() : 0), h(values.size() == 3 ? values.begin()[1] : d),
+        w(values.size() ? *(values.end() - 1) : 0) {
+    KILN_CHECK(values.size() == 1 || values.size() == 3, "Triple: expected one size or three (depth, height, "
+               "width), got ", values.size());
+  }
+};
+// A size that may be unset (a pool's stride, which is then the kernel): a number, a braced list, a Pair or Triple,
+// or nothing. std::optional<Pair> itself cannot take a braced list ({.stride = {1, 2}}).
+template <class Size>
+struct OptionalSize : std::optional<Size> {
+  OptionalSize() = default;
+  OptionalSize(std::nullopt_t) {}                                   // NOLINT
+  OptionalSize(Size size) : std::optional<Size>(size) {}            // NOLINT
+  OptionalSize(int64_t all) : std::optional<Size>(Size(all)) {}     // NOLINT
+  OptionalSize(std::initializer_list<int64_t> sizes) : std::optional<Size>(Size(sizes)) {}  // NOLINT
+  OptionalSize(const std::optional<Size>& size) : std::optional<Size>(size) {}  // NOLINT
+};
+// PyTorch's padding="same" and padding="valid" for the convolutions: F::conv2d(x, w, b, 1, F::same).
+// Same pads each dim by dilation (k - 1) in all, half before and the rest (one more when odd) after, so the
+// output keeps the input's size; it needs stride 1. Valid is no padding.
+enum class PadRule { Same, Valid };
+inline constexpr PadRule same = PadRule::Same;
+inline constexpr PadRule valid = PadRule::Valid;
+
 // x: (N, C, H, W), weight: (O, C / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
 // OH = (H + 2 ph - dh (kh - 1) - 1) / sh + 1. im2col + GEMM: the patches are a strided view (unfold), copied
 // into a (N OH OW, C kh kw) matrix and multiplied by the weight.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = 1, Pair padding = 0,
               Pair dilation = 1, int64_t groups = 1);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, PadRule padding,
+              Pair dilation = 1, int64_t groups = 1);
+// x: (N, C, D, H, W), weight: (O, C / groups, kd, kh, kw) -> (N, O, OD, OH, OW), each dim as conv2d's. One conv2d
+// over (N OD, kd C, H, W): each output depth's kd input slices stacked as channels (a copy of kd times x), the
+// weight's kd taps laid out to match.
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Triple stride = 1, Triple padding = 0,
+              Triple dilation = 1, int64_t groups = 1);
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Triple stride, PadRule padding,
+              Triple dilation = 1, int64_t groups = 1);
 // The transposed convolution (conv2d's gradient with respect to its input, used as a layer, e.g. to upsample):
 // x: (N, C, H, W), weight: (C, O / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
 // OH = (H - 1) sh - 2 ph + dh (kh - 1) + oph + 1; output_padding (< stride or dilation) picks among the sizes
 // a strided conv2d maps to H. Through the convolution kernels, with gradients of any order.
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Pair stride = 1,
                         Pair padding = 0, Pair output_padding = 0, int64_t groups = 1, Pair dilation = 1);
+// The same over (N, C, L) (conv_transpose2d over a height of 1) and over (N, C, D, H, W): weight (C, O / groups,
+// k...), each dim's output (in - 1) s - 2 p + d (k - 1) + op + 1. The 3-d one is one conv_transpose2d per input
+// depth with the kd taps as output channels, each tap's result then added at depth i sd + u dd (index_add).
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Triple stride = 1,
+                        Triple padding = 0, Triple output_padding = 0, int64_t groups = 1, Triple dilation = 1);
 // x: (N, C, L), weight: (O, C / groups, k) -> (N, O, OL)
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, int64_t stride = 1, int64_t padding = 0,
+              int64_t dilation = 1, int64_t groups = 1);
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, PadRule padding,
               int64_t dilation = 1, int64_t groups = 1);
 // x: (N, C, L) or (C, L): max_pool2d and avg_pool2d over a height of one.
 Tensor max_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
@@ -72,11 +120,11 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
 // x: (N, C, H, W) (or (C, H, W)); padding is implicit -inf; the gradient goes to the first maximum of a window.
 // ceil_mode: the output size rounds up, so a last window that runs past the end still counts, as long as it
 // starts inside the input or its left padding (PyTorch's rule).
-Tensor max_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
+Tensor max_pool2d(const Tensor& x, Pair kernel, OptionalSize<Pair> stride = std::nullopt, Pair padding = 0,
                   Pair dilation = 1, bool ceil_mode = false);
 // max_pool2d's values with, for each, where its maximum is: h * W + w within its (n, c) plane of x, PyTorch's
 // return_indices (what max_unpool2d takes). Floating inputs, on a device with the max-pool kernels.
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt,
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, OptionalSize<Pair> stride = std::nullopt,
                                                   Pair padding = 0, Pair dilation = 1, bool ceil_mode = false);
 // The same over (N, C, L) or (C, L); the indices are positions along L.
 std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel,
@@ -87,7 +135,7 @@ std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kerne
 // (N, C, H, W) (or (C, H, W)) outputs. An index outside the output is an error. Where two values share an
 // index (overlapping windows), the later one in x's order stays, and the gradient still reaches both, as in
 // PyTorch on the CPU.
-Tensor max_unpool2d(const Tensor& x, const Tensor& indices, Pair kernel, std::optional<Pair> stride = std::nullopt,
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, Pair kernel, OptionalSize<Pair> stride = std::nullopt,
                     Pair padding = 0, std::optional<Pair> output_size = std::nullopt);
 Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel,
                     std::optional<int64_t> stride = std::nullopt, int64_t padding = 0,
@@ -95,7 +143,15 @@ Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel,
 // count_include_pad: padded zeros count in the mean (PyTorch's default); the part of a ceil_mode window past
 // the padded end never does. divisor_override: divide every window's sum by it instead.
 // NOTE: count_include_pad comes before ceil_mode here (PyTorch has ceil_mode first), as kiln had it before.
-Tensor avg_pool2d(const Tensor& x, Pair kernel, std::optional<Pair> stride = std::nullopt, Pair padding = 0,
+Tensor avg_pool2d(const Tensor& x, Pair kernel, OptionalSize<Pair> stride = std::nullopt, Pair padding = 0,
+                  bool count_include_pad = true, bool ceil_mode = false,
+                  std::optional<int64_t> divisor_override = std::nullopt);
+// The 3-d pools over (N, C, D, H, W) or (C, D, H, W), with the 2-d ones' rules in each dim (the average's
+// divisor is the product of each dim's count). Both are separable: the 2-d pool over every (H, W) plane, then
+// windows along depth.
+Tensor max_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride = std::nullopt, Triple padding = 0,
+                  Triple dilation = 1, bool ceil_mode = false);
+Tensor avg_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride = std::nullopt, Triple padding = 0,
                   bool count_include_pad = true, bool ceil_mode = false,
                   std::optional<int64_t> divisor_override = std::nullopt);
 // Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)). Inputs with or

@@ -182,6 +182,11 @@ class ModuleHolder {
     requires std::is_constructible_v<M, A, std::initializer_list<int64_t>, Rest...>
   ModuleHolder(A&& a, std::initializer_list<int64_t> sizes, Rest&&... rest)
       : impl_(std::make_shared<M>(std::forward<A>(a), sizes, std::forward<Rest>(rest)...)) {}
+  // First, as a pool's kernel, then options: nn::MaxPool3d({1, 3, 3}, {.stride = {1, 2, 2}}).
+  template <class T = M>
+    requires std::is_constructible_v<M, std::initializer_list<int64_t>, const typename T::Options&>
+  ModuleHolder(std::initializer_list<int64_t> sizes, const typename T::Options& options)
+      : impl_(std::make_shared<M>(sizes, options)) {}
   // Third, as a convolution's kernel: nn::Conv2d(3, 16, {3, 5}), and then options too.
   template <class A, class B, class... Rest>
     requires std::is_constructible_v<M, A, B, std::initializer_list<int64_t>, Rest...>

@@ -2,6 +2,7 @@
 // kernels (element-wise, reductions, softmax, cuBLAS, cuDNN, pooling, indexing). gradcheck perturbs the inputs on
 // the CPU; each function moves them to the GPU, so every forward and backward op runs there.
 #include <random>
+#include <string>
 
 #include "cuda/cuda_test_util.h"
 #include "kiln/autograd/gradcheck.h"
@@ -53,6 +54,26 @@ TEST_F(CudaTest, GradcheckConvolutionAndPoolingOnTheGpu) {
                                    nn::F::adaptive_max_pool2d(y, {3, 4})};
       },
       {x, w, bias});
+}
+
+// The 3-d convolutions and pools are composites (the 2-d kernels, unfold, pad, index_add, max): on the GPU they
+// run those ops' CUDA kernels, checked here by finite differences and against the CPU.
+TEST_F(CudaTest, GradcheckVolumetricConvolutionAndPoolingOnTheGpu) {
+  Generator gen(test::fresh_seed());
+  Tensor x = input({1, 4, 4, 5, 4}, gen), w = input({4, 2, 2, 3, 2}, gen), wt = input({4, 1, 2, 2, 2}, gen);
+  auto run = [](const std::vector<Tensor>& in) {
+    const Tensor y = nn::F::conv3d(in[0], in[1], {}, 1, nn::F::same, 1, /*groups=*/2);  // (1, 4, 4, 5, 4)
+    return std::vector<Tensor>{y,
+                               nn::F::conv_transpose3d(y, in[2], {}, {2, 1, 1}, {1, 0, 0}, {1, 0, 0}, /*groups=*/2),
+                               nn::F::max_pool3d(y, 2, 1),
+                               nn::F::avg_pool3d(y, {2, 3, 3}, 1, 1, /*count_include_pad=*/false, /*ceil_mode=*/true)};
+  };
+  autograd::gradcheck([&](const std::vector<Tensor>& in) { return run({gpu(in[0]), gpu(in[1]), gpu(in[2])}); },
+                      {x, w, wt});
+  const std::vector<Tensor> on_gpu = run({gpu(x.detach()), gpu(w.detach()), gpu(wt.detach())}),
+                            on_cpu = run({x.detach(), w.detach(), wt.detach()});
+  for (size_t i = 0; i < on_cpu.size(); ++i)
+    test::expect_matches_cpu(on_gpu[i], on_cpu[i], "volumetric output " + std::to_string(i));
 }
 
 TEST_F(CudaTest, GradcheckIndexingAndNormalizationOnTheGpu) {

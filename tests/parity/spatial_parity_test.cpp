@@ -1,5 +1,6 @@
 // kiln's transposed convolution, interpolate (every mode, align_corners), instance norm, padding in every mode
-// (and the convolutions' padding_mode), the pixel shuffles, the 1-d pools and adaptive max pooling against
+// (and the convolutions' padding_mode), the pixel shuffles, the 1-d and 3-d pools, adaptive max pooling, the 3-d
+// and 1-d transposed convolutions, conv3d and padding="same" against
 // LibTorch's on the same float64 weights and inputs: outputs, and the gradients of the input, weight and bias.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -333,6 +334,143 @@ TEST(SpatialParity, AdaptiveMaxPoolMatchesLibTorch) {
     expect_same(idx.to(kFloat64), std::get<1>(theirs), 0, what + ": indices");
     expect_same(x.grad(), tx.grad(), 1e-15, what + ": gradient");
   }
+}
+
+// Runs f on kiln's inputs and g on LibTorch's copies of them, a random probe dotted with each output and
+// backpropagated: the outputs and every input's gradient must agree within tol.
+template <class KilnFn, class TorchFn>
+void expect_parity(const std::vector<Tensor>& inputs, KilnFn f, TorchFn g, double tol, const std::string& what,
+                   uint64_t seed) {
+  std::vector<Tensor> ours;
+  std::vector<torch::Tensor> theirs;
+  for (const Tensor& t : inputs) {
+    ours.push_back(t.detach().requires_grad_());
+    theirs.push_back(to_torch(t).requires_grad_());
+  }
+  const Tensor y = f(ours);
+  const torch::Tensor ty = g(theirs);
+  const Tensor probe = test::randn64(y.sizes(), seed);
+  (y * probe).sum().backward();
+  (ty * to_torch(probe)).sum().backward();
+  expect_same(y, ty, tol, what);
+  for (size_t i = 0; i < ours.size(); ++i)
+    expect_same(ours[i].grad(), theirs[i].grad(), tol, what + ": gradient of input " + std::to_string(i));
+}
+
+// Conv3d, ConvTranspose3d / 1d, padding="same" and the 3-d pools.
+TEST(SpatialParity, VolumetricAndSamePaddingMatchLibTorch) {
+  using nn::F::Triple;
+  struct Conv {
+    Shape x, w;
+    Triple stride, padding, dilation;
+    int64_t groups;
+  };
+  const std::vector<Conv> convs = {
+      {{2, 3, 5, 6, 4}, {4, 3, 3, 2, 2}, 1, 0, 1, 1},
+      {{1, 4, 6, 5, 7}, {6, 2, 3, 3, 3}, {2, 1, 2}, {1, 1, 0}, {1, 2, 1}, 2},
+      {{1, 2, 8, 4, 4}, {3, 2, 2, 2, 3}, {3, 1, 1}, {2, 0, 1}, {3, 1, 1}, 1},
+  };
+  uint64_t seed = 300;
+  for (const Conv& c : convs) {
+    const std::string what = "conv3d of " + shape_str(c.x) + " by " + shape_str(c.w);
+    expect_parity({test::randn64(c.x, seed), test::randn64(c.w, seed + 1), test::randn64({c.w[0]}, seed + 2)},
+                  [&](const std::vector<Tensor>& t) {
+                    return nn::F::conv3d(t[0], t[1], t[2], c.stride, c.padding, c.dilation, c.groups);
+                  },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return torch::conv3d(t[0], t[1], t[2], {c.stride.d, c.stride.h, c.stride.w},
+                                         {c.padding.d, c.padding.h, c.padding.w},
+                                         {c.dilation.d, c.dilation.h, c.dilation.w}, c.groups);
+                  },
+                  1e-12, what, seed + 3);
+    seed += 4;
+  }
+  // padding="same" with even kernels (the odd extra after), dilated, in 1, 2 and 3 dims.
+  expect_parity({test::randn64({2, 3, 5, 6, 7}, seed), test::randn64({2, 3, 2, 4, 3}, seed + 1)},
+                [](const std::vector<Tensor>& t) { return nn::F::conv3d(t[0], t[1], {}, 1, nn::F::same, {1, 1, 2}); },
+                [](const std::vector<torch::Tensor>& t) {
+                  return torch::conv3d(t[0], t[1], {}, 1, "same", {1, 1, 2});
+                },
+                1e-12, "conv3d same", seed + 2);
+  expect_parity({test::randn64({2, 4, 6, 7}, seed + 3), test::randn64({4, 2, 4, 2}, seed + 4)},
+                [](const std::vector<Tensor>& t) { return nn::F::conv2d(t[0], t[1], {}, 1, nn::F::same, {2, 3}, 2); },
+                [](const std::vector<torch::Tensor>& t) {
+                  return torch::conv2d(t[0], t[1], {}, 1, "same", {2, 3}, 2);
+                },
+                1e-12, "conv2d same", seed + 5);
+  expect_parity({test::randn64({2, 3, 9}, seed + 6), test::randn64({5, 3, 4}, seed + 7), test::randn64({5}, seed + 8)},
+                [](const std::vector<Tensor>& t) { return nn::F::conv1d(t[0], t[1], t[2], 1, nn::F::same); },
+                [](const std::vector<torch::Tensor>& t) { return torch::conv1d(t[0], t[1], t[2], 1, "same"); },
+                1e-12, "conv1d same", seed + 9);
+  seed += 10;
+  struct Transposed {
+    Shape x, w;
+    Triple stride, padding, output_padding, dilation;
+    int64_t groups;
+  };
+  const std::vector<Transposed> ups = {
+      {{2, 3, 3, 4, 3}, {3, 2, 2, 3, 2}, 1, 0, 0, 1, 1},
+      {{1, 4, 3, 3, 4}, {4, 3, 3, 3, 2}, {2, 2, 1}, {1, 1, 0}, {1, 1, 0}, 1, 2},
+      {{1, 2, 4, 3, 3}, {2, 2, 2, 2, 3}, {3, 1, 2}, {1, 0, 2}, {2, 0, 1}, {2, 1, 2}, 1},
+  };
+  for (const Transposed& c : ups) {
+    const std::string what = "conv_transpose3d of " + shape_str(c.x) + " by " + shape_str(c.w);
+    expect_parity({test::randn64(c.x, seed), test::randn64(c.w, seed + 1), test::randn64({c.w[1] * c.groups}, seed + 2)},
+                  [&](const std::vector<Tensor>& t) {
+                    return nn::F::conv_transpose3d(t[0], t[1], t[2], c.stride, c.padding, c.output_padding, c.groups,
+                                                   c.dilation);
+                  },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return torch::conv_transpose3d(t[0], t[1], t[2], {c.stride.d, c.stride.h, c.stride.w},
+                                                   {c.padding.d, c.padding.h, c.padding.w},
+                                                   {c.output_padding.d, c.output_padding.h, c.output_padding.w},
+                                                   c.groups, {c.dilation.d, c.dilation.h, c.dilation.w});
+                  },
+                  1e-12, what, seed + 3);
+    seed += 4;
+  }
+  expect_parity({test::randn64({2, 4, 7}, seed), test::randn64({4, 3, 3}, seed + 1), test::randn64({6}, seed + 2)},
+                [](const std::vector<Tensor>& t) { return nn::F::conv_transpose1d(t[0], t[1], t[2], 3, 1, 2, 2, 2); },
+                [](const std::vector<torch::Tensor>& t) {
+                  return torch::conv_transpose1d(t[0], t[1], t[2], 3, 1, 2, 2, 2);
+                },
+                1e-12, "conv_transpose1d", seed + 3);
+  seed += 4;
+  struct Pool {
+    Shape x;
+    Triple k, s, p, d;
+  };
+  const std::vector<Pool> pools = {
+      {{2, 3, 4, 6, 4}, 2, 2, 0, 1},
+      {{1, 2, 6, 5, 7}, {3, 2, 3}, 2, {1, 0, 1}, 1},
+      {{1, 2, 7, 6, 6}, {2, 3, 2}, {1, 2, 2}, {1, 1, 0}, {3, 2, 1}},
+  };
+  for (const Pool& c : pools)
+    for (bool ceil_mode : {false, true}) {
+      const std::string what = shape_str(c.x) + (ceil_mode ? " ceil" : " floor");
+      const std::vector<int64_t> k{c.k.d, c.k.h, c.k.w}, s{c.s.d, c.s.h, c.s.w}, p{c.p.d, c.p.h, c.p.w},
+          d{c.d.d, c.d.h, c.d.w};
+      expect_parity({test::randn64(c.x, seed)},
+                    [&](const std::vector<Tensor>& t) { return nn::F::max_pool3d(t[0], c.k, c.s, c.p, c.d, ceil_mode); },
+                    [&](const std::vector<torch::Tensor>& t) { return torch::max_pool3d(t[0], k, s, p, d, ceil_mode); },
+                    1e-14, "max_pool3d " + what, seed + 1);  // overlapping windows' gradients add in another order
+      seed += 2;
+      if (c.d.d != 1 || c.d.h != 1 || c.d.w != 1) continue;  // avg_pool3d has no dilation
+      for (bool include : {true, false})
+        for (std::optional<int64_t> divisor : {std::optional<int64_t>(), std::optional<int64_t>(7)}) {
+          const std::string how = what + (include ? " include_pad" : " exclude_pad") + (divisor ? " divisor 7" : "");
+          expect_parity({test::randn64(c.x, seed)},
+                        [&](const std::vector<Tensor>& t) {
+                          return nn::F::avg_pool3d(t[0], c.k, c.s, c.p, include, ceil_mode, divisor);
+                        },
+                        [&](const std::vector<torch::Tensor>& t) {
+                          return torch::avg_pool3d(t[0], k, s, p, ceil_mode, include,
+                                                   divisor ? c10::optional<int64_t>(*divisor) : c10::nullopt);
+                        },
+                        1e-14, "avg_pool3d " + how, seed + 1);
+          seed += 2;
+        }
+    }
 }
 
 }  // namespace
