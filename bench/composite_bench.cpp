@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
   Tensor img3 = kiln::randn({64, 3, 64, 64}).requires_grad_();
   // A video clip batch through C3D-sized layers: a 3x3x3 convolution, a 2x2x2 upsampling and the 3-d pools.
   Tensor clip = kiln::randn({4, 32, 8, 28, 28}).requires_grad_(), w3 = kiln::randn({64, 32, 3, 3, 3}).requires_grad_();
-  Tensor coarse = kiln::randn({4, 32, 4, 14, 14}).requires_grad_(), wt3 = kiln::randn({32, 16, 2, 2, 2}).requires_grad_();
+  Tensor coarse = kiln::randn({4, 32, 4, 14, 14}).requires_grad_();
+  Tensor wt3 = kiln::randn({32, 16, 2, 2, 2}).requires_grad_();
   // The conv2d that conv3d above reduces to: its kd = 3 input slices stacked as 96 channels, (N OD) = 32 images.
   Tensor stacked = kiln::randn({32, 96, 28, 28}).requires_grad_(), w2 = kiln::randn({64, 96, 3, 3}).requires_grad_();
 #ifdef KILN_BENCH_WITH_TORCH
@@ -173,9 +174,11 @@ int main(int argc, char** argv) {
        THEIRS(torch_rms_norm())},
       {"conv3d 3x3x3, padding 1", "(4, 32, 8, 28, 28) to 64", [&] { return F::conv3d(clip, w3, {}, 1, 1); }
        THEIRS(torch::conv3d(tclip, tw3, {}, 1, 1))},
-      {"conv2d 3x3, padding 1 (conv3d's own)", "(32, 96, 28, 28) to 64", [&] { return F::conv2d(stacked, w2, {}, 1, 1); }
+      {"conv2d 3x3, padding 1 (conv3d's own)", "(32, 96, 28, 28) to 64",
+       [&] { return F::conv2d(stacked, w2, {}, 1, 1); }
        THEIRS(torch::conv2d(tstacked, tw2, {}, 1, 1))},
-      {"conv_transpose3d 2x2x2, stride 2", "(4, 32, 4, 14, 14) to 16", [&] { return F::conv_transpose3d(coarse, wt3, {}, 2); }
+      {"conv_transpose3d 2x2x2, stride 2", "(4, 32, 4, 14, 14) to 16",
+       [&] { return F::conv_transpose3d(coarse, wt3, {}, 2); }
        THEIRS(torch::conv_transpose3d(tcoarse, twt3, {}, 2))},
       {"avg_pool2d 3x3, stride 2, padding 1", "(8, 16, 64, 64)", [&] { return F::avg_pool2d(image, 3, 2, 1); }
        THEIRS(torch::avg_pool2d(timage, 3, 2, 1))},

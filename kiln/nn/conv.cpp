@@ -1,5 +1,6 @@
 #include "kiln/nn/conv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -9,8 +10,13 @@
 
 namespace kiln::nn {
 
+std::string size_repr(functional::Pair size) { return detail::concat("(", size.h, ", ", size.w, ")"); }
+std::string size_repr(functional::Triple size) {
+  return detail::concat("(", size.d, ", ", size.h, ", ", size.w, ")");
+}
+
 namespace {
-std::string pair_str(functional::Pair p) { return detail::concat("(", p.h, ", ", p.w, ")"); }
+std::string pair_str(functional::Pair p) { return size_repr(p); }
 
 // ", padding_mode=reflect" where PyTorch's repr shows it: any mode but zeros.
 std::string padding_mode_str(functional::PadMode mode) {
@@ -27,7 +33,7 @@ std::string padding_mode_str(functional::PadMode mode) {
   return "";
 }
 
-std::string triple_str(functional::Triple t) { return detail::concat("(", t.d, ", ", t.h, ", ", t.w, ")"); }
+std::string triple_str(functional::Triple t) { return size_repr(t); }
 
 std::string rule_str(functional::PadRule rule) { return rule == functional::PadRule::Same ? "same" : "valid"; }
 
@@ -55,6 +61,21 @@ void check_same_stride(const char* layer, std::optional<functional::PadRule> rul
     KILN_CHECK(rule != functional::PadRule::Same || s == 1, layer, ": padding=\"same\" needs stride 1");
 }
 
+// Checks a convolution layer's channels, kernel and groups; its weight's shape: (out, in / groups, kernel...),
+// or (in, out / groups, kernel...) for a transposed one.
+Shape conv_weight_shape(const char* layer, int64_t in_channels, int64_t out_channels, const Shape& kernel,
+                        int64_t groups, bool transposed) {
+  const bool positive = in_channels > 0 && out_channels > 0 &&
+                        std::all_of(kernel.begin(), kernel.end(), [](int64_t k) { return k > 0; });
+  KILN_CHECK(positive, layer, ": channels and kernel size must be positive, got ", in_channels, ", ", out_channels,
+             " and ", shape_str(kernel));
+  KILN_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0, layer, ": in_channels ",
+             in_channels, " and out_channels ", out_channels, " must be divisible by groups ", groups);
+  Shape shape = transposed ? Shape{in_channels, out_channels / groups} : Shape{out_channels, in_channels / groups};
+  shape.insert(shape.end(), kernel.begin(), kernel.end());
+  return shape;
+}
+
 // PyTorch's default for convolutions: kaiming_uniform(a = sqrt(5)) on the weight, i.e. uniform in
 // +-1/sqrt(fan_in), and the bias uniform in the same bound.
 void reset_conv(const Tensor& weight, const Tensor& bias) {
@@ -68,13 +89,10 @@ void reset_conv(const Tensor& weight, const Tensor& bias) {
 
 Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel, Conv2dOptions options)
     : Module("Conv2d"), options_(options) {
-  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.h > 0 && kernel.w > 0, "Conv2d: channels and kernel size "
-             "must be positive, got ", in_channels, ", ", out_channels, " and ", pair_str(kernel));
-  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-             "Conv2d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
-             options.groups);
   check_same_stride("Conv2d", options.padding.rule, {options.stride.h, options.stride.w});
-  weight = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel.h, kernel.w}));
+  const Shape shape = conv_weight_shape("Conv2d", in_channels, out_channels, {kernel.h, kernel.w},
+                                        options.groups, /*transposed=*/false);
+  weight = register_parameter("weight", kiln::empty(shape));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
 }
@@ -107,12 +125,9 @@ std::string Conv2dImpl::extra_repr() const {
 ConvTranspose2dImpl::ConvTranspose2dImpl(int64_t in_channels, int64_t out_channels, functional::Pair kernel,
                                          ConvTranspose2dOptions options)
     : Module("ConvTranspose2d"), options_(options) {
-  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.h > 0 && kernel.w > 0, "ConvTranspose2d: channels and "
-             "kernel size must be positive, got ", in_channels, ", ", out_channels, " and ", pair_str(kernel));
-  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-             "ConvTranspose2d: in_channels ", in_channels, " and out_channels ", out_channels,
-             " must be divisible by groups ", options.groups);
-  weight = register_parameter("weight", empty({in_channels, out_channels / options.groups, kernel.h, kernel.w}));
+  const Shape shape = conv_weight_shape("ConvTranspose2d", in_channels, out_channels, {kernel.h, kernel.w},
+                                        options.groups, /*transposed=*/true);
+  weight = register_parameter("weight", kiln::empty(shape));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);  // fan_in from dim 1, as PyTorch computes it for this layout too
 }
@@ -133,12 +148,10 @@ std::string ConvTranspose2dImpl::extra_repr() const {
 
 Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, Conv1dOptions options)
     : Module("Conv1d"), options_(options) {
-  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "Conv1d: channels and kernel size must be positive");
-  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-             "Conv1d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
-             options.groups);
   check_same_stride("Conv1d", options.padding.rule, {options.stride});
-  weight = register_parameter("weight", empty({out_channels, in_channels / options.groups, kernel}));
+  const Shape shape = conv_weight_shape("Conv1d", in_channels, out_channels, {kernel},
+                                        options.groups, /*transposed=*/false);
+  weight = register_parameter("weight", kiln::empty(shape));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
 }
@@ -163,14 +176,10 @@ std::string Conv1dImpl::extra_repr() const {
 
 Conv3dImpl::Conv3dImpl(int64_t in_channels, int64_t out_channels, functional::Triple kernel, Conv3dOptions options)
     : Module("Conv3d"), options_(options) {
-  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.d > 0 && kernel.h > 0 && kernel.w > 0, "Conv3d: channels "
-             "and kernel size must be positive, got ", in_channels, ", ", out_channels, " and ", triple_str(kernel));
-  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-             "Conv3d: in_channels ", in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
-             options.groups);
   check_same_stride("Conv3d", options.padding.rule, {options.stride.d, options.stride.h, options.stride.w});
-  weight = register_parameter("weight",
-                              empty({out_channels, in_channels / options.groups, kernel.d, kernel.h, kernel.w}));
+  const Shape shape = conv_weight_shape("Conv3d", in_channels, out_channels, {kernel.d, kernel.h, kernel.w},
+                                        options.groups, /*transposed=*/false);
+  weight = register_parameter("weight", kiln::empty(shape));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
 }
@@ -203,12 +212,9 @@ std::string Conv3dImpl::extra_repr() const {
 ConvTranspose1dImpl::ConvTranspose1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel,
                                          ConvTranspose1dOptions options)
     : Module("ConvTranspose1d"), options_(options) {
-  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel > 0, "ConvTranspose1d: channels and kernel size must be "
-             "positive, got ", in_channels, ", ", out_channels, " and ", kernel);
-  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-             "ConvTranspose1d: in_channels ", in_channels, " and out_channels ", out_channels,
-             " must be divisible by groups ", options.groups);
-  weight = register_parameter("weight", empty({in_channels, out_channels / options.groups, kernel}));
+  const Shape shape = conv_weight_shape("ConvTranspose1d", in_channels, out_channels, {kernel},
+                                        options.groups, /*transposed=*/true);
+  weight = register_parameter("weight", kiln::empty(shape));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
 }
@@ -222,20 +228,16 @@ std::string ConvTranspose1dImpl::extra_repr() const {
   const auto& o = options_;
   return detail::concat(weight.size(0), ", ", weight.size(1) * o.groups, ", kernel_size=", weight.size(2),
                         ", stride=", o.stride, ", padding=", o.padding, ", output_padding=", o.output_padding,
-                        o.groups > 1 ? ", groups=" + std::to_string(o.groups) : "", bias.defined() ? "" : ", bias=false");
+                        o.groups > 1 ? ", groups=" + std::to_string(o.groups) : "",
+                        bias.defined() ? "" : ", bias=false");
 }
 
 ConvTranspose3dImpl::ConvTranspose3dImpl(int64_t in_channels, int64_t out_channels, functional::Triple kernel,
                                          ConvTranspose3dOptions options)
     : Module("ConvTranspose3d"), options_(options) {
-  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel.d > 0 && kernel.h > 0 && kernel.w > 0, "ConvTranspose3d: "
-             "channels and kernel size must be positive, got ", in_channels, ", ", out_channels, " and ",
-             triple_str(kernel));
-  KILN_CHECK(options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-             "ConvTranspose3d: in_channels ", in_channels, " and out_channels ", out_channels,
-             " must be divisible by groups ", options.groups);
-  weight = register_parameter("weight",
-                              empty({in_channels, out_channels / options.groups, kernel.d, kernel.h, kernel.w}));
+  const Shape shape = conv_weight_shape("ConvTranspose3d", in_channels, out_channels, {kernel.d, kernel.h, kernel.w},
+                                        options.groups, /*transposed=*/true);
+  weight = register_parameter("weight", kiln::empty(shape));
   if (options.bias) bias = register_parameter("bias", empty({out_channels}));
   reset_conv(weight, bias);
 }
@@ -255,29 +257,6 @@ std::string ConvTranspose3dImpl::extra_repr() const {
 }
 
 // The pools' settings as PyTorch prints them, the non-default ones after the first three.
-std::string MaxPool2dImpl::extra_repr() const {
-  const auto& o = options_;
-  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(*o.stride) + ", padding=" + pair_str(o.padding) +
-         ", dilation=" + pair_str(o.dilation) + (o.ceil_mode ? ", ceil_mode=true" : "");
-}
-std::string AvgPool2dImpl::extra_repr() const {
-  const auto& o = options_;
-  return "kernel_size=" + pair_str(kernel_) + ", stride=" + pair_str(*o.stride) + ", padding=" + pair_str(o.padding) +
-         (o.ceil_mode ? ", ceil_mode=true" : "") + (o.count_include_pad ? "" : ", count_include_pad=false") +
-         (o.divisor_override ? ", divisor_override=" + std::to_string(*o.divisor_override) : "");
-}
-std::string MaxPool3dImpl::extra_repr() const {
-  const auto& o = options_;
-  return "kernel_size=" + triple_str(kernel_) + ", stride=" + triple_str(*o.stride) + ", padding=" +
-         triple_str(o.padding) + ", dilation=" + triple_str(o.dilation) + (o.ceil_mode ? ", ceil_mode=true" : "");
-}
-std::string AvgPool3dImpl::extra_repr() const {
-  const auto& o = options_;
-  return "kernel_size=" + triple_str(kernel_) + ", stride=" + triple_str(*o.stride) + ", padding=" +
-         triple_str(o.padding) + (o.ceil_mode ? ", ceil_mode=true" : "") +
-         (o.count_include_pad ? "" : ", count_include_pad=false") +
-         (o.divisor_override ? ", divisor_override=" + std::to_string(*o.divisor_override) : "");
-}
 std::string MaxPool1dImpl::extra_repr() const {
   const auto& o = options_;
   return detail::concat("kernel_size=", kernel_, ", stride=", *o.stride, ", padding=", o.padding,

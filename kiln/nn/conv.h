@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -161,63 +162,102 @@ class ConvTranspose3dImpl : public Module {
 };
 using ConvTranspose3d = ModuleHolder<ConvTranspose3dImpl>;
 
-// The pooling layers take their settings positionally, as before (nn::MaxPool2d(3, 2, 1)), or after the kernel
-// as options (nn::MaxPool2d(3, {.stride = 2, .ceil_mode = true})); an unset stride is the kernel.
-struct MaxPool2dOptions {
-  functional::OptionalSize<functional::Pair> stride;
-  functional::Pair padding = 0;
-  functional::Pair dilation = 1;
+// "(h, w)" and "(d, h, w)", as the layers' reprs show sizes.
+std::string size_repr(functional::Pair size);
+std::string size_repr(functional::Triple size);
+
+// MaxPool2d and MaxPool3d, told apart by their kernel's type (Pair or Triple). They take their settings
+// positionally (nn::MaxPool2d(3, 2, 1)) or after the kernel as options (nn::MaxPool2d(3, {.stride = 2,
+// .ceil_mode = true}), nn::MaxPool3d({1, 3, 3}, {.stride = {1, 2, 2}})); an unset stride is the kernel.
+template <class Size>
+struct MaxPoolOptions {
+  functional::OptionalSize<Size> stride;
+  Size padding = 0;
+  Size dilation = 1;
   bool ceil_mode = false;
 };
-class MaxPool2dImpl : public Module {
+template <class Size>
+class MaxPoolImpl : public Module {
  public:
-  using Options = MaxPool2dOptions;  // ModuleHolder takes it as a braced list
-  MaxPool2dImpl(functional::Pair kernel, MaxPool2dOptions options)
-      : Module("MaxPool2d"), kernel_(kernel), options_(std::move(options)) {
+  using Options = MaxPoolOptions<Size>;  // ModuleHolder takes it as a braced list
+  MaxPoolImpl(Size kernel, Options options)
+      : Module(std::is_same_v<Size, functional::Pair> ? "MaxPool2d" : "MaxPool3d"), kernel_(kernel),
+        options_(std::move(options)) {
     options_.stride = options_.stride.value_or(kernel);
   }
-  explicit MaxPool2dImpl(functional::Pair kernel, functional::OptionalSize<functional::Pair> stride = std::nullopt,
-                         functional::Pair padding = 0)
-      : MaxPool2dImpl(kernel, MaxPool2dOptions{stride, padding}) {}
+  explicit MaxPoolImpl(Size kernel, functional::OptionalSize<Size> stride = std::nullopt, Size padding = 0)
+      : MaxPoolImpl(kernel, Options{stride, padding}) {}
   Tensor forward(const Tensor& x) override {
-    return functional::max_pool2d(x, kernel_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
+    const Options& o = options_;
+    if constexpr (std::is_same_v<Size, functional::Pair>)
+      return functional::max_pool2d(x, kernel_, o.stride, o.padding, o.dilation, o.ceil_mode);
+    else
+      return functional::max_pool3d(x, kernel_, o.stride, o.padding, o.dilation, o.ceil_mode);
   }
-  std::string extra_repr() const override;
+  std::string extra_repr() const override {
+    const Options& o = options_;
+    return "kernel_size=" + size_repr(kernel_) + ", stride=" + size_repr(*o.stride) + ", padding=" +
+           size_repr(o.padding) + ", dilation=" + size_repr(o.dilation) + (o.ceil_mode ? ", ceil_mode=true" : "");
+  }
 
  private:
-  functional::Pair kernel_;
-  MaxPool2dOptions options_;
+  Size kernel_;
+  Options options_;
 };
+using MaxPool2dOptions = MaxPoolOptions<functional::Pair>;
+using MaxPool2dImpl = MaxPoolImpl<functional::Pair>;
 using MaxPool2d = ModuleHolder<MaxPool2dImpl>;
+using MaxPool3dOptions = MaxPoolOptions<functional::Triple>;
+using MaxPool3dImpl = MaxPoolImpl<functional::Triple>;
+using MaxPool3d = ModuleHolder<MaxPool3dImpl>;
 
-struct AvgPool2dOptions {
-  functional::OptionalSize<functional::Pair> stride;
-  functional::Pair padding = 0;
+// AvgPool2d and AvgPool3d, as the max pools.
+template <class Size>
+struct AvgPoolOptions {
+  functional::OptionalSize<Size> stride;
+  Size padding = 0;
   bool ceil_mode = false;
   bool count_include_pad = true;
   std::optional<int64_t> divisor_override = std::nullopt;
 };
-class AvgPool2dImpl : public Module {
+template <class Size>
+class AvgPoolImpl : public Module {
  public:
-  using Options = AvgPool2dOptions;  // ModuleHolder takes it as a braced list
-  AvgPool2dImpl(functional::Pair kernel, AvgPool2dOptions options)
-      : Module("AvgPool2d"), kernel_(kernel), options_(std::move(options)) {
+  using Options = AvgPoolOptions<Size>;  // ModuleHolder takes it as a braced list
+  AvgPoolImpl(Size kernel, Options options)
+      : Module(std::is_same_v<Size, functional::Pair> ? "AvgPool2d" : "AvgPool3d"), kernel_(kernel),
+        options_(std::move(options)) {
     options_.stride = options_.stride.value_or(kernel);
   }
-  explicit AvgPool2dImpl(functional::Pair kernel, functional::OptionalSize<functional::Pair> stride = std::nullopt,
-                         functional::Pair padding = 0)
-      : AvgPool2dImpl(kernel, AvgPool2dOptions{stride, padding}) {}
+  explicit AvgPoolImpl(Size kernel, functional::OptionalSize<Size> stride = std::nullopt, Size padding = 0)
+      : AvgPoolImpl(kernel, Options{stride, padding}) {}
   Tensor forward(const Tensor& x) override {
-    return functional::avg_pool2d(x, kernel_, options_.stride, options_.padding, options_.count_include_pad,
-                                  options_.ceil_mode, options_.divisor_override);
+    const Options& o = options_;
+    if constexpr (std::is_same_v<Size, functional::Pair>)
+      return functional::avg_pool2d(x, kernel_, o.stride, o.padding, o.count_include_pad, o.ceil_mode,
+                                    o.divisor_override);
+    else
+      return functional::avg_pool3d(x, kernel_, o.stride, o.padding, o.count_include_pad, o.ceil_mode,
+                                    o.divisor_override);
   }
-  std::string extra_repr() const override;
+  std::string extra_repr() const override {
+    const Options& o = options_;
+    return "kernel_size=" + size_repr(kernel_) + ", stride=" + size_repr(*o.stride) + ", padding=" +
+           size_repr(o.padding) + (o.ceil_mode ? ", ceil_mode=true" : "") +
+           (o.count_include_pad ? "" : ", count_include_pad=false") +
+           (o.divisor_override ? ", divisor_override=" + std::to_string(*o.divisor_override) : "");
+  }
 
  private:
-  functional::Pair kernel_;
-  AvgPool2dOptions options_;
+  Size kernel_;
+  Options options_;
 };
+using AvgPool2dOptions = AvgPoolOptions<functional::Pair>;
+using AvgPool2dImpl = AvgPoolImpl<functional::Pair>;
 using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
+using AvgPool3dOptions = AvgPoolOptions<functional::Triple>;
+using AvgPool3dImpl = AvgPoolImpl<functional::Triple>;
+using AvgPool3d = ModuleHolder<AvgPool3dImpl>;
 
 // Called with a max pool's output and indices (functional::max_pool2d_with_indices), and optionally the size
 // to restore: nn::MaxUnpool2d(2)(y, indices).
@@ -305,62 +345,6 @@ class AvgPool1dImpl : public Module {
   AvgPool1dOptions options_;
 };
 using AvgPool1d = ModuleHolder<AvgPool1dImpl>;
-
-struct MaxPool3dOptions {
-  functional::OptionalSize<functional::Triple> stride;
-  functional::Triple padding = 0;
-  functional::Triple dilation = 1;
-  bool ceil_mode = false;
-};
-class MaxPool3dImpl : public Module {
- public:
-  using Options = MaxPool3dOptions;  // ModuleHolder takes it as a braced list
-  MaxPool3dImpl(functional::Triple kernel, MaxPool3dOptions options)
-      : Module("MaxPool3d"), kernel_(kernel), options_(std::move(options)) {
-    options_.stride = options_.stride.value_or(kernel);
-  }
-  explicit MaxPool3dImpl(functional::Triple kernel, functional::OptionalSize<functional::Triple> stride = std::nullopt,
-                         functional::Triple padding = 0)
-      : MaxPool3dImpl(kernel, MaxPool3dOptions{stride, padding}) {}
-  Tensor forward(const Tensor& x) override {
-    return functional::max_pool3d(x, kernel_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
-  }
-  std::string extra_repr() const override;
-
- private:
-  functional::Triple kernel_;
-  MaxPool3dOptions options_;
-};
-using MaxPool3d = ModuleHolder<MaxPool3dImpl>;
-
-struct AvgPool3dOptions {
-  functional::OptionalSize<functional::Triple> stride;
-  functional::Triple padding = 0;
-  bool ceil_mode = false;
-  bool count_include_pad = true;
-  std::optional<int64_t> divisor_override = std::nullopt;
-};
-class AvgPool3dImpl : public Module {
- public:
-  using Options = AvgPool3dOptions;  // ModuleHolder takes it as a braced list
-  AvgPool3dImpl(functional::Triple kernel, AvgPool3dOptions options)
-      : Module("AvgPool3d"), kernel_(kernel), options_(std::move(options)) {
-    options_.stride = options_.stride.value_or(kernel);
-  }
-  explicit AvgPool3dImpl(functional::Triple kernel, functional::OptionalSize<functional::Triple> stride = std::nullopt,
-                         functional::Triple padding = 0)
-      : AvgPool3dImpl(kernel, AvgPool3dOptions{stride, padding}) {}
-  Tensor forward(const Tensor& x) override {
-    return functional::avg_pool3d(x, kernel_, options_.stride, options_.padding, options_.count_include_pad,
-                                  options_.ceil_mode, options_.divisor_override);
-  }
-  std::string extra_repr() const override;
-
- private:
-  functional::Triple kernel_;
-  AvgPool3dOptions options_;
-};
-using AvgPool3d = ModuleHolder<AvgPool3dImpl>;
 
 class AdaptiveAvgPool2dImpl : public Module {
  public:

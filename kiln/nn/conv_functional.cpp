@@ -419,8 +419,8 @@ Tensor average_pool(const char* op, const Tensor& x, IntArrayRef kernel, IntArra
     for (double before : divisor)
       for (int64_t o = 0; o < out; ++o) {
         const int64_t start = o * s - p, end = std::min(start + k, in + p);
-        next.push_back(before * static_cast<double>(count_include_pad ? end - start
-                                                                      : std::min(end, in) - std::max<int64_t>(start, 0)));
+        const int64_t counted = count_include_pad ? end - start : std::min(end, in) - std::max<int64_t>(start, 0);
+        next.push_back(before * static_cast<double>(counted));
       }
     divisor = std::move(next);
   }

@@ -124,7 +124,8 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, OptionalSize<Pair> stride = std:
                   Pair dilation = 1, bool ceil_mode = false);
 // max_pool2d's values with, for each, where its maximum is: h * W + w within its (n, c) plane of x, PyTorch's
 // return_indices (what max_unpool2d takes). Floating inputs, on a device with the max-pool kernels.
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel, OptionalSize<Pair> stride = std::nullopt,
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, Pair kernel,
+                                                  OptionalSize<Pair> stride = std::nullopt,
                                                   Pair padding = 0, Pair dilation = 1, bool ceil_mode = false);
 // The same over (N, C, L) or (C, L); the indices are positions along L.
 std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kernel,

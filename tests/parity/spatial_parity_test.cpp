@@ -415,7 +415,8 @@ TEST(SpatialParity, VolumetricAndSamePaddingMatchLibTorch) {
   };
   for (const Transposed& c : ups) {
     const std::string what = "conv_transpose3d of " + shape_str(c.x) + " by " + shape_str(c.w);
-    expect_parity({test::randn64(c.x, seed), test::randn64(c.w, seed + 1), test::randn64({c.w[1] * c.groups}, seed + 2)},
+    const Tensor b = test::randn64({c.w[1] * c.groups}, seed + 2);
+    expect_parity({test::randn64(c.x, seed), test::randn64(c.w, seed + 1), b},
                   [&](const std::vector<Tensor>& t) {
                     return nn::F::conv_transpose3d(t[0], t[1], t[2], c.stride, c.padding, c.output_padding, c.groups,
                                                    c.dilation);
