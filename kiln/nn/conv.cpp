@@ -280,6 +280,16 @@ std::string AdaptiveAvgPool3dImpl::extra_repr() const {
   return "output_size=" + (size_.size() == 1 ? std::to_string(size_[0]) : shape_str(size_));
 }
 
+std::string UnfoldImpl::extra_repr() const {
+  return "kernel_size=" + pair_str(kernel_) + ", dilation=" + pair_str(options_.dilation) + ", padding=" +
+         pair_str(options_.padding) + ", stride=" + pair_str(options_.stride);
+}
+std::string FoldImpl::extra_repr() const {
+  return "output_size=" + pair_str(output_size_) + ", kernel_size=" + pair_str(kernel_) + ", dilation=" +
+         pair_str(options_.dilation) + ", padding=" + pair_str(options_.padding) + ", stride=" +
+         pair_str(options_.stride);
+}
+
 std::string UpsampleImpl::extra_repr() const {
   const auto& o = options_;
   auto list = [](const auto& values) {

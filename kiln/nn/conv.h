@@ -1,4 +1,4 @@
-// Conv1d/2d/3d, ConvTranspose1d/2d/3d, the pooling layers and Upsample.
+// Conv1d/2d/3d, ConvTranspose1d/2d/3d, the pooling layers, Unfold/Fold and Upsample.
 #pragma once
 
 #include <initializer_list>
@@ -413,6 +413,45 @@ class AdaptiveMaxPool3dImpl : public Module {
   Shape size_;
 };
 using AdaptiveMaxPool3d = ModuleHolder<AdaptiveMaxPool3dImpl>;
+
+struct FoldOptions {
+  functional::Pair dilation = 1, padding = 0, stride = 1;
+};
+using UnfoldOptions = FoldOptions;
+
+// functional::unfold as a layer: (N, C, H, W) -> (N, C kh kw, L).
+class UnfoldImpl : public Module {
+ public:
+  using Options = UnfoldOptions;  // ModuleHolder takes it as a braced list
+  explicit UnfoldImpl(functional::Pair kernel, UnfoldOptions options = {})
+      : Module("Unfold"), kernel_(kernel), options_(options) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::unfold(x, kernel_, options_.dilation, options_.padding, options_.stride);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair kernel_;
+  UnfoldOptions options_;
+};
+using Unfold = ModuleHolder<UnfoldImpl>;
+
+// functional::fold as a layer: (N, C kh kw, L) -> (N, C, output_size).
+class FoldImpl : public Module {
+ public:
+  using Options = FoldOptions;  // ModuleHolder takes it as a braced list
+  FoldImpl(functional::Pair output_size, functional::Pair kernel, FoldOptions options = {})
+      : Module("Fold"), output_size_(output_size), kernel_(kernel), options_(options) {}
+  Tensor forward(const Tensor& x) override {
+    return functional::fold(x, output_size_, kernel_, options_.dilation, options_.padding, options_.stride);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Pair output_size_, kernel_;
+  FoldOptions options_;
+};
+using Fold = ModuleHolder<FoldImpl>;
 
 using UpsampleOptions = functional::InterpolateOptions;
 // Resizes (N, C, ...) to a size or by a scale factor, in any of interpolate's modes: functional::interpolate as a

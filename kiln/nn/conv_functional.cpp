@@ -458,6 +458,64 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel, std::optional<int64_t> stride
       .squeeze(-2);
 }
 
+Tensor unfold(const Tensor& x_in, Pair kernel, Pair dilation, Pair padding, Pair stride) {
+  KILN_CHECK(x_in.dim() == 3 || x_in.dim() == 4, "unfold: expected input (N, C, H, W) or (C, H, W), got ",
+             shape_str(x_in.sizes()));
+  bool added;
+  const Tensor x = batched(x_in, &added);
+  Geometry g{};
+  const Tensor blocks = windows("unfold", x, kernel, stride, padding, dilation, 0.0, &g);  // (N, C, OH, OW, kh, kw)
+  const Tensor columns = blocks.permute({0, 1, 4, 5, 2, 3}).reshape({x.size(0), x.size(1) * kernel.h * kernel.w,
+                                                                     g.oh * g.ow});
+  return added ? columns.squeeze(0) : columns;
+}
+
+Tensor fold(const Tensor& columns_in, Pair output_size, Pair kernel, Pair dilation, Pair padding, Pair stride) {
+  KILN_CHECK(columns_in.dim() == 2 || columns_in.dim() == 3, "fold: expected columns (N, C kh kw, L) or (C kh kw, L), "
+             "got ", shape_str(columns_in.sizes()));
+  KILN_CHECK(kernel.h > 0 && kernel.w > 0 && stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 &&
+                 padding.h >= 0 && padding.w >= 0 && output_size.h > 0 && output_size.w > 0,
+             "fold: output size, kernel, stride and dilation must be positive and padding non-negative");
+  const bool added = columns_in.dim() == 2;
+  const Tensor columns = added ? columns_in.unsqueeze(0) : columns_in;
+  const int64_t N = columns.size(0), K = kernel.h * kernel.w;
+  KILN_CHECK(columns.size(1) % K == 0, "fold: ", columns.size(1), " rows of columns ", shape_str(columns_in.sizes()),
+             " are not a multiple of the kernel's ", kernel.h, " x ", kernel.w, " = ", K, " positions");
+  const int64_t C = columns.size(1) / K, Hp = output_size.h + 2 * padding.h, Wp = output_size.w + 2 * padding.w;
+  const int64_t oh = ops::pool_out_size(output_size.h, kernel.h, stride.h, padding.h, dilation.h, false);
+  const int64_t ow = ops::pool_out_size(output_size.w, kernel.w, stride.w, padding.w, dilation.w, false);
+  KILN_CHECK(oh > 0 && ow > 0 && columns.size(2) == oh * ow, "fold: an output of ", output_size.h, " x ",
+             output_size.w, " with this kernel, dilation, padding and stride has ", std::max<int64_t>(oh, 0), " x ",
+             std::max<int64_t>(ow, 0), " blocks, but the columns ", shape_str(columns_in.sizes()), " hold ",
+             columns.size(2));
+  // Where each column entry (kernel row u, column v; block i, j) lands in the padded image, flattened.
+  std::vector<int64_t> at;
+  at.reserve(static_cast<size_t>(K * oh * ow));
+  for (int64_t u = 0; u < kernel.h; ++u)
+    for (int64_t v = 0; v < kernel.w; ++v)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j)
+          at.push_back((i * stride.h + u * dilation.h) * Wp + j * stride.w + v * dilation.w);
+  const Tensor index = tensor(at, {K * oh * ow}, TensorOptions(kInt64).device(columns.device()));
+  const Tensor image = index_add(zeros({N, C, Hp * Wp}, TensorOptions(columns.dtype()).device(columns.device())), 2,
+                                 index, columns.reshape({N, C, K * oh * ow}))
+                           .view({N, C, Hp, Wp})
+                           .narrow(2, padding.h, output_size.h)
+                           .narrow(3, padding.w, output_size.w);
+  return added ? image.squeeze(0) : image;
+}
+
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k) {
+  KILN_CHECK(x.dim() >= 3, "local_response_norm: expected input (N, C, ...) with at least one dim after the "
+             "channels, got ", shape_str(x.sizes()));
+  KILN_CHECK(size > 0, "local_response_norm: size must be positive, got ", size);
+  // Each channel's window: size / 2 channels before it and (size - 1) / 2 after, zeros past the ends.
+  std::vector<int64_t> pads(static_cast<size_t>(2 * (x.dim() - 1)), 0);  // the last dim's pair first
+  pads[pads.size() - 2] = size / 2, pads[pads.size() - 1] = (size - 1) / 2;
+  const Tensor squares = kiln::pad(x * x, pads, 0.0).unfold(1, size, 1).sum({x.dim()});
+  return x / (squares * (alpha / static_cast<double>(size)) + k).pow(beta);
+}
+
 namespace {
 // One dim of a 3-d pool's depth: the output size, checked as the 2-d pools check theirs.
 struct DepthWindows {

@@ -130,13 +130,127 @@ Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& wei
   return weight.defined() ? y * weight : y;
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+namespace {
+// padding_idx in [0, num_embeddings), a negative one counted from the end, as PyTorch normalizes it.
+int64_t padding_row(const char* op, std::optional<int64_t> padding_idx, int64_t num_embeddings) {
+  const int64_t p = *padding_idx < 0 ? *padding_idx + num_embeddings : *padding_idx;
+  KILN_CHECK(p >= 0 && p < num_embeddings, op, ": padding_idx ", *padding_idx, " is outside the ", num_embeddings,
+             " embeddings");
+  return p;
+}
+}  // namespace
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   KILN_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be int64 or int32, got ",
              indices.dtype());
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got ", shape_str(weight.sizes()));
   Shape out_shape = indices.sizes();
   out_shape.push_back(weight.size(1));
-  return index_select(weight, 0, indices.reshape({-1})).view(out_shape);
+  const Tensor flat = indices.reshape({-1});
+  Tensor rows = index_select(weight, 0, flat);
+  if (padding_idx) {
+    // The padding row's lookups take its value but pass no gradient back.
+    const Tensor looked_up = (flat != padding_row("embedding", padding_idx, weight.size(0))).unsqueeze(1);
+    rows = where(looked_up, rows, rows.detach());
+  }
+  return rows.view(out_shape);
+}
+
+Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets,
+                     const EmbeddingBagOptions& options, const Tensor& per_sample_weights) {
+  KILN_CHECK(input.dtype() == kInt64 || input.dtype() == kInt32, "embedding_bag: indices must be int64 or int32, got ",
+             input.dtype());
+  KILN_CHECK(weight.dim() == 2, "embedding_bag: weight must be (num_embeddings, dim), got ", shape_str(weight.sizes()));
+  KILN_CHECK(input.dim() == 1 || input.dim() == 2, "embedding_bag: input must be (B, L) bags or 1-d indices with "
+             "offsets, got ", shape_str(input.sizes()));
+  const int64_t n = input.numel(), D = weight.size(1);
+  // Where each bag starts, and one more entry where the last one ends.
+  std::vector<int64_t> bounds;
+  if (input.dim() == 2) {
+    KILN_CHECK(!offsets.defined(), "embedding_bag: a 2-d input is its own bags (one per row); offsets must be "
+               "undefined, got ", shape_str(offsets.sizes()));
+    for (int64_t b = 0; b <= input.size(0); ++b) bounds.push_back(b * input.size(1));
+  } else {
+    KILN_CHECK(offsets.defined() && offsets.dim() == 1 && !is_floating(offsets.dtype()), "embedding_bag: a 1-d input "
+               "needs 1-d integer offsets, one per bag");
+    bounds = offsets.to(kInt64).to_vector<int64_t>();
+    if (!options.include_last_offset) bounds.push_back(n);
+    KILN_CHECK(bounds.size() >= 2 || (bounds.size() == 1 && !options.include_last_offset), "embedding_bag: "
+               "include_last_offset needs at least one offset, where the last bag ends");
+    KILN_CHECK(bounds.front() == 0, "embedding_bag: offsets must start at 0, got ", bounds.front());
+    for (size_t b = 1; b < bounds.size(); ++b)
+      KILN_CHECK(bounds[b] >= bounds[b - 1] && bounds[b] <= n, "embedding_bag: offsets must be non-decreasing and "
+                 "at most the ", n, " indices; offset ", b, " is ", bounds[b], " after ", bounds[b - 1]);
+  }
+  const int64_t B = static_cast<int64_t>(bounds.size()) - 1;
+  if (per_sample_weights.defined()) {
+    KILN_CHECK(options.mode == BagMode::Sum, "embedding_bag: per_sample_weights need mode Sum, as in PyTorch");
+    KILN_CHECK(per_sample_weights.sizes() == input.sizes(), "embedding_bag: per_sample_weights must have the "
+               "input's shape ", shape_str(input.sizes()), ", got ", shape_str(per_sample_weights.sizes()));
+  }
+  // The entries that stay in a bag (padding_idx's leave): their positions, indices and bags.
+  const std::vector<int64_t> ids = input.reshape({-1}).to(kInt64).to_vector<int64_t>();
+  // (-1, which no valid index equals, where there is no padding_idx)
+  const int64_t pad = options.padding_idx ? padding_row("embedding_bag", options.padding_idx, weight.size(0)) : -1;
+  std::vector<int64_t> kept, kept_ids, bag_of, count(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = bounds[static_cast<size_t>(b)]; i < bounds[static_cast<size_t>(b) + 1]; ++i) {
+      const int64_t id = ids[static_cast<size_t>(i)];
+      KILN_CHECK(id >= 0 && id < weight.size(0), "embedding_bag: index ", id, " at position ", i,
+                 " is outside the ", weight.size(0), " embeddings");
+      if (id == pad) continue;
+      kept.push_back(i), kept_ids.push_back(id), bag_of.push_back(b);
+      ++count[static_cast<size_t>(b)];
+    }
+  const TensorOptions on_device = TensorOptions(kInt64).device(weight.device());
+  const auto as_tensor = [&](const std::vector<int64_t>& v) {
+    return tensor(v, {static_cast<int64_t>(v.size())}, on_device);
+  };
+  const Tensor zero = zeros({B, D}, TensorOptions(weight.dtype()).device(weight.device()));
+  if (kept.empty()) return zero + weight.sum() * 0.0;  // every bag empty: zeros, still in weight's graph
+  if (options.mode == BagMode::Max) {
+    // The bags padded to the longest: (B, longest, D), the padding -inf, then the max over each bag.
+    const int64_t longest = *std::max_element(count.begin(), count.end());
+    std::vector<int64_t> grid(static_cast<size_t>(B * longest), 0), slot(static_cast<size_t>(B), 0);
+    std::vector<int64_t> filled(static_cast<size_t>(B * longest), 0);
+    for (size_t j = 0; j < kept.size(); ++j) {
+      const size_t at = static_cast<size_t>(bag_of[j] * longest + slot[static_cast<size_t>(bag_of[j])]++);
+      grid[at] = kept_ids[j], filled[at] = 1;
+    }
+    const Tensor mask = (as_tensor(filled) > 0).view({B, longest, 1});
+    const Tensor rows = index_select(weight, 0, as_tensor(grid)).view({B, longest, D});
+    const Tensor best = max(masked_fill(rows, logical_not(mask), -std::numeric_limits<double>::infinity()), 1).first;
+    const Tensor nonempty = (as_tensor(count) > 0).unsqueeze(1);
+    return where(nonempty, best, zero);
+  }
+  Tensor rows = index_select(weight, 0, as_tensor(kept_ids));
+  if (per_sample_weights.defined())
+    rows = rows * index_select(per_sample_weights.reshape({-1}), 0, as_tensor(kept)).unsqueeze(1).to(rows.dtype());
+  const Tensor sums = index_add(zero, 0, as_tensor(bag_of), rows);
+  if (options.mode == BagMode::Sum) return sums;
+  std::vector<double> divisor(count.begin(), count.end());
+  for (double& c : divisor) c = std::max(c, 1.0);  // an empty bag's zero sum stays zero
+  return sums / tensor(divisor, {B, 1}, TensorOptions(sums.dtype()).device(sums.device()));
+}
+
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(weight.dim() == 3, "bilinear: weight must be (out, in1, in2), got ", shape_str(weight.sizes()));
+  const int64_t O = weight.size(0), in1 = weight.size(1), in2 = weight.size(2);
+  KILN_CHECK(x1.dim() >= 1 && x2.dim() >= 1 && x1.size(-1) == in1 && x2.size(-1) == in2 &&
+                 Shape(x1.sizes().begin(), x1.sizes().end() - 1) == Shape(x2.sizes().begin(), x2.sizes().end() - 1),
+             "bilinear: inputs ", shape_str(x1.sizes()), " and ", shape_str(x2.sizes()),
+             " must share their leading dims and end in ", in1, " and ", in2, " for weight ",
+             shape_str(weight.sizes()));
+  KILN_CHECK(!bias.defined() || bias.sizes() == Shape{O}, "bilinear: bias must be (", O, "), got ",
+             shape_str(bias.sizes()));
+  // x1 times every weight[o] as one product, (M, O in2), then each row's dot with x2.
+  const Tensor a = x1.reshape({-1, in1}), b = x2.reshape({-1, in2});
+  const Tensor t = mm(a, weight.permute({1, 0, 2}).reshape({in1, O * in2})).view({a.size(0), O, in2});
+  Tensor y = (t * b.unsqueeze(1)).sum({2});
+  if (bias.defined()) y = y + bias;
+  Shape out(x1.sizes().begin(), x1.sizes().end() - 1);
+  out.push_back(O);
+  return y.view(out);
 }
 
 // ---- losses ----

@@ -34,8 +34,26 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
 // are normalized in float32 and rounded back once.
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
                 std::optional<double> eps = std::nullopt);
-// indices: int64 of any shape; weight: (num_embeddings, D) -> (*indices.shape, D)
-Tensor embedding(const Tensor& indices, const Tensor& weight);
+// indices: int64 or int32 of any shape; weight: (num_embeddings, D) -> (*indices.shape, D). padding_idx (negative
+// counts from the end): that row is looked up as any other but gets no gradient, as PyTorch's.
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+// How embedding_bag reduces each bag's rows.
+enum class BagMode { Sum, Mean, Max };
+struct EmbeddingBagOptions {
+  BagMode mode = BagMode::Mean;  // PyTorch's default
+  std::optional<int64_t> padding_idx;  // its entries leave their bags: not summed, counted or compared
+  bool include_last_offset = false;    // offsets has B + 1 entries, the last one where the last bag ends
+};
+// The rows of weight (num_embeddings, D) that each bag's indices name, reduced to one: (B, D). Bags are the rows
+// of a 2-d input (B, L), or, for a 1-d input, the runs offsets (B, int64, from 0, non-decreasing) start. An empty
+// bag gives zeros. per_sample_weights (input's shape, mode Sum only) scale each row first. Max's gradient goes to
+// the first maximum of each bag and dim. Sum and mean are one gather and one index_add; max gathers the bags
+// padded to the longest one. The indices and offsets are read on the host (a synchronization on a GPU).
+Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets = {},
+                     const EmbeddingBagOptions& options = {}, const Tensor& per_sample_weights = {});
+// x1 (..., in1), x2 (..., in2), weight (out, in1, in2), bias (out) or undefined -> (..., out):
+// y[o] = x1 weight[o] x2 + bias[o].
+Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = {});
 
 // ---- convolution, pooling, normalization ----
 // Two sizes (height, width); one number means both.
@@ -147,6 +165,15 @@ Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel,
 Tensor avg_pool2d(const Tensor& x, Pair kernel, OptionalSize<Pair> stride = std::nullopt, Pair padding = 0,
                   bool count_include_pad = true, bool ceil_mode = false,
                   std::optional<int64_t> divisor_override = std::nullopt);
+// im2col as a function: the sliding blocks of x (N, C, H, W) or (C, H, W) as columns, (N, C kh kw, L), L the
+// number of blocks (conv2d's output positions), each column ordered channel, then kernel row, then column.
+// fold is its adjoint: columns (N, C kh kw, L) or (C kh kw, L) added back into an image of output_size,
+// overlapping blocks summing (one index_add). PyTorch's argument order: kernel, dilation, padding, stride.
+Tensor unfold(const Tensor& x, Pair kernel, Pair dilation = 1, Pair padding = 0, Pair stride = 1);
+Tensor fold(const Tensor& columns, Pair output_size, Pair kernel, Pair dilation = 1, Pair padding = 0, Pair stride = 1);
+// AlexNet's local response normalization across channels of x (N, C, ...): x / (k + alpha / size *
+// sum of x^2 over the size channels around each, zeros past the ends)^beta.
+Tensor local_response_norm(const Tensor& x, int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0);
 // The 3-d pools over (N, C, D, H, W) or (C, D, H, W), with the 2-d ones' rules in each dim (the average's
 // divisor is the product of each dim's count). Both are separable: the 2-d pool over every (H, W) plane, then
 // windows along depth.

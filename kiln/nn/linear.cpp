@@ -1,6 +1,8 @@
 #include "kiln/nn/linear.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"
@@ -32,15 +34,70 @@ std::string LinearImpl::extra_repr() const {
                         ", bias=", bias.defined() ? "true" : "false");
 }
 
-EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim) : Module("Embedding") {
-  KILN_CHECK(num_embeddings > 0 && dim > 0, "Embedding: sizes must be positive, got ", num_embeddings, " and ", dim);
-  weight = register_parameter("weight", empty({num_embeddings, dim}));
-  init::normal_(weight);
+BilinearImpl::BilinearImpl(int64_t in1_features, int64_t in2_features, int64_t out_features, bool with_bias)
+    : Module("Bilinear") {
+  KILN_CHECK(in1_features > 0 && in2_features > 0 && out_features > 0, "Bilinear: sizes must be positive, got ",
+             in1_features, ", ", in2_features, " and ", out_features);
+  weight = register_parameter("weight", empty({out_features, in1_features, in2_features}));
+  if (with_bias) bias = register_parameter("bias", empty({out_features}));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in1_features));
+  init::uniform_(weight, -bound, bound);
+  if (bias.defined()) init::uniform_(bias, -bound, bound);
 }
 
-Tensor EmbeddingImpl::forward(const Tensor& indices) { return functional::embedding(indices, weight); }
+std::string BilinearImpl::extra_repr() const {
+  return detail::concat("in1_features=", weight.size(1), ", in2_features=", weight.size(2),
+                        ", out_features=", weight.size(0), ", bias=", bias.defined() ? "true" : "false");
+}
 
-std::string EmbeddingImpl::extra_repr() const { return detail::concat(weight.size(0), ", ", weight.size(1)); }
+namespace {
+// A table initialized from N(0, 1), its padding row (if any, negative counting from the end) zero.
+// Registered as m's "weight".
+Tensor embedding_table(Module& m, const char* layer, int64_t num_embeddings, int64_t dim,
+                       std::optional<int64_t>* padding_idx) {
+  KILN_CHECK(num_embeddings > 0 && dim > 0, layer, ": sizes must be positive, got ", num_embeddings, " and ", dim);
+  if (*padding_idx) {
+    const int64_t p = **padding_idx;
+    KILN_CHECK(p >= -num_embeddings && p < num_embeddings, layer, ": padding_idx ", p, " is outside the ",
+               num_embeddings, " embeddings");
+    *padding_idx = p < 0 ? p + num_embeddings : p;
+  }
+  Tensor weight = m.register_parameter("weight", empty({num_embeddings, dim}));
+  init::normal_(weight);
+  if (*padding_idx) {
+    NoGradGuard no_grad;
+    weight.narrow(0, **padding_idx, 1).zero_();
+  }
+  return weight;
+}
+}  // namespace
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, EmbeddingOptions options)
+    : Module("Embedding"), options_(options) {
+  weight = embedding_table(*this, "Embedding", num_embeddings, dim, &options_.padding_idx);
+}
+
+Tensor EmbeddingImpl::forward(const Tensor& indices) {
+  return functional::embedding(indices, weight, options_.padding_idx);
+}
+
+std::string EmbeddingImpl::extra_repr() const {
+  return detail::concat(weight.size(0), ", ", weight.size(1),
+                        options_.padding_idx ? ", padding_idx=" + std::to_string(*options_.padding_idx) : "");
+}
+
+EmbeddingBagImpl::EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, EmbeddingBagOptions options)
+    : Module("EmbeddingBag"), options_(options) {
+  weight = embedding_table(*this, "EmbeddingBag", num_embeddings, dim, &options_.padding_idx);
+}
+
+std::string EmbeddingBagImpl::extra_repr() const {
+  const auto& o = options_;
+  const char* mode = o.mode == functional::BagMode::Sum ? "sum" : o.mode == functional::BagMode::Mean ? "mean" : "max";
+  return detail::concat(weight.size(0), ", ", weight.size(1), ", mode='", mode, "'",
+                        o.include_last_offset ? ", include_last_offset=true" : "",
+                        o.padding_idx ? ", padding_idx=" + std::to_string(*o.padding_idx) : "");
+}
 
 std::string FlattenImpl::extra_repr() const { return detail::concat("start_dim=", start_dim_, ", end_dim=", end_dim_); }
 std::string UnflattenImpl::extra_repr() const {

@@ -1,6 +1,9 @@
-// Linear, Embedding, Identity, Flatten, Unflatten.
+// Linear, Bilinear, Embedding, EmbeddingBag, Identity, Flatten, Unflatten.
 #pragma once
 
+#include <optional>
+
+#include "kiln/nn/functional.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -20,16 +23,57 @@ class LinearImpl : public Module {
 };
 using Linear = ModuleHolder<LinearImpl>;
 
+// y[o] = x1 W[o] x2 + b[o]. x1 (..., in1), x2 (..., in2) -> (..., out); weight (out, in1, in2), bias (out).
+// Initialized as PyTorch's: uniform in +-1/sqrt(in1). Called with both inputs: bilinear(x1, x2).
+class BilinearImpl : public Module {
+ public:
+  BilinearImpl(int64_t in1_features, int64_t in2_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x1, const Tensor& x2) { return functional::bilinear(x1, x2, weight, bias); }
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+};
+using Bilinear = ModuleHolder<BilinearImpl>;
+
+struct EmbeddingOptions {
+  // This row starts at zero and gets no gradient (a sequence's padding token); negative counts from the end.
+  std::optional<int64_t> padding_idx;
+};
+
 // A table of num_embeddings vectors of size dim; indices (any shape, int64) -> (*indices.shape, dim).
 // Initialized from N(0, 1), as PyTorch's.
 class EmbeddingImpl : public Module {
  public:
-  EmbeddingImpl(int64_t num_embeddings, int64_t dim);
+  using Options = EmbeddingOptions;  // ModuleHolder takes it as a braced list
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim, EmbeddingOptions options = {});
   Tensor forward(const Tensor& indices) override;
   std::string extra_repr() const override;
   Tensor weight;
+
+ private:
+  EmbeddingOptions options_;
 };
 using Embedding = ModuleHolder<EmbeddingImpl>;
+
+using EmbeddingBagOptions = functional::EmbeddingBagOptions;
+
+// An Embedding whose lookups come in bags, each reduced to one vector (functional::embedding_bag): called with a
+// (B, L) input, or 1-d indices and offsets, and optionally per-sample weights. Initialized as Embedding, the
+// padding_idx row zero.
+class EmbeddingBagImpl : public Module {
+ public:
+  using Options = EmbeddingBagOptions;  // ModuleHolder takes it as a braced list
+  EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, EmbeddingBagOptions options = {});
+  Tensor forward(const Tensor& input) override { return forward(input, {}); }
+  Tensor forward(const Tensor& input, const Tensor& offsets, const Tensor& per_sample_weights = {}) {
+    return functional::embedding_bag(input, weight, offsets, options_, per_sample_weights);
+  }
+  std::string extra_repr() const override;
+  Tensor weight;
+
+ private:
+  EmbeddingBagOptions options_;
+};
+using EmbeddingBag = ModuleHolder<EmbeddingBagImpl>;
 
 class IdentityImpl : public Module {
  public:

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "kiln/nn/functional.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::nn {
@@ -109,6 +110,24 @@ class GroupNormImpl : public Module {
   double eps_;
 };
 using GroupNorm = ModuleHolder<GroupNormImpl>;
+
+// AlexNet's normalization across neighbouring channels (functional::local_response_norm); no parameters.
+class LocalResponseNormImpl : public Module {
+ public:
+  explicit LocalResponseNormImpl(int64_t size, double alpha = 1e-4, double beta = 0.75, double k = 1.0)
+      : Module("LocalResponseNorm"), size_(size), alpha_(alpha), beta_(beta), k_(k) {
+    KILN_CHECK(size > 0, "LocalResponseNorm: size must be positive, got ", size);
+  }
+  Tensor forward(const Tensor& x) override { return functional::local_response_norm(x, size_, alpha_, beta_, k_); }
+  std::string extra_repr() const override {
+    return detail::concat(size_, ", alpha=", alpha_, ", beta=", beta_, ", k=", k_);
+  }
+
+ private:
+  int64_t size_;
+  double alpha_, beta_, k_;
+};
+using LocalResponseNorm = ModuleHolder<LocalResponseNormImpl>;
 
 // Normalizes over the last dims (normalized_shape) to mean 0 and variance 1, then scales and shifts by the
 // learned weight (ones) and bias (zeros) when elementwise_affine. bias = false keeps only the weight, as

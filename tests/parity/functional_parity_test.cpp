@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -205,6 +206,60 @@ TEST(FunctionalParity, CtcLossMatchesLibTorch) {
       for (int64_t c = 0; c < C; ++c) frame_weight[(t * N + n) * C + c] = t < input_lengths[n] ? 1.0 : 0.0;
   Tensor extra = exp(lp.detach()) * tensor(frame_weight, {T, N, C});
   expect_same(lp.grad() + extra, t_lp.grad(), 1e-12, "d log_probs, up to exp(lp)");
+}
+
+// embedding's padding_idx, embedding_bag in every mode (offsets, an empty bag, include_last_offset, padding,
+// per-sample weights) and bilinear: outputs and gradients.
+TEST(FunctionalParity, EmbeddingBagAndBilinearMatchLibTorch) {
+  namespace tf = torch::nn::functional;
+  const std::vector<int64_t> idx = {2, 5, 5, 0, 6, 1, 3, 3, 4, 6};
+  const Tensor indices = tensor(idx, {10});
+  const torch::Tensor t_indices = torch::tensor(idx, torch::kInt64);
+  const Tensor table = test::randn64({7, 4}, 900);
+  expect_parity({table},
+                [&](const std::vector<Tensor>& t) { return F::embedding(indices.view({2, 5}), t[0], 3); },
+                [&](const std::vector<torch::Tensor>& t) {
+                  return tf::embedding(t_indices.view({2, 5}), t[0], tf::EmbeddingFuncOptions().padding_idx(3));
+                },
+                0, "embedding padding_idx 3", 901);
+  const std::vector<int64_t> starts = {0, 3, 3, 7}, ends = {0, 3, 3, 7, 10};
+  const torch::Tensor t_starts = torch::tensor(starts, torch::kInt64), t_ends = torch::tensor(ends, torch::kInt64);
+  struct Mode {
+    F::BagMode ours;
+    torch::nn::EmbeddingBagMode theirs;
+    const char* name;
+  };
+  for (const Mode& m : {Mode{F::BagMode::Sum, torch::kSum, "sum"}, Mode{F::BagMode::Mean, torch::kMean, "mean"},
+                        Mode{F::BagMode::Max, torch::kMax, "max"}})
+    for (bool last : {false, true})
+      for (std::optional<int64_t> padding : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
+        const std::string what = std::string("embedding_bag ") + m.name + (last ? ", include_last_offset" : "") +
+                                 (padding ? ", padding_idx 3" : "");
+        const F::EmbeddingBagOptions o{.mode = m.ours, .padding_idx = padding, .include_last_offset = last};
+        auto t_options = tf::EmbeddingBagFuncOptions().offsets(last ? t_ends : t_starts).mode(m.theirs)
+                             .include_last_offset(last);
+        if (padding) t_options.padding_idx(*padding);
+        expect_parity({table},
+                      [&](const std::vector<Tensor>& t) {
+                        return F::embedding_bag(indices, t[0], tensor(last ? ends : starts), o);
+                      },
+                      [&](const std::vector<torch::Tensor>& t) { return tf::embedding_bag(t_indices, t[0], t_options); },
+                      1e-14, what, 902);
+      }
+  expect_parity({table, test::randn64({10}, 903)},
+                [&](const std::vector<Tensor>& t) {
+                  return F::embedding_bag(indices, t[0], tensor(starts), {.mode = F::BagMode::Sum}, t[1]);
+                },
+                [&](const std::vector<torch::Tensor>& t) {
+                  return tf::embedding_bag(t_indices, t[0], tf::EmbeddingBagFuncOptions().offsets(t_starts)
+                                                                .mode(torch::kSum).per_sample_weights(t[1]));
+                },
+                1e-14, "embedding_bag per_sample_weights", 904);
+  expect_parity({test::randn64({3, 2, 4}, 905), test::randn64({3, 2, 5}, 906), test::randn64({6, 4, 5}, 907),
+                 test::randn64({6}, 908)},
+                [](const std::vector<Tensor>& t) { return F::bilinear(t[0], t[1], t[2], t[3]); },
+                [](const std::vector<torch::Tensor>& t) { return torch::bilinear(t[0], t[1], t[2], t[3]); },
+                1e-13, "bilinear", 909);
 }
 
 }  // namespace

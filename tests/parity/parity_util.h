@@ -12,6 +12,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn/module.h"
+#include "nn/nn_test_util.h"
 
 namespace kiln::parity {
 
@@ -53,6 +54,27 @@ inline void copy_parameters(nn::Module& ours, torch::nn::Module& theirs) {
     ASSERT_EQ(std::vector<int64_t>(p.sizes().begin(), p.sizes().end()), t.sizes().vec()) << name;
     t.copy_(to_torch(p));
   }
+}
+
+// Runs f on kiln's inputs and g on LibTorch's copies of them, a random probe dotted with each output and
+// backpropagated: the outputs and every input's gradient must agree within tol.
+template <class KilnFn, class TorchFn>
+void expect_parity(const std::vector<Tensor>& inputs, KilnFn f, TorchFn g, double tol, const std::string& what,
+                   uint64_t seed) {
+  std::vector<Tensor> ours;
+  std::vector<torch::Tensor> theirs;
+  for (const Tensor& t : inputs) {
+    ours.push_back(t.detach().requires_grad_());
+    theirs.push_back(to_torch(t).requires_grad_());
+  }
+  const Tensor y = f(ours);
+  const torch::Tensor ty = g(theirs);
+  const Tensor probe = test::randn64(y.sizes(), seed);
+  (y * probe).sum().backward();
+  (ty * to_torch(probe)).sum().backward();
+  expect_same(y, ty, tol, what);
+  for (size_t i = 0; i < ours.size(); ++i)
+    expect_same(ours[i].grad(), theirs[i].grad(), tol, what + ": gradient of input " + std::to_string(i));
 }
 
 }  // namespace kiln::parity

@@ -336,27 +336,6 @@ TEST(SpatialParity, AdaptiveMaxPoolMatchesLibTorch) {
   }
 }
 
-// Runs f on kiln's inputs and g on LibTorch's copies of them, a random probe dotted with each output and
-// backpropagated: the outputs and every input's gradient must agree within tol.
-template <class KilnFn, class TorchFn>
-void expect_parity(const std::vector<Tensor>& inputs, KilnFn f, TorchFn g, double tol, const std::string& what,
-                   uint64_t seed) {
-  std::vector<Tensor> ours;
-  std::vector<torch::Tensor> theirs;
-  for (const Tensor& t : inputs) {
-    ours.push_back(t.detach().requires_grad_());
-    theirs.push_back(to_torch(t).requires_grad_());
-  }
-  const Tensor y = f(ours);
-  const torch::Tensor ty = g(theirs);
-  const Tensor probe = test::randn64(y.sizes(), seed);
-  (y * probe).sum().backward();
-  (ty * to_torch(probe)).sum().backward();
-  expect_same(y, ty, tol, what);
-  for (size_t i = 0; i < ours.size(); ++i)
-    expect_same(ours[i].grad(), theirs[i].grad(), tol, what + ": gradient of input " + std::to_string(i));
-}
-
 // Conv3d, ConvTranspose3d / 1d, padding="same" and the 3-d pools.
 TEST(SpatialParity, VolumetricAndSamePaddingMatchLibTorch) {
   using nn::F::Triple;
@@ -472,6 +451,46 @@ TEST(SpatialParity, VolumetricAndSamePaddingMatchLibTorch) {
           seed += 2;
         }
     }
+}
+
+// Unfold and fold (overlapping blocks, dilation, padding, stride) and local_response_norm.
+TEST(SpatialParity, FoldUnfoldAndLocalResponseNormMatchLibTorch) {
+  namespace tf = torch::nn::functional;
+  uint64_t seed = 400;
+  struct Case {
+    int64_t H, W;
+    Pair k, d, p, s;
+  };
+  for (const Case& c : {Case{6, 7, {2, 3}, 1, 0, 1}, Case{7, 6, 3, {2, 1}, {1, 2}, {2, 1}}}) {
+    const std::string what = std::to_string(c.H) + "x" + std::to_string(c.W);
+    expect_parity({test::randn64({2, 3, c.H, c.W}, seed)},
+                  [&](const std::vector<Tensor>& t) { return nn::F::unfold(t[0], c.k, c.d, c.p, c.s); },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return tf::unfold(t[0], tf::UnfoldFuncOptions({c.k.h, c.k.w})
+                                                .dilation({c.d.h, c.d.w})
+                                                .padding({c.p.h, c.p.w})
+                                                .stride({c.s.h, c.s.w}));
+                  },
+                  1e-14, "unfold " + what, seed + 1);
+    const Tensor blocks = nn::F::unfold(test::randn64({2, 3, c.H, c.W}, seed + 2), c.k, c.d, c.p, c.s);
+    expect_parity({test::randn64(blocks.sizes(), seed + 3)},
+                  [&](const std::vector<Tensor>& t) { return nn::F::fold(t[0], {c.H, c.W}, c.k, c.d, c.p, c.s); },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return tf::fold(t[0], tf::FoldFuncOptions({c.H, c.W}, {c.k.h, c.k.w})
+                                              .dilation({c.d.h, c.d.w})
+                                              .padding({c.p.h, c.p.w})
+                                              .stride({c.s.h, c.s.w}));
+                  },
+                  1e-14, "fold " + what, seed + 4);
+    seed += 5;
+  }
+  for (int64_t size : {2, 3, 5})
+    expect_parity({test::randn64({2, 6, 4, 3}, seed + static_cast<uint64_t>(size))},
+                  [&](const std::vector<Tensor>& t) { return nn::F::local_response_norm(t[0], size, 0.2, 0.6, 1.5); },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return tf::local_response_norm(t[0], tf::LocalResponseNormFuncOptions(size).alpha(0.2).beta(0.6).k(1.5));
+                  },
+                  1e-13, "local_response_norm size " + std::to_string(size), seed + 10);
 }
 
 }  // namespace

@@ -1,0 +1,180 @@
+// Embedding with padding_idx, EmbeddingBag and Bilinear against float64 loops written from PyTorch's
+// definitions: each bag's rows summed, averaged or maxed element by element, padding entries left out, empty bags
+// zero; the padding row's gradient zero; the bilinear form as a triple sum. Gradients by gradcheck.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "nn/nn_test_util.h"
+#include "tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::gradcheck;
+using test::expect_error;
+using test::randn64;
+namespace F = nn::functional;
+
+Tensor ids(const std::vector<int64_t>& v, IntArrayRef shape) { return tensor(v, shape); }
+
+TEST(EmbeddingPadding, LooksUpThePaddingRowButPassesItNoGradient) {
+  Tensor w = randn64({5, 3}, 700).requires_grad_();
+  const Tensor idx = ids({1, 4, 1, 2, 4, 0}, {2, 3});
+  const Tensor y = F::embedding(idx, w, 4);
+  // the forward is a plain lookup, the padding row included
+  const std::vector<double> wv = w.to_vector<double>(), yv = y.to_vector<double>();
+  const std::vector<int64_t> iv = idx.to_vector<int64_t>();
+  for (size_t i = 0; i < iv.size(); ++i)
+    for (size_t d = 0; d < 3; ++d) EXPECT_EQ(yv[i * 3 + d], wv[static_cast<size_t>(iv[i]) * 3 + d]);
+  // the gradient of row r is the sum of the upstream rows that looked it up, except the padding row's
+  const Tensor g = randn64({2, 3, 3}, 701);
+  (y * g).sum().backward();
+  const std::vector<double> gv = g.to_vector<double>(), grad = w.grad().to_vector<double>();
+  std::vector<double> want(15, 0.0);
+  for (size_t i = 0; i < iv.size(); ++i)
+    if (iv[i] != 4)
+      for (size_t d = 0; d < 3; ++d) want[static_cast<size_t>(iv[i]) * 3 + d] += gv[i * 3 + d];
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(grad[i], want[i], 1e-15) << i;
+  // a negative padding_idx counts from the end
+  Tensor w2 = w.detach().requires_grad_();
+  F::embedding(idx, w2, -1).sum().backward();
+  EXPECT_EQ(w2.grad().narrow(0, 4, 1).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(w2.grad().narrow(0, 1, 1).sum().item<double>(), 2 * 3.0);  // row 1, looked up twice
+  expect_error([&] { F::embedding(idx, w, 5); }, {"embedding", "padding_idx 5", "5 embeddings"});
+
+  auto emb = nn::Embedding(6, 4, {.padding_idx = -2});
+  EXPECT_EQ(emb->weight.narrow(0, 4, 1).abs().sum().item<double>(), 0.0);  // starts at zero
+  EXPECT_GT(emb->weight.narrow(0, 3, 1).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(emb->str(), "Embedding(6, 4, padding_idx=4)");
+  EXPECT_EQ(nn::Embedding(6, 4)->str(), "Embedding(6, 4)");
+  expect_error([] { nn::Embedding(6, 4, {.padding_idx = 6}); }, {"Embedding", "padding_idx 6"});
+}
+
+// One bag's reduction from the definition: its entries (padding left out), each row times its weight, summed,
+// averaged or maxed per dim; an empty bag is zeros.
+std::vector<double> bag_reference(const std::vector<double>& w, int64_t D, const std::vector<int64_t>& idx,
+                                  const std::vector<int64_t>& bounds, F::BagMode mode,
+                                  std::optional<int64_t> padding, const std::vector<double>& psw) {
+  std::vector<double> out;
+  for (size_t b = 0; b + 1 < bounds.size(); ++b)
+    for (int64_t d = 0; d < D; ++d) {
+      double sum = 0, best = -std::numeric_limits<double>::infinity();
+      int64_t count = 0;
+      for (int64_t i = bounds[b]; i < bounds[b + 1]; ++i) {
+        const int64_t id = idx[static_cast<size_t>(i)];
+        if (padding && id == *padding) continue;
+        const double v = w[static_cast<size_t>(id * D + d)] * (psw.empty() ? 1.0 : psw[static_cast<size_t>(i)]);
+        sum += v, best = std::max(best, v), ++count;
+      }
+      if (count == 0) out.push_back(0.0);
+      else if (mode == F::BagMode::Sum) out.push_back(sum);
+      else if (mode == F::BagMode::Mean) out.push_back(sum / static_cast<double>(count));
+      else out.push_back(best);
+    }
+  return out;
+}
+
+TEST(EmbeddingBag, EveryModeMatchesTheDefinition) {
+  const int64_t V = 7, D = 3;
+  const Tensor w = randn64({V, D}, 710);
+  const std::vector<int64_t> idx = {2, 5, 5, 0, 6, 1, 3, 3, 4, 6};
+  // bags [0, 3), [3, 3) empty, [3, 7), [7, 10)
+  const std::vector<int64_t> starts = {0, 3, 3, 7};
+  const std::vector<int64_t> bounds = {0, 3, 3, 7, 10};
+  const Tensor psw = randn64({10}, 711);
+  for (F::BagMode mode : {F::BagMode::Sum, F::BagMode::Mean, F::BagMode::Max})
+    for (std::optional<int64_t> padding : {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
+      SCOPED_TRACE(std::string(mode == F::BagMode::Sum ? "sum" : mode == F::BagMode::Mean ? "mean" : "max") +
+                   (padding ? ", padding 3" : ""));
+      const F::EmbeddingBagOptions o{.mode = mode, .padding_idx = padding};
+      const Tensor y = F::embedding_bag(ids(idx, {10}), w, ids(starts, {4}), o);
+      EXPECT_EQ(y.sizes(), (Shape{4, D}));
+      EXPECT_EQ(y.to_vector<double>(), bag_reference(w.to_vector<double>(), D, idx, bounds, mode, padding, {}));
+      // include_last_offset: the same bags with their end given
+      F::EmbeddingBagOptions last = o;
+      last.include_last_offset = true;
+      EXPECT_EQ(F::embedding_bag(ids(idx, {10}), w, ids(bounds, {5}), last).to_vector<double>(), y.to_vector<double>());
+      auto f = [&](const std::vector<Tensor>& t) { return F::embedding_bag(ids(idx, {10}), t[0], ids(starts, {4}), o); };
+      EXPECT_TRUE(gradcheck(f, {w.detach().requires_grad_()}).ok);
+    }
+  // per-sample weights scale each row (sum mode), with their own gradient
+  const F::EmbeddingBagOptions sum{.mode = F::BagMode::Sum};
+  const Tensor ys = F::embedding_bag(ids(idx, {10}), w, ids(starts, {4}), sum, psw);
+  const std::vector<double> want = bag_reference(w.to_vector<double>(), D, idx, bounds, F::BagMode::Sum, std::nullopt,
+                                                 psw.to_vector<double>());
+  const std::vector<double> got = ys.to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-14);
+  auto weighted = [&](const std::vector<Tensor>& t) {
+    return F::embedding_bag(ids(idx, {10}), t[0], ids(starts, {4}), sum, t[1]);
+  };
+  EXPECT_TRUE(gradcheck(weighted, {w.detach().requires_grad_(), psw.detach().requires_grad_()}).ok);
+  // a 2-d input: one bag per row, as the 1-d form with offsets 0, L, 2L
+  const Tensor grid = ids({1, 2, 3, 4, 5, 6}, {3, 2});
+  EXPECT_EQ(F::embedding_bag(grid, w).to_vector<double>(),
+            F::embedding_bag(grid.reshape({-1}), w, ids({0, 2, 4}, {3})).to_vector<double>());
+}
+
+TEST(EmbeddingBag, MaxGradientGoesToTheMaximumAndErrorsNameTheProblem) {
+  // Bag {0, 1}: row 1 is larger in dim 0, row 0 in dim 1.
+  Tensor w = tensor(std::vector<double>{1, 5, 2, 3}, {2, 2}).requires_grad_();
+  F::embedding_bag(ids({0, 1}, {1, 2}), w, {}, {.mode = F::BagMode::Max}).sum().backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{0, 1, 1, 0}));
+
+  const Tensor table = randn64({5, 2}, 720);
+  const Tensor flat = ids({0, 1, 2}, {3});
+  expect_error([&] { F::embedding_bag(flat, table); }, {"embedding_bag", "offsets"});
+  expect_error([&] { F::embedding_bag(flat, table, ids({1}, {1})); }, {"embedding_bag", "start at 0", "1"});
+  expect_error([&] { F::embedding_bag(flat, table, ids({0, 2, 1}, {3})); }, {"non-decreasing", "offset 2"});
+  expect_error([&] { F::embedding_bag(ids({0, 9}, {2}), table, ids({0}, {1})); },
+               {"embedding_bag", "index 9", "position 1", "5 embeddings"});
+  expect_error([&] { F::embedding_bag(ids({0, 1}, {1, 2}), table, ids({0}, {1})); }, {"2-d input", "offsets"});
+  expect_error([&] { F::embedding_bag(flat, table, ids({0}, {1}), {}, randn64({3}, 1)); },
+               {"per_sample_weights", "Sum"});
+  expect_error([&] { F::embedding_bag(flat, table, ids({0}, {1}), {.mode = F::BagMode::Sum}, randn64({2}, 1)); },
+               {"per_sample_weights", "(3)", "(2)"});
+
+  auto bag = nn::EmbeddingBag(10, 4, {.mode = F::BagMode::Sum, .padding_idx = 0});
+  EXPECT_EQ(bag->weight.narrow(0, 0, 1).abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(bag(ids({1, 2, 0, 3, 4}, {5}), ids({0, 2}, {2})).sizes(), (Shape{2, 4}));
+  EXPECT_EQ(bag(ids({1, 2, 3, 4}, {2, 2})).sizes(), (Shape{2, 4}));
+  EXPECT_EQ(bag->str(), "EmbeddingBag(10, 4, mode='sum', padding_idx=0)");
+}
+
+TEST(Bilinear, MatchesTheTripleSumAndGradchecks) {
+  const Tensor x1 = randn64({2, 3, 4}, 730), x2 = randn64({2, 3, 5}, 731), w = randn64({6, 4, 5}, 732),
+               b = randn64({6}, 733);
+  const Tensor y = F::bilinear(x1, x2, w, b);
+  EXPECT_EQ(y.sizes(), (Shape{2, 3, 6}));
+  const std::vector<double> a = x1.to_vector<double>(), c = x2.to_vector<double>(), wv = w.to_vector<double>(),
+                            bv = b.to_vector<double>(), yv = y.to_vector<double>();
+  for (int64_t m = 0; m < 6; ++m)
+    for (int64_t o = 0; o < 6; ++o) {
+      double want = bv[static_cast<size_t>(o)];
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 5; ++j)
+          want += a[static_cast<size_t>(m * 4 + i)] * wv[static_cast<size_t>((o * 4 + i) * 5 + j)] *
+                  c[static_cast<size_t>(m * 5 + j)];
+      EXPECT_NEAR(yv[static_cast<size_t>(m * 6 + o)], want, 1e-12);
+    }
+  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& t) { return F::bilinear(t[0], t[1], t[2], t[3]); },
+                        {x1.detach().requires_grad_(), x2.detach().requires_grad_(), w.detach().requires_grad_(),
+                         b.detach().requires_grad_()})
+                  .ok);
+  auto layer = nn::Bilinear(4, 5, 6);
+  EXPECT_EQ(layer->weight.sizes(), (Shape{6, 4, 5}));
+  EXPECT_LE(layer->weight.abs().max().item<double>(), 0.5);  // 1 / sqrt(4)
+  EXPECT_EQ(layer(x1.to(kFloat32), x2.to(kFloat32)).sizes(), (Shape{2, 3, 6}));
+  EXPECT_EQ(layer->str(), "Bilinear(in1_features=4, in2_features=5, out_features=6, bias=true)");
+  expect_error([&] { F::bilinear(x1, x2.narrow(1, 0, 2), w, b); }, {"bilinear", "(2, 3, 4)", "(2, 2, 5)"});
+}
+
+}  // namespace
+}  // namespace kiln
