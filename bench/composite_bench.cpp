@@ -5,7 +5,7 @@
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
 // (bicubic up, area down), padding (reflect, replicate), an NCHW to NHWC copy, pixel_shuffle and rms_norm
 // (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools (kiln's composites over the
-// 2-d kernels; LibTorch's own 3-d kernels).
+// 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold.
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
   Tensor clip = kiln::randn({4, 32, 8, 28, 28}).requires_grad_(), w3 = kiln::randn({64, 32, 3, 3, 3}).requires_grad_();
   Tensor coarse = kiln::randn({4, 32, 4, 14, 14}).requires_grad_();
   Tensor wt3 = kiln::randn({32, 16, 2, 2, 2}).requires_grad_();
+  // A recommender's lookups: 16384 bags of 20 indices into a (100000, 64) table.
+  Tensor table = kiln::randn({100000, 64}).requires_grad_();
+  Tensor bag_ids = kiln::randint(0, 100000, {16384 * 20}), bag_starts = kiln::arange(0, 16384 * 20, 20);
   // The conv2d that conv3d above reduces to: its kd = 3 input slices stacked as 96 channels, (N OD) = 32 images.
   Tensor stacked = kiln::randn({32, 96, 28, 28}).requires_grad_(), w2 = kiln::randn({64, 96, 3, 3}).requires_grad_();
 #ifdef KILN_BENCH_WITH_TORCH
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   torch::Tensor trows = leaf(rows), tidx = to_torch(idx), twide = leaf(wide), tmask = to_torch(mask);
   torch::Tensor tupdates = to_torch(updates), tq = leaf(q), tk = leaf(k), ta = leaf(a), tb = leaf(b), tc = leaf(c);
   torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big), tnorm_weight = leaf(norm_weight), timg3 = leaf(img3);
+  torch::Tensor ttable = leaf(table), tbag_ids = to_torch(bag_ids), tbag_starts = to_torch(bag_starts);
   torch::Tensor tclip = leaf(clip), tw3 = leaf(w3), tcoarse = leaf(coarse), twt3 = leaf(wt3), tstacked = leaf(stacked),
                 tw2 = leaf(w2);
   // LibTorch 1.13 has no rms_norm: the usual composite, as models written against it spell it.
@@ -172,6 +176,18 @@ int main(int argc, char** argv) {
        THEIRS(torch::pixel_shuffle(timage, 2))},
       {"rms_norm", "(4096, 1024)", [&] { return F::rms_norm(wide, {1024}, norm_weight, 1e-6); }
        THEIRS(torch_rms_norm())},
+      {"embedding_bag sum", "16384 bags of 20, (100000, 64)",
+       [&] { return F::embedding_bag(bag_ids, table, bag_starts, {.mode = F::BagMode::Sum}); }
+       THEIRS(tf::embedding_bag(tbag_ids, ttable, tf::EmbeddingBagFuncOptions().offsets(tbag_starts).mode(torch::kSum)))},
+      {"embedding_bag max", "16384 bags of 20, (100000, 64)",
+       [&] { return F::embedding_bag(bag_ids, table, bag_starts, {.mode = F::BagMode::Max}); }
+       THEIRS(tf::embedding_bag(tbag_ids, ttable, tf::EmbeddingBagFuncOptions().offsets(tbag_starts).mode(torch::kMax)))},
+      {"unfold 3x3, padding 1", "(8, 16, 64, 64)", [&] { return F::unfold(image, 3, 1, 1); }
+       THEIRS(tf::unfold(timage, tf::UnfoldFuncOptions({3, 3}).padding(1)))},
+      {"fold(unfold) 3x3, padding 1", "(8, 16, 64, 64)",
+       [&] { return F::fold(F::unfold(image, 3, 1, 1), {64, 64}, 3, 1, 1); }
+       THEIRS(tf::fold(tf::unfold(timage, tf::UnfoldFuncOptions({3, 3}).padding(1)),
+                       tf::FoldFuncOptions({64, 64}, {3, 3}).padding(1)))},
       {"conv3d 3x3x3, padding 1", "(4, 32, 8, 28, 28) to 64", [&] { return F::conv3d(clip, w3, {}, 1, 1); }
        THEIRS(torch::conv3d(tclip, tw3, {}, 1, 1))},
       {"conv2d 3x3, padding 1 (conv3d's own)", "(32, 96, 28, 28) to 64",

@@ -270,6 +270,19 @@ TEST(IndexAdd, LargeInputMatchesReference) {
   for (int64_t k = 0; k < 3000; ++k)
     for (int64_t j = 0; j < 256; ++j) want[static_cast<int64_t>(iv[k]) * 256 + j] += 0.5 * sv[k * 256 + j];
   test::expect_tensor_near(index_add(zeros({50, 256}, kFloat64), 0, index, src, 0.5), want, {50, 256});
+  // Whole rows along a middle dim (outer 3, inner 20: the row kernel), onto a non-zero self, and in float32
+  // (small integers: exact in any order), with a strided index.
+  Tensor index1 = with_layout(random_indices(300, 50, rng), {300}, kInt64, Layout::Strided, rng);
+  Tensor src1 = small_ints({3, 300, 20}, kFloat32, rng), self1 = small_ints({3, 50, 20}, kFloat32, rng);
+  auto want1 = values(self1);
+  const auto sv1 = values(src1), iv1 = values(index1);
+  for (int64_t o = 0; o < 3; ++o)
+    for (int64_t k = 0; k < 300; ++k)
+      for (int64_t j = 0; j < 20; ++j)
+        want1[(o * 50 + static_cast<int64_t>(iv1[k])) * 20 + j] -= 2 * sv1[(o * 300 + k) * 20 + j];
+  test::expect_tensor_near(index_add(self1, 1, index1, src1, -2), want1, {3, 50, 20});
+  test::expect_error([] { index_add(zeros({4, 16}), 0, tensor(std::vector<int64_t>{1, 4}), ones({2, 16})); },
+                     {"index_add", "index 4", "dim 0", "size 4"});
 }
 
 TEST(IndexAdd, Errors) {

@@ -12,6 +12,7 @@
 // here, where they are read.
 #include <algorithm>
 
+#include "kiln/tensor/parallel.h"
 #include "kiln/tensor/views.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/loops_cpu.h"
@@ -91,7 +92,7 @@ void scatter_loop(const char* op, const Tensor& self, int64_t dim, const Tensor&
   // walking dim innermost reads it in memory order.
   const bool along_dim_first = std::abs(src_step) < std::abs(rest.inner_stride(2));
   parallel_for(0, rest.numel(), grain, [&](int64_t b, int64_t e) {
-    if (e - b < 64 || along_dim_first) {
+    if (e - b < 8 || along_dim_first) {
       // Few positions outside dim (a 1-D scatter has one), or src laid out along dim: walk dim innermost, one
       // pass.
       rest.for_each_run(b, e, [&](char** p, const int64_t* s, int64_t n) {
@@ -147,13 +148,43 @@ void scatter_add_cpu(const Tensor& self, int64_t dim, const Tensor& index, const
   });
 }
 
+// index_add of whole rows: self (outer, n, inner) and src (outer, k, inner) contiguous, inner (the elements after
+// dim) at least 16 long, as an embedding table's gradient (dim 0) is. Each thread owns a band of self's rows and
+// adds into them, in index order, the src rows that land there: contiguous rows the compiler vectorizes, and
+// every collision on one thread, in order, as in scatter_loop. False where the layout does not fit.
+template <typename T, typename M>
+bool index_add_rows(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, M alpha) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
+  for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
+  if (!self.is_contiguous() || !src.is_contiguous() || inner < 16) return false;
+  const int64_t n = self.size(dim), k = index.numel(), istride = index.stride(0);
+  const int64_t* idx = index.data_ptr<int64_t>();
+  for (int64_t j = 0; j < k; ++j) check_index("index_add", idx[j * istride], dim, n);
+  T* out = self.data_ptr<T>();
+  const T* in = src.data_ptr<T>();
+  const int64_t rows = outer * n, threads = get_num_threads();
+  parallel_for(0, rows, std::max<int64_t>(1, (rows + threads - 1) / threads), [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo / n; o <= (hi - 1) / n; ++o)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t r = o * n + idx[j * istride];
+        if (r < lo || r >= hi) continue;
+        T* dst = out + r * inner;
+        const T* row = in + (o * k + j) * inner;
+        for (int64_t c = 0; c < inner; ++c)
+          dst[c] = add_in_opmath(dst[c], static_cast<M>(alpha * static_cast<M>(row[c])));
+      }
+  });
+  return true;
+}
+
 // self: (..., n, ...), index: (k), src: self's shape with dim -> k
 void index_add_cpu(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
-  const Tensor index_v = expand_index(index, src.sizes(), dim);
   visit_dtype(self.dtype(), "index_add", [&]<typename T>() {
     using M = opmath_t<T>;
     const M a = alpha.to<M>();
-    scatter_loop<T>("index_add", self, dim, index_v, src,
+    if (index_add_rows<T, M>(self, dim, index, src, a)) return;
+    scatter_loop<T>("index_add", self, dim, expand_index(index, src.sizes(), dim), src,
                     [a](T d, T s) { return add_in_opmath(d, static_cast<M>(a * static_cast<M>(s))); });
   });
 }
