@@ -5,7 +5,7 @@
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
 // (bicubic up, area down), padding (reflect, replicate), an NCHW to NHWC copy, pixel_shuffle and rms_norm
 // (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools (kiln's composites over the
-// 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold.
+// 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold, and grid_sample.
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
   // A recommender's lookups: 16384 bags of 20 indices into a (100000, 64) table.
   Tensor table = kiln::randn({100000, 64}).requires_grad_();
   Tensor bag_ids = kiln::randint(0, 100000, {16384 * 20}), bag_starts = kiln::arange(0, 16384 * 20, 20);
+  // A spatial transformer's resampling: a batch of 64x64 feature maps through a random affine warp.
+  Tensor warp = kiln::tensor(std::vector<float>{0.9f, 0.2f, 0.1f, -0.15f, 1.1f, -0.05f}, {1, 2, 3}).expand({8, 2, 3})
+                    .contiguous().requires_grad_();
   // The conv2d that conv3d above reduces to: its kd = 3 input slices stacked as 96 channels, (N OD) = 32 images.
   Tensor stacked = kiln::randn({32, 96, 28, 28}).requires_grad_(), w2 = kiln::randn({64, 96, 3, 3}).requires_grad_();
 #ifdef KILN_BENCH_WITH_TORCH
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
   torch::Tensor trows = leaf(rows), tidx = to_torch(idx), twide = leaf(wide), tmask = to_torch(mask);
   torch::Tensor tupdates = to_torch(updates), tq = leaf(q), tk = leaf(k), ta = leaf(a), tb = leaf(b), tc = leaf(c);
   torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big), tnorm_weight = leaf(norm_weight), timg3 = leaf(img3);
+  torch::Tensor twarp = leaf(warp);
   torch::Tensor ttable = leaf(table), tbag_ids = to_torch(bag_ids), tbag_starts = to_torch(bag_starts);
   torch::Tensor tclip = leaf(clip), tw3 = leaf(w3), tcoarse = leaf(coarse), twt3 = leaf(wt3), tstacked = leaf(stacked),
                 tw2 = leaf(w2);
@@ -188,6 +192,10 @@ int main(int argc, char** argv) {
        [&] { return F::fold(F::unfold(image, 3, 1, 1), {64, 64}, 3, 1, 1); }
        THEIRS(tf::fold(tf::unfold(timage, tf::UnfoldFuncOptions({3, 3}).padding(1)),
                        tf::FoldFuncOptions({64, 64}, {3, 3}).padding(1)))},
+      {"grid_sample bilinear of affine_grid", "(8, 16, 64, 64)",
+       [&] { return F::grid_sample(image, F::affine_grid(warp, {8, 16, 64, 64})); }
+       THEIRS(tf::grid_sample(timage, tf::affine_grid(twarp, {8, 16, 64, 64}),
+                              tf::GridSampleFuncOptions().align_corners(false)))},
       {"conv3d 3x3x3, padding 1", "(4, 32, 8, 28, 28) to 64", [&] { return F::conv3d(clip, w3, {}, 1, 1); }
        THEIRS(torch::conv3d(tclip, tw3, {}, 1, 1))},
       {"conv2d 3x3, padding 1 (conv3d's own)", "(32, 96, 28, 28) to 64",

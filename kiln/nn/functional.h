@@ -226,6 +226,19 @@ struct InterpolateOptions {
 // bicubic the four nearest with Keys' cubic (a = -0.75, edges repeated); area averages adaptive pooling's bins.
 // Any device; its gradient sums each output's share back into the positions it read.
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+// A spatial transformer's sampling grid: theta (N, 2, 3) maps each output pixel's normalized position (x, y, 1)
+// (-1 and 1 the image's edges, or with align_corners its corner pixels' centres) to where it samples from;
+// size is the output's (N, C, H, W) -> grid (N, H, W, 2), the last dim (x, y).
+Tensor affine_grid(const Tensor& theta, IntArrayRef size, bool align_corners = false);
+struct GridSampleOptions {
+  std::string mode = "bilinear";       // or "nearest" (halves round to even, as PyTorch's)
+  std::string padding_mode = "zeros";  // outside the image: "zeros", "border" (the edge repeated), "reflection"
+  bool align_corners = false;          // as affine_grid's
+};
+// Samples x (N, C, H, W) at grid (N, Ho, Wo, 2) of normalized (x, y) positions -> (N, C, Ho, Wo), as
+// torch.nn.functional.grid_sample. A composite: the positions unnormalized, padded and reflected with
+// differentiable ops, then one gather per corner. Gradients reach x and (bilinear) the grid.
+Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& options = {});
 // x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,

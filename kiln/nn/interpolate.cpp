@@ -159,4 +159,84 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   return y;
 }
 
+namespace {
+// -1 .. 1 across n positions: the corner pixels' centres with align_corners, else the image's edges (so the
+// centres sit half a pixel in); a single position is 0.
+std::vector<double> normalized_positions(int64_t n, bool align_corners) {
+  std::vector<double> v(static_cast<size_t>(n), 0.0);
+  if (n <= 1) return v;
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(n - 1);
+    v[static_cast<size_t>(i)] = align_corners ? t : t * static_cast<double>(n - 1) / static_cast<double>(n);
+  }
+  return v;
+}
+
+// Pixel coordinate from a normalized one along a dim of `size`, then the padding mode's rule for positions
+// outside: border clamps to the edge pixels; reflection mirrors about the edges (the corner centres with
+// align_corners, else the image's edges), then clamps.
+Tensor source_coordinate(const Tensor& g, int64_t size, const GridSampleOptions& o) {
+  const double n = static_cast<double>(size);
+  Tensor c = o.align_corners ? (g + 1.0) * ((n - 1) / 2) : ((g + 1.0) * n - 1.0) / 2;
+  if (o.padding_mode == "reflection") {
+    // Reflect about [lo, lo + span]: the distance from lo, folded back and forth over spans.
+    const double lo = o.align_corners ? 0.0 : -0.5, span = o.align_corners ? n - 1 : n;
+    if (span <= 0) return zeros_like(c);
+    const Tensor d = (c - lo).abs();
+    const Tensor flips = (d / span).floor();
+    const Tensor extra = d - flips * span;
+    c = where(flips.fmod(full_like(flips, 2.0)) == 0, extra + lo, (extra * -1.0) + (span + lo));
+  }
+  if (o.padding_mode != "zeros") c = clamp(c, 0.0, n - 1);
+  return c;
+}
+}  // namespace
+
+Tensor affine_grid(const Tensor& theta, IntArrayRef size, bool align_corners) {
+  KILN_CHECK(size.size() == 4, "affine_grid: size must be the output's (N, C, H, W), got ", shape_str(size));
+  const int64_t N = size[0], H = size[2], W = size[3];
+  KILN_CHECK(theta.dim() == 3 && theta.size(0) == N && theta.size(1) == 2 && theta.size(2) == 3,
+             "affine_grid: theta must be (N, 2, 3) with N = ", N, ", got ", shape_str(theta.sizes()));
+  KILN_CHECK(is_floating(theta.dtype()), "affine_grid: theta must be floating, got ", theta.dtype());
+  const std::vector<double> xs = normalized_positions(W, align_corners), ys = normalized_positions(H, align_corners);
+  std::vector<double> base;  // (H W, 3): x, y, 1 for each output pixel, row by row
+  base.reserve(static_cast<size_t>(H * W * 3));
+  for (int64_t i = 0; i < H; ++i)
+    for (int64_t j = 0; j < W; ++j) base.insert(base.end(), {xs[static_cast<size_t>(j)], ys[static_cast<size_t>(i)], 1.0});
+  const Tensor b = tensor(base, {1, H * W, 3}, TensorOptions(theta.dtype()).device(theta.device()));
+  return matmul(b, theta.transpose(1, 2)).view({N, H, W, 2});
+}
+
+Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& o) {
+  KILN_CHECK(x.dim() == 4, "grid_sample: expected input (N, C, H, W), got ", shape_str(x.sizes()));
+  KILN_CHECK(grid.dim() == 4 && grid.size(0) == x.size(0) && grid.size(3) == 2, "grid_sample: grid must be (N, "
+             "Ho, Wo, 2) with N = ", x.size(0), ", got ", shape_str(grid.sizes()));
+  KILN_CHECK(is_floating(x.dtype()) && grid.dtype() == x.dtype(), "grid_sample: input and grid must share a "
+             "floating dtype, got ", x.dtype(), " and ", grid.dtype());
+  KILN_CHECK(o.mode == "bilinear" || o.mode == "nearest", "grid_sample: mode must be \"bilinear\" or "
+             "\"nearest\", got \"", o.mode, "\"");
+  KILN_CHECK(o.padding_mode == "zeros" || o.padding_mode == "border" || o.padding_mode == "reflection",
+             "grid_sample: padding_mode must be \"zeros\", \"border\" or \"reflection\", got \"", o.padding_mode,
+             "\"");
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), Ho = grid.size(1), Wo = grid.size(2);
+  const Tensor ix = source_coordinate(grid.select(3, 0), W, o), iy = source_coordinate(grid.select(3, 1), H, o);
+  const Tensor plane = x.reshape({N, C, H * W});
+  // x at integer positions (px, py) (N, Ho, Wo), times `weight`; positions outside the image read 0.
+  auto read = [&](const Tensor& px, const Tensor& py, const Tensor& weight) {
+    const Tensor inside = logical_and(logical_and(px >= 0, px <= W - 1), logical_and(py >= 0, py <= H - 1));
+    const Tensor flat = (clamp(py, 0.0, H - 1) * W + clamp(px, 0.0, W - 1)).to(kInt64).reshape({N, 1, Ho * Wo});
+    const Tensor v = gather(plane, 2, flat.expand({N, C, Ho * Wo})).view({N, C, Ho, Wo});
+    return v * where(inside, weight, zeros_like(weight)).unsqueeze(1);
+  };
+  if (o.mode == "nearest") {
+    const Tensor one = ones_like(ix).detach();
+    return read(ix.detach().round(), iy.detach().round(), one);
+  }
+  const Tensor x0 = ix.detach().floor(), y0 = iy.detach().floor();
+  const Tensor wx1 = ix - x0, wy1 = iy - y0;  // the far corner's share along each dim
+  const Tensor wx0 = 1.0 - wx1, wy0 = 1.0 - wy1;
+  return read(x0, y0, wx0 * wy0) + read(x0 + 1.0, y0, wx1 * wy0) + read(x0, y0 + 1.0, wx0 * wy1) +
+         read(x0 + 1.0, y0 + 1.0, wx1 * wy1);
+}
+
 }  // namespace kiln::nn::functional

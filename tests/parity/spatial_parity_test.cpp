@@ -493,5 +493,37 @@ TEST(SpatialParity, FoldUnfoldAndLocalResponseNormMatchLibTorch) {
                   1e-13, "local_response_norm size " + std::to_string(size), seed + 10);
 }
 
+// grid_sample in every mode, padding mode and corner convention, on a grid from affine_grid plus noise that
+// reaches outside the image: outputs and the gradients of the image, the grid and theta.
+TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
+  namespace tf = torch::nn::functional;
+  const Tensor x = test::randn64({2, 3, 5, 6}, 500), theta = test::randn64({2, 2, 3}, 501),
+               noise = test::randn64({2, 4, 7, 2}, 502);
+  for (bool align : {false, true}) {
+    expect_parity({theta},
+                  [&](const std::vector<Tensor>& t) { return nn::F::affine_grid(t[0], {2, 3, 4, 7}, align); },
+                  [&](const std::vector<torch::Tensor>& t) { return tf::affine_grid(t[0], {2, 3, 4, 7}, align); },
+                  1e-14, std::string("affine_grid") + (align ? " align_corners" : ""), 503);
+    for (const std::string mode : {"bilinear", "nearest"})
+      for (const std::string padding : {"zeros", "border", "reflection"}) {
+        const std::string what = "grid_sample " + mode + " " + padding + (align ? " align_corners" : "");
+        const nn::F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
+        tf::GridSampleFuncOptions t_options;
+        t_options.align_corners(align);
+        if (mode == "nearest") t_options.mode(torch::kNearest);
+        if (padding == "border") t_options.padding_mode(torch::kBorder);
+        if (padding == "reflection") t_options.padding_mode(torch::kReflection);
+        expect_parity({x, theta, noise},
+                      [&](const std::vector<Tensor>& t) {
+                        return nn::F::grid_sample(t[0], nn::F::affine_grid(t[1], {2, 3, 4, 7}, align) + t[2], o);
+                      },
+                      [&](const std::vector<torch::Tensor>& t) {
+                        return tf::grid_sample(t[0], tf::affine_grid(t[1], {2, 3, 4, 7}, align) + t[2], t_options);
+                      },
+                      1e-12, what, 504);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::parity

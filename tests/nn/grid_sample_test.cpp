@@ -1,0 +1,121 @@
+// affine_grid and grid_sample against float64 loops written from PyTorch's definitions: normalized positions
+// unnormalized ((g + 1) / 2 (n - 1) with align_corners, else ((g + 1) n - 1) / 2), positions outside the image
+// read as zero, clamped to the edge (border) or mirrored about the edges until inside (reflection), then the four
+// neighbours weighted bilinearly or the nearest one (halves to even). Gradients by gradcheck.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/nn/nn.h"
+#include "nn/nn_test_util.h"
+#include "tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+using autograd::gradcheck;
+using test::expect_error;
+using test::randn64;
+namespace F = nn::functional;
+
+// The pixel coordinate sampled along a dim of n positions, before interpolation.
+double source_position(double g, int64_t n, const F::GridSampleOptions& o) {
+  const double size = static_cast<double>(n);
+  double c = o.align_corners ? (g + 1) / 2 * (size - 1) : ((g + 1) * size - 1) / 2;
+  if (o.padding_mode == "reflection") {
+    // Mirror about the edges until inside them: the corner centres, or the image's outer edges.
+    const double lo = o.align_corners ? 0.0 : -0.5, hi = o.align_corners ? size - 1 : size - 0.5;
+    if (hi <= lo) return 0.0;
+    while (c < lo || c > hi) c = c < lo ? 2 * lo - c : 2 * hi - c;
+  }
+  if (o.padding_mode != "zeros") c = std::min(std::max(c, 0.0), size - 1);
+  return c;
+}
+
+std::vector<double> grid_sample_loops(const Tensor& x, const Tensor& grid, const F::GridSampleOptions& o) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), Ho = grid.size(1), Wo = grid.size(2);
+  const std::vector<double> xv = x.to_vector<double>(), gv = grid.to_vector<double>();
+  auto at = [&](int64_t n, int64_t c, int64_t y, int64_t z) {
+    return (y < 0 || y >= H || z < 0 || z >= W) ? 0.0 : xv[static_cast<size_t>(((n * C + c) * H + y) * W + z)];
+  };
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j) {
+          const size_t g = static_cast<size_t>(((n * Ho + i) * Wo + j) * 2);
+          const double px = source_position(gv[g], W, o), py = source_position(gv[g + 1], H, o);
+          if (o.mode == "nearest") {
+            out.push_back(at(n, c, static_cast<int64_t>(std::nearbyint(py)), static_cast<int64_t>(std::nearbyint(px))));
+            continue;
+          }
+          const int64_t x0 = static_cast<int64_t>(std::floor(px)), y0 = static_cast<int64_t>(std::floor(py));
+          const double fx = px - static_cast<double>(x0), fy = py - static_cast<double>(y0);
+          out.push_back(at(n, c, y0, x0) * (1 - fx) * (1 - fy) + at(n, c, y0, x0 + 1) * fx * (1 - fy) +
+                        at(n, c, y0 + 1, x0) * (1 - fx) * fy + at(n, c, y0 + 1, x0 + 1) * fx * fy);
+        }
+  return out;
+}
+
+TEST(GridSample, EveryModeMatchesTheDefinitionAndGradchecks) {
+  Generator gen(900);
+  const Tensor x = randn64({2, 3, 5, 6}, 901);
+  // positions inside and well outside the image (up to 2.5 image widths), where reflection folds twice
+  const Tensor grid = rand({2, 4, 3, 2}, kFloat64, &gen) * 5.0 - 2.5;
+  for (const char* mode : {"bilinear", "nearest"})
+    for (const char* padding : {"zeros", "border", "reflection"})
+      for (bool align : {false, true}) {
+        const F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
+        SCOPED_TRACE(std::string(mode) + ", " + padding + (align ? ", align_corners" : ""));
+        const Tensor y = F::grid_sample(x, grid, o);
+        EXPECT_EQ(y.sizes(), (Shape{2, 3, 4, 3}));
+        const std::vector<double> want = grid_sample_loops(x, grid, o), got = y.to_vector<double>();
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+        if (std::string(mode) == "bilinear")
+          EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return F::grid_sample(t[0], t[1], o); },
+                                {x.detach().requires_grad_(), grid.detach().requires_grad_()}).ok);
+        else
+          EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return F::grid_sample(t[0], grid, o); },
+                                {x.detach().requires_grad_()}).ok);
+      }
+  expect_error([&] { F::grid_sample(x, grid.narrow(3, 0, 1)); }, {"grid_sample", "(N, Ho, Wo, 2)", "(2, 4, 3, 1)"});
+  expect_error([&] { F::grid_sample(x, grid, {.mode = "bicubic"}); }, {"grid_sample", "bicubic"});
+  expect_error([&] { F::grid_sample(x, grid.to(kFloat32)); }, {"grid_sample", "float64", "float32"});
+}
+
+TEST(AffineGrid, MapsEachPixelThroughTheMatrixAndSamplesTheIdentity) {
+  const Tensor theta = randn64({2, 2, 3}, 910);
+  for (bool align : {false, true}) {
+    const Tensor grid = F::affine_grid(theta, {2, 1, 3, 4}, align);
+    ASSERT_EQ(grid.sizes(), (Shape{2, 3, 4, 2}));
+    const std::vector<double> t = theta.to_vector<double>(), g = grid.to_vector<double>();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 4; ++j) {
+          // pixel centres: -1 .. 1 over the corner pixels with align_corners, half a pixel in without
+          const double xn = align ? -1 + 2.0 * j / 3 : (2.0 * j + 1) / 4 - 1, yn = align ? -1 + 2.0 * i / 2 : (2.0 * i + 1) / 3 - 1;
+          for (int64_t k = 0; k < 2; ++k) {
+            const double* r = &t[static_cast<size_t>((n * 2 + k) * 3)];
+            EXPECT_NEAR(g[static_cast<size_t>(((n * 3 + i) * 4 + j) * 2 + k)], r[0] * xn + r[1] * yn + r[2], 1e-14);
+          }
+        }
+    EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return F::affine_grid(in[0], {2, 1, 3, 4}, align); },
+                          {theta.detach().requires_grad_()}).ok);
+  }
+  // The identity transform samples the image back exactly (either corner convention, any padding).
+  const Tensor x = randn64({1, 2, 5, 7}, 911);
+  const Tensor identity = tensor(std::vector<double>{1, 0, 0, 0, 1, 0}, {1, 2, 3});
+  for (bool align : {false, true}) {
+    const Tensor y = F::grid_sample(x, F::affine_grid(identity, {1, 2, 5, 7}, align), {.align_corners = align});
+    const std::vector<double> got = y.to_vector<double>(), want = x.to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+  }
+  expect_error([&] { F::affine_grid(theta, {2, 1, 3}); }, {"affine_grid", "(N, C, H, W)"});
+  expect_error([&] { F::affine_grid(theta, {3, 1, 3, 4}); }, {"affine_grid", "N = 3", "(2, 2, 3)"});
+}
+
+}  // namespace
+}  // namespace kiln
