@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/nn/init.h"
@@ -45,10 +46,8 @@ std::vector<int64_t> explicit_pads(std::optional<functional::PadRule> rule, std:
   for (size_t i = padding.size(); i-- > 0;) {
     int64_t before = padding[i], after = padding[i];
     if (rule == functional::PadRule::Valid) before = after = 0;
-    if (rule == functional::PadRule::Same) {
-      const int64_t total = dilation[i] * (kernel[i] - 1);
-      before = total / 2, after = total - before;
-    }
+    if (rule == functional::PadRule::Same)
+      std::tie(before, after) = functional::same_padding(kernel[i], dilation[i]);
     pads.push_back(before);
     pads.push_back(after);
   }

@@ -1,9 +1,10 @@
-// Convolution and pooling. conv2d (and conv1d through it) and max_pool2d run as ops with kernels of their own
-// (kiln/tensor/ops/conv.h: im2col + GEMM on the CPU) wherever the device has those kernels. Everywhere else,
-// and as the reference the tests hold the kernels to, they are composites of views and GEMM: the patches of x
-// are a strided view (unfold along height, then width), so each op is a copy of that view into a matrix and a
-// product or a reduction; their gradients come from the ops they are made of (the unfold's gradient adds
-// overlapping patches back up). Both paths support double backward (the kernels through conv.cpp's rules).
+// Convolution, pooling, unfold and fold. conv2d (and conv1d through it) and max_pool2d run as ops with kernels
+// of their own (kiln/tensor/ops/conv.h: im2col + GEMM on the CPU) wherever the device has those kernels.
+// Everywhere else, and as the reference the tests hold the kernels to, they are composites of views and GEMM:
+// the patches of x are a strided view (unfold along height, then width), so each op is a copy of that view into
+// a matrix and a product or a reduction; their gradients come from the ops they are made of (the unfold's
+// gradient adds overlapping patches back up). Both paths support double backward (the kernels through
+// conv.cpp's rules). The 3-d layers are composites over the 2-d ones.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -147,13 +148,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   return kiln::conv_transpose2d(x, weight, bias, p, {x.size(0), out_channels, oh, ow});
 }
 
-namespace {
-// padding="same" in one dim: dilation (k - 1) positions in all, half before and the rest after.
-std::pair<int64_t, int64_t> same_pads(int64_t kernel, int64_t dilation) {
+std::pair<int64_t, int64_t> same_padding(int64_t kernel, int64_t dilation) {
   const int64_t total = dilation * (kernel - 1);
   return {total / 2, total - total / 2};
 }
-}  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, PadRule padding, Pair dilation,
               int64_t groups) {
@@ -162,8 +160,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
              "kw), got ", shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
   KILN_CHECK(stride.h == 1 && stride.w == 1, "conv2d: padding=\"same\" needs stride 1, got (", stride.h, ", ",
              stride.w, ")");
-  const auto [h0, h1] = same_pads(weight.size(2), dilation.h);
-  const auto [w0, w1] = same_pads(weight.size(3), dilation.w);
+  const auto [h0, h1] = same_padding(weight.size(2), dilation.h);
+  const auto [w0, w1] = same_padding(weight.size(3), dilation.w);
   // Symmetric padding where the totals are even; an odd one's extra row or column goes after, padded here.
   const Tensor xp = (h1 != h0 || w1 != w0) ? kiln::pad(x, {0, w1 - w0, 0, h1 - h0}) : x;
   return conv2d(xp, weight, bias, 1, {h0, w0}, dilation, groups);
@@ -222,9 +220,9 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Triple 
              "kd, kh, kw), got ", shape_str(x.sizes()), " and ", shape_str(weight.sizes()));
   KILN_CHECK(stride.d == 1 && stride.h == 1 && stride.w == 1, "conv3d: padding=\"same\" needs stride 1, got (",
              stride.d, ", ", stride.h, ", ", stride.w, ")");
-  const auto [d0, d1] = same_pads(weight.size(2), dilation.d);
-  const auto [h0, h1] = same_pads(weight.size(3), dilation.h);
-  const auto [w0, w1] = same_pads(weight.size(4), dilation.w);
+  const auto [d0, d1] = same_padding(weight.size(2), dilation.d);
+  const auto [h0, h1] = same_padding(weight.size(3), dilation.h);
+  const auto [w0, w1] = same_padding(weight.size(4), dilation.w);
   const bool odd = d1 != d0 || h1 != h0 || w1 != w0;
   const Tensor xp = odd ? kiln::pad(x, {0, w1 - w0, 0, h1 - h0, 0, d1 - d0}) : x;
   return conv3d(xp, weight, bias, 1, {d0, h0, w0}, dilation, groups);
@@ -505,17 +503,6 @@ Tensor fold(const Tensor& columns_in, Pair output_size, Pair kernel, Pair dilati
   return added ? image.squeeze(0) : image;
 }
 
-Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k) {
-  KILN_CHECK(x.dim() >= 3, "local_response_norm: expected input (N, C, ...) with at least one dim after the "
-             "channels, got ", shape_str(x.sizes()));
-  KILN_CHECK(size > 0, "local_response_norm: size must be positive, got ", size);
-  // Each channel's window: size / 2 channels before it and (size - 1) / 2 after, zeros past the ends.
-  std::vector<int64_t> pads(static_cast<size_t>(2 * (x.dim() - 1)), 0);  // the last dim's pair first
-  pads[pads.size() - 2] = size / 2, pads[pads.size() - 1] = (size - 1) / 2;
-  const Tensor squares = kiln::pad(x * x, pads, 0.0).unfold(1, size, 1).sum({x.dim()});
-  return x / (squares * (alpha / static_cast<double>(size)) + k).pow(beta);
-}
-
 namespace {
 // One dim of a 3-d pool's depth: the output size, checked as the 2-d pools check theirs.
 struct DepthWindows {
@@ -627,80 +614,6 @@ Tensor adaptive_max_pool3d(const Tensor& x, IntArrayRef output_size) {
              output_size.size(), " values; give one, or (D, H, W)");
   const int64_t n = output_size[0];
   return adaptive_max_pool_with_indices(x, output_size.size() == 1 ? Shape{n, n, n} : output_size.vec()).first;
-}
-
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  // Under autocast: the statistics (and the running ones they update) in float32, as PyTorch computes them.
-  // NOTE: the output is float32 here, where PyTorch's is the input's dtype; the next product casts it back.
-  if (autocast::wants_float32({&x, &weight, &bias}))
-    return batch_norm(autocast::float32(x), running_mean, running_var, autocast::float32(weight),
-                      autocast::float32(bias), training, momentum, eps);
-  KILN_CHECK(x.dim() >= 2, "batch_norm: expected input (N, C, ...), got ", shape_str(x.sizes()));
-  const int64_t C = x.size(1);
-  KILN_CHECK(running_mean.defined() == running_var.defined(),
-             "batch_norm: running_mean and running_var come together (one of them is undefined)");
-  for (const Tensor* t : {&running_mean, &running_var, &weight, &bias})
-    KILN_CHECK(!t->defined() || t->sizes() == Shape{C}, "batch_norm: running statistics, weight and bias must be (",
-               C, ") for input of shape ", shape_str(x.sizes()), ", got ", shape_str(t->sizes()));
-  // The fused op over (N, C, S), S the spatial dims flattened (1 for (N, C) input).
-  int64_t S = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) S *= x.size(d);
-  ops::BatchNormForward f =
-      batch_norm_channels(x.reshape({x.size(0), C, S}), weight, bias, running_mean, running_var, eps, training);
-  if (training && running_mean.defined()) {
-    NoGradGuard no_grad;
-    const int64_t count = x.size(0) * S;
-    Tensor rm = running_mean, rv = running_var;
-    ops::mul_(rm, 1 - momentum);
-    ops::add_(rm, ops::to(f.mean, rm.dtype()), momentum);
-    ops::mul_(rv, 1 - momentum);
-    // the running variance is the unbiased one, as PyTorch keeps it
-    ops::add_(rv, ops::to(f.var, rv.dtype()), momentum * static_cast<double>(count) / static_cast<double>(count - 1));
-  }
-  return f.y.view(x.sizes());
-}
-
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
-  if (autocast::wants_float32({&x, &weight, &bias}))  // float32 under autocast
-    return group_norm(autocast::float32(x), num_groups, autocast::float32(weight), autocast::float32(bias), eps);
-  KILN_CHECK(x.dim() >= 2 && num_groups > 0 && x.size(1) % num_groups == 0, "group_norm: ", x.dim() >= 2 ? x.size(1) : 0,
-             " channels cannot be split into ", num_groups, " groups (input ", shape_str(x.sizes()), ")");
-  const int64_t N = x.size(0), C = x.size(1);
-  Tensor g = x.reshape({N, num_groups, -1});
-  Tensor centered = g - g.mean({2}, true);
-  Tensor var = (centered * centered).mean({2}, true);
-  Tensor y = (centered * rsqrt(var + eps)).view(x.sizes());
-  Shape stat_shape(static_cast<size_t>(x.dim()), 1);
-  stat_shape[1] = C;
-  if (weight.defined()) y = y * weight.view(stat_shape);
-  if (bias.defined()) y = y + bias.view(stat_shape);
-  return y;
-}
-
-Tensor instance_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                     const Tensor& bias, bool use_input_stats, double momentum, double eps) {
-  KILN_CHECK(x.dim() >= 3, "instance_norm: expected input (N, C, ...) with at least one position dim, got ",
-             shape_str(x.sizes()));
-  KILN_CHECK(running_mean.defined() == running_var.defined(),
-             "instance_norm: give both running_mean and running_var, or neither");
-  if (!use_input_stats) {
-    KILN_CHECK(running_mean.defined(), "instance_norm: use_input_stats = false needs running_mean and running_var");
-    return batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps);
-  }
-  const int64_t N = x.size(0), C = x.size(1);
-  if (running_mean.defined()) {
-    NoGradGuard no_grad;
-    const Tensor flat = x.detach().reshape({N, C, -1});
-    KILN_CHECK(flat.size(2) > 1, "instance_norm: tracking running statistics needs more than one position per "
-               "channel, got input ", shape_str(x.sizes()));
-    const Tensor mean = flat.mean({2});                                         // (N, C)
-    const Tensor var = ((flat - mean.unsqueeze(2)).pow(2.0)).sum({2}) / static_cast<double>(flat.size(2) - 1);
-    Tensor rm = running_mean, rv = running_var;
-    rm.copy_(rm * (1.0 - momentum) + mean.mean({0}).to(rm.dtype()) * momentum);
-    rv.copy_(rv * (1.0 - momentum) + var.mean({0}).to(rv.dtype()) * momentum);
-  }
-  return group_norm(x, C, weight, bias, eps);
 }
 
 }  // namespace kiln::nn::functional

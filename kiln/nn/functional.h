@@ -97,6 +97,8 @@ struct OptionalSize : std::optional<Size> {
 enum class PadRule { Same, Valid };
 inline constexpr PadRule same = PadRule::Same;
 inline constexpr PadRule valid = PadRule::Valid;
+// padding="same"'s (before, after) in one dim of that kernel and dilation.
+std::pair<int64_t, int64_t> same_padding(int64_t kernel, int64_t dilation);
 
 // x: (N, C, H, W), weight: (O, C / groups, kh, kw), bias: (O) or undefined -> (N, O, OH, OW) with
 // OH = (H + 2 ph - dh (kh - 1) - 1) / sh + 1. im2col + GEMM: the patches are a strided view (unfold), copied
