@@ -1,5 +1,7 @@
 // Matrix products against a float64 triple loop written here. Error bounds scale with sum_k |a_ik b_kj|, the
 // natural size of a dot product's rounding error.
+#include <cstring>
+
 #include "test_util.h"
 
 namespace kiln {
@@ -104,6 +106,36 @@ TEST(Linalg, EveryCpuGemmBackendMatchesTheReference) {
   }
   set_cpu_gemm_backend(chosen.name == "OpenBLAS" ? "openblas" : "eigen");
   EXPECT_EQ(cpu_gemm_backend().name, chosen.name);
+}
+
+// A batch of small products runs one product per worker (bmm's parallel_for); each matrix must still get the
+// bits that the same product alone, outside any parallel region, gets from the same backend. With OpenBLAS
+// that holds only because the workers call OpenBLAS too (its OpenMP build runs on the calling thread there).
+TEST(Linalg, BatchedProductsRoundAsTheSingleProduct) {
+  const CpuGemmBackend chosen = cpu_gemm_backend();
+  std::vector<std::string> backends{"eigen"};
+  try {
+    set_cpu_gemm_backend("openblas");
+    backends.push_back("openblas");
+  } catch (const Error&) {  // a build without OpenBLAS
+  }
+  const int before = get_num_threads();
+  set_num_threads(2);
+  std::mt19937 rng(29);
+  Tensor a = test::random_tensor({8, 48, 64}, kFloat32, rng), b = test::random_tensor({8, 64, 40}, kFloat32, rng);
+  for (const std::string& backend : backends) {
+    set_cpu_gemm_backend(backend);
+    const Tensor batched = bmm(a, b);
+    for (int64_t i = 0; i < 8; ++i) {
+      const std::vector<float> one = matmul(a.select(0, i), b.select(0, i)).to_vector<float>();
+      const std::vector<float> in_batch = batched.select(0, i).contiguous().to_vector<float>();
+      ASSERT_EQ(one.size(), in_batch.size());
+      EXPECT_EQ(std::memcmp(one.data(), in_batch.data(), one.size() * sizeof(float)), 0)
+          << backend << ": matrix " << i << " of the batch rounds differently from the same product alone";
+    }
+  }
+  set_num_threads(before);
+  set_cpu_gemm_backend(chosen.name == "OpenBLAS" ? "openblas" : "eigen");
 }
 
 // The choice: KILN_GEMM first, then OpenBLAS unless it runs kernels older than the CPU.

@@ -9,7 +9,7 @@
 // The weight gradient is a sum over images, so its partial sums are taken over a fixed split of the batch, each on
 // one thread, and added in a fixed order: the result does not depend on the number of threads.
 //
-// The products go to the CPU's GEMM (gemm_cpu.h), which is Eigen's inside the per-image workers.
+// The products go to the CPU's GEMM (gemm_cpu.h), one product per image and group on the worker's own thread.
 // float32 and float64 run natively; float16 and bfloat16 are converted to float32, computed, and rounded once.
 // The plain loops of the definition are the oracle in tests/nn/conv_ops_test.cpp.
 #include <algorithm>
@@ -32,7 +32,7 @@
 namespace kiln {
 namespace {
 
-// The products: the CPU's GEMM (gemm_cpu.h), Eigen's on the calling thread inside the per-image workers.
+// The products: the CPU's GEMM (gemm_cpu.h), on the calling thread alone inside the per-image workers.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -170,7 +170,8 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
   });
 }
 
-// While alive (and `on`), OpenMP, hence Eigen, gives the calling thread's parallel regions one thread.
+// While alive (and `on`), OpenMP, hence Eigen and OpenBLAS's OpenMP build, gives the calling thread's parallel
+// regions one thread.
 class OneThreadHere {
  public:
   explicit OneThreadHere(bool on) {
@@ -205,7 +206,8 @@ void conv2d_backward_weight(const Tensor& grad_w, const Tensor& grad_out, const 
   constexpr int64_t kSlices = 16;
   const int64_t slices = std::min<int64_t>(s.N, kSlices), per = (s.N + slices - 1) / slices;
   std::vector<T> partial(static_cast<size_t>(slices * wsize));
-  // One slice, run inline: keep Eigen on this thread too, as it is inside the workers (same blocking, same bits).
+  // One slice, run inline: keep the product on this thread too, as it is inside the workers (same blocking, same
+  // bits).
   OneThreadHere one_thread(slices == 1);
   parallel_for(0, slices, 1, [&](int64_t t0, int64_t t1) {
     std::vector<T> col(s.pointwise() ? 0 : static_cast<size_t>(s.C * s.KH * s.KW * P));
@@ -221,7 +223,7 @@ void conv2d_backward_weight(const Tensor& grad_w, const Tensor& grad_out, const 
         const T* gn = pg + n * s.O * P;
         T beta = n == t * per ? T(0) : T(1);
         for (int64_t g = 0; g < s.G; ++g)
-          detail::eigen_gemm<T>(false, true, s.og(), K, P, T(1), gn + g * s.og() * P, P, cn + g * K * P, P, beta,
+          gemm<T>(false, true, s.og(), K, P, T(1), gn + g * s.og() * P, P, cn + g * K * P, P, beta,
                                 acc + g * s.og() * K, K);
       }
     }

@@ -54,12 +54,16 @@ std::once_flag g_gemm_once;
 std::mutex g_gemm_mu;
 CpuGemmBackend g_gemm;                 // guarded by g_gemm_mu
 std::atomic<bool> g_gemm_blas{false};  // the hot path's copy of g_gemm.name == "OpenBLAS"
+// Whether OpenBLAS may run inside a parallel region: its OpenMP and sequential builds then run on the calling
+// thread alone; its pthreads build would start its own threads from every worker.
+bool g_blas_in_workers = false;  // set once, before g_gemm_blas can be true
 
 void init_gemm_backend() {
   std::call_once(g_gemm_once, [] {
 #ifdef KILN_WITH_BLAS
     const std::string core = openblas_get_corename();
     const bool have_blas = true;
+    g_blas_in_workers = openblas_get_parallel() != OPENBLAS_THREAD;
 #else
     const std::string core;
     const bool have_blas = false;
@@ -131,7 +135,7 @@ template <typename T>
 void cpu_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
               int64_t ldb, T beta, T* c, int64_t ldc) {
 #ifdef KILN_WITH_BLAS
-  if (gemm_through_blas() && !in_parallel_region()) {
+  if (gemm_through_blas() && (g_blas_in_workers || !in_parallel_region())) {
     const auto ca = ta ? CblasTrans : CblasNoTrans, cb = tb ? CblasTrans : CblasNoTrans;
     if constexpr (std::is_same_v<T, float>) {
       cblas_sgemm(CblasRowMajor, ca, cb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -144,18 +148,8 @@ void cpu_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
   gemm_eigen(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-template <typename T>
-void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* a, int64_t lda, const T* b,
-                int64_t ldb, T beta, T* c, int64_t ldc) {
-  gemm_eigen(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 template void cpu_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                               int64_t, float, float*, int64_t);
-template void eigen_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
-                                int64_t, float, float*, int64_t);
-template void eigen_gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                                 const double*, int64_t, double, double*, int64_t);
 template void cpu_gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                const double*, int64_t, double, double*, int64_t);
 
