@@ -67,6 +67,13 @@ std::vector<UnaryCase> float_cases() {
       {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.1); }, [](double x) { return x > 0 ? x : 0.1 * x; }},
       {"pow_2.5", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0, 3},
       {"pow_2", [](const Tensor& x) { return pow(x, 2); }, [](double x) { return x * x; }},
+      // The exponents with a form of their own (functors::with_pow_functor), against std::pow itself.
+      {"pow_1", [](const Tensor& x) { return pow(x, 1.0); }, [](double x) { return std::pow(x, 1.0); }},
+      {"pow_3", [](const Tensor& x) { return pow(x, 3.0); }, [](double x) { return std::pow(x, 3.0); }},
+      {"pow_0.5", [](const Tensor& x) { return pow(x, 0.5); }, [](double x) { return std::pow(x, 0.5); }, 0, 3},
+      {"pow_-1", [](const Tensor& x) { return pow(x, -1.0); }, [](double x) { return std::pow(x, -1.0); }, 0.2, 3},
+      {"pow_-0.5", [](const Tensor& x) { return pow(x, -0.5); }, [](double x) { return std::pow(x, -0.5); }, 0.2, 3},
+      {"pow_-2", [](const Tensor& x) { return pow(x, -2.0); }, [](double x) { return std::pow(x, -2.0); }, 0.2, 3},
       {"clamp", [](const Tensor& x) { return clamp(x, -1.0, 0.5); }, [](double x) { return std::clamp(x, -1.0, 0.5); }},
       {"clamp_min", [](const Tensor& x) { return clamp(x, 0.25, std::nullopt); }, [](double x) { return std::max(x, 0.25); }},
   };

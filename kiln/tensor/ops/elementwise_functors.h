@@ -481,6 +481,27 @@ struct LogicalXor {
 // Copy with conversion: the loops convert on load and store.
 struct Identity { template <class T> KILN_INLINE T operator()(T x) const { return x; } };
 
+// pow(x, e) for the exponents with a cheaper form (PyTorch's list): x, x^2, x^3, sqrt(x), 1/x, 1/sqrt(x), 1/x^2.
+// with_pow_functor hands run the functor for e, PyTorch's special forms for a floating x, or PowScalar: picked
+// once per call, outside the loop, so the loop vectorizes (std::pow, per element, does not: pow's own gradient,
+// x^(e-1), cost lp_pool2d 70% of its time in powf). Integer x keeps PowScalar's exact squaring.
+struct PowTwo { template <class T> KILN_INLINE T operator()(T x) const { return x * x; } };
+struct PowThree { template <class T> KILN_INLINE T operator()(T x) const { return x * x * x; } };
+struct PowMinusTwo { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (x * x); } };
+template <class Run>
+inline void with_pow_functor(double e, bool floating, Run&& run) {
+  if (floating) {
+    if (e == 1.0) return run(Identity{});
+    if (e == 2.0) return run(PowTwo{});
+    if (e == 3.0) return run(PowThree{});
+    if (e == 0.5) return run(Sqrt{});
+    if (e == -1.0) return run(Reciprocal{});
+    if (e == -0.5) return run(Rsqrt{});
+    if (e == -2.0) return run(PowMinusTwo{});
+  }
+  run(PowScalar{e});
+}
+
 // ---- ternary ----
 struct Where {
   template <class T> KILN_INLINE T operator()(bool c, T a, T b) const { return c ? a : b; }

@@ -31,7 +31,8 @@ KILN_FORALL_UNARY_BOOL_FUNCTORS(KILN_UNARY_BOOL_CPU)
 #undef KILN_UNARY_BOOL_CPU
 
 void pow_scalar_cpu(const Tensor& out, const Tensor& x, double exponent, double) {
-  same_dtype<kNumericSet>("pow", out, x, functors::PowScalar{exponent});
+  functors::with_pow_functor(exponent, is_floating(out.dtype()),
+                             [&](auto f) { same_dtype<kNumericSet>("pow", out, x, f); });
 }
 void clamp_cpu(const Tensor& out, const Tensor& x, double lo, double hi) {
   same_dtype<kNumericSet>("clamp", out, x, functors::Clamp{lo, hi});
