@@ -5,7 +5,8 @@
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
 // (bicubic up, area down), padding (reflect, replicate), an NCHW to NHWC copy, pixel_shuffle and rms_norm
 // (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools (kiln's composites over the
-// 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold, and grid_sample.
+// 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold, grid_sample, lp_pool2d and
+// channel_shuffle.
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -210,6 +211,12 @@ int main(int argc, char** argv) {
        THEIRS(torch::max_pool3d(tclip, 2))},
       {"avg_pool3d 3x3x3, stride 2, padding 1", "(4, 32, 8, 28, 28)", [&] { return F::avg_pool3d(clip, 3, 2, 1); }
        THEIRS(torch::avg_pool3d(tclip, 3, 2, 1))},
+      // LibTorch's LP pool is the same composite over its average pool. Its channel_shuffle has no derivative
+      // (1.13), so the anchor is the shuffle as its users write it: a view, a transpose and a copy.
+      {"lp_pool2d p 2, 2x2", "(8, 16, 64, 64)", [&] { return F::lp_pool2d(image, 2.0, 2); }
+       THEIRS(tf::lp_pool2d(timage, tf::LPPool2dFuncOptions(2.0, {2, 2})))},
+      {"channel_shuffle, 4 groups", "(8, 16, 64, 64)", [&] { return F::channel_shuffle(image, 4); }
+       THEIRS(timage.view({8, 4, 4, 64, 64}).transpose(1, 2).reshape({8, 16, 64, 64}))},
   };
   for (const Row& row : differentiable) run(row, reps, true);
   // A write without autograd: index_put_ with accumulate into a fresh zero tensor each time.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <optional>
 #include <type_traits>
@@ -165,6 +166,7 @@ using ConvTranspose3d = ModuleHolder<ConvTranspose3dImpl>;
 // "(h, w)" and "(d, h, w)", as the layers' reprs show sizes.
 std::string size_repr(functional::Pair size);
 std::string size_repr(functional::Triple size);
+inline std::string size_repr(int64_t size) { return std::to_string(size); }
 
 // MaxPool2d and MaxPool3d, told apart by their kernel's type (Pair or Triple). They take their settings
 // positionally (nn::MaxPool2d(3, 2, 1)) or after the kernel as options (nn::MaxPool2d(3, {.stride = 2,
@@ -258,6 +260,59 @@ using AvgPool2d = ModuleHolder<AvgPool2dImpl>;
 using AvgPool3dOptions = AvgPoolOptions<functional::Triple>;
 using AvgPool3dImpl = AvgPoolImpl<functional::Triple>;
 using AvgPool3d = ModuleHolder<AvgPool3dImpl>;
+
+// LPPool1d, LPPool2d and LPPool3d (functional::lp_pool1d/2d/3d), told apart by their kernel's type (a number,
+// Pair or Triple): nn::LPPool2d(2, 3), nn::LPPool2d(2, {3, 2}, {.stride = 2, .ceil_mode = true}); an unset
+// stride is the kernel.
+template <class Size>
+struct LPPoolOptions {
+  std::conditional_t<std::is_same_v<Size, int64_t>, std::optional<int64_t>, functional::OptionalSize<Size>> stride;
+  bool ceil_mode = false;
+};
+template <class Size>
+class LPPoolImpl : public Module {
+ public:
+  using Options = LPPoolOptions<Size>;  // ModuleHolder takes it as a braced list
+  LPPoolImpl(double norm_type, Size kernel, Options options)
+      : Module(kName), norm_type_(norm_type), kernel_(kernel), options_(std::move(options)) {
+    KILN_CHECK(norm_type > 0 && norm_type < std::numeric_limits<double>::infinity(), kName,
+               ": norm_type must be positive and finite, got ", norm_type);
+    options_.stride = options_.stride.value_or(kernel);
+  }
+  explicit LPPoolImpl(double norm_type, Size kernel, decltype(Options::stride) stride = std::nullopt,
+                      bool ceil_mode = false)
+      : LPPoolImpl(norm_type, kernel, Options{stride, ceil_mode}) {}
+  Tensor forward(const Tensor& x) override {
+    const Options& o = options_;
+    if constexpr (std::is_same_v<Size, int64_t>)
+      return functional::lp_pool1d(x, norm_type_, kernel_, o.stride, o.ceil_mode);
+    else if constexpr (std::is_same_v<Size, functional::Pair>)
+      return functional::lp_pool2d(x, norm_type_, kernel_, o.stride, o.ceil_mode);
+    else
+      return functional::lp_pool3d(x, norm_type_, kernel_, o.stride, o.ceil_mode);
+  }
+  std::string extra_repr() const override {
+    return detail::concat("norm_type=", norm_type_, ", kernel_size=", size_repr(kernel_),
+                          ", stride=", size_repr(*options_.stride), options_.ceil_mode ? ", ceil_mode=true" : "");
+  }
+
+ private:
+  static constexpr const char* kName = std::is_same_v<Size, int64_t>            ? "LPPool1d"
+                                       : std::is_same_v<Size, functional::Pair> ? "LPPool2d"
+                                                                                : "LPPool3d";
+  double norm_type_;
+  Size kernel_;
+  Options options_;
+};
+using LPPool1dOptions = LPPoolOptions<int64_t>;
+using LPPool1dImpl = LPPoolImpl<int64_t>;
+using LPPool1d = ModuleHolder<LPPool1dImpl>;
+using LPPool2dOptions = LPPoolOptions<functional::Pair>;
+using LPPool2dImpl = LPPoolImpl<functional::Pair>;
+using LPPool2d = ModuleHolder<LPPool2dImpl>;
+using LPPool3dOptions = LPPoolOptions<functional::Triple>;
+using LPPool3dImpl = LPPoolImpl<functional::Triple>;
+using LPPool3d = ModuleHolder<LPPool3dImpl>;
 
 // Called with a max pool's output and indices (functional::max_pool2d_with_indices), and optionally the size
 // to restore: nn::MaxUnpool2d(2)(y, indices).

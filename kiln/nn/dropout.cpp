@@ -26,4 +26,14 @@ Tensor ChannelDropoutImpl::forward(const Tensor& x) {
   }
 }
 
+AlphaDropoutImpl::AlphaDropoutImpl(double p, bool feature)
+    : Module(feature ? "FeatureAlphaDropout" : "AlphaDropout"), p_(p), feature_(feature) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, type_name(), ": p must be in [0, 1], got ", p);
+}
+
+Tensor AlphaDropoutImpl::forward(const Tensor& x) {
+  return feature_ ? functional::feature_alpha_dropout(x, p_, is_training())
+                  : functional::alpha_dropout(x, p_, is_training());
+}
+
 }  // namespace kiln::nn

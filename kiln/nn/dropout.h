@@ -1,4 +1,4 @@
-// Dropout, and the channel dropouts Dropout1d/2d/3d.
+// Dropout, the channel dropouts Dropout1d/2d/3d, and the alpha dropouts AlphaDropout and FeatureAlphaDropout.
 #pragma once
 
 #include "kiln/nn/module.h"
@@ -45,5 +45,24 @@ class Dropout3dImpl : public ChannelDropoutImpl {
 using Dropout1d = ModuleHolder<Dropout1dImpl>;
 using Dropout2d = ModuleHolder<Dropout2dImpl>;
 using Dropout3d = ModuleHolder<Dropout3dImpl>;
+
+// Alpha dropout (functional::alpha_dropout) in training mode, identity in eval mode: for SELU networks, it keeps
+// a standardized input's mean and variance. FeatureAlphaDropout drops whole channels of (N, C, ...) inputs.
+class AlphaDropoutImpl : public Module {
+ public:
+  explicit AlphaDropoutImpl(double p = 0.5, bool feature = false);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override { return detail::concat("p=", p_); }
+
+ private:
+  double p_;
+  bool feature_;
+};
+class FeatureAlphaDropoutImpl : public AlphaDropoutImpl {
+ public:
+  explicit FeatureAlphaDropoutImpl(double p = 0.5) : AlphaDropoutImpl(p, true) {}
+};
+using AlphaDropout = ModuleHolder<AlphaDropoutImpl>;
+using FeatureAlphaDropout = ModuleHolder<FeatureAlphaDropoutImpl>;
 
 }  // namespace kiln::nn

@@ -4,6 +4,7 @@
 #include "kiln/nn/functional.h"
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <vector>
@@ -73,6 +74,24 @@ Tensor channel_dropout(const char* op, const Tensor& x, double p, bool training,
   return x * (keep / (1.0 - p));
 }
 
+// Alpha dropout: one draw per element, or (feature) per (sample, channel) broadcast over the other dims; kept
+// elements become a x + a alpha' p, dropped ones a alpha' (p - 1) (functional.h).
+Tensor alpha_dropout_impl(const char* op, const Tensor& x, double p, bool training, Generator* gen, bool feature) {
+  KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": p must be in [0, 1], got ", p);
+  KILN_CHECK(!feature || x.dim() >= 2, op, ": expected an input (N, C, ...) with at least two dims, got shape ",
+             shape_str(x.sizes()));
+  if (!training || p == 0.0 || x.numel() == 0) return x;
+  if (p == 1.0) return x * 0.0;
+  constexpr double kAlpha = 1.7580993408473766;  // SELU's lambda * alpha: its output's lower bound is -kAlpha
+  const double a = 1.0 / std::sqrt((kAlpha * kAlpha * p + 1.0) * (1.0 - p));
+  Shape mask_shape = x.sizes();
+  if (feature) std::fill(mask_shape.begin() + 2, mask_shape.end(), 1);
+  const Tensor draw = rand(mask_shape, TensorOptions(kFloat32).device(x.device()), gen);
+  const Tensor keep = ops::to(ops::ge(draw, p), x.dtype());  // 1 with probability 1 - p
+  // a keep x + (a alpha' p - a alpha' (1 - keep)): the shift is a alpha' p where kept, a alpha' (p - 1) where not.
+  return x * (keep * a) + (keep * (a * kAlpha) + a * kAlpha * (p - 1.0));
+}
+
 // The checks layer_norm and rms_norm share: x ends in normalized_shape, and so do the affine tensors given.
 void check_normalized_shape(const char* op, const Tensor& x, IntArrayRef normalized_shape,
                             std::initializer_list<const Tensor*> affine) {
@@ -97,6 +116,12 @@ Tensor dropout2d(const Tensor& x, double p, bool training, Generator* gen) {
 }
 Tensor dropout3d(const Tensor& x, double p, bool training, Generator* gen) {
   return channel_dropout("dropout3d", x, p, training, gen, 3);
+}
+Tensor alpha_dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  return alpha_dropout_impl("alpha_dropout", x, p, training, gen, false);
+}
+Tensor feature_alpha_dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  return alpha_dropout_impl("feature_alpha_dropout", x, p, training, gen, true);
 }
 
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {

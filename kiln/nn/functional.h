@@ -26,6 +26,15 @@ Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator*
 Tensor dropout1d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 Tensor dropout3d(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+// Alpha dropout, for self-normalizing (SELU) networks: a dropped element takes SELU's negative saturation value
+// -alpha' (alpha' = SELU's lambda * alpha = 1.7580993408473766) instead of 0, and then every element is moved by
+// an affine map a x + b chosen so that an input of zero mean and unit variance keeps both:
+//   a = 1 / sqrt((alpha'^2 p + 1) (1 - p)),   kept: a x + a alpha' p,   dropped: a alpha' (p - 1).
+// The gradient is a where kept and 0 where dropped. feature_alpha_dropout draws once per channel ((N, C, ...),
+// dim 1, two dims at least) and drops whole channels. NOTE: training defaults to false here, as in PyTorch's
+// F.alpha_dropout (dropout's default is true); the modules pass their mode.
+Tensor alpha_dropout(const Tensor& x, double p = 0.5, bool training = false, Generator* gen = nullptr);
+Tensor feature_alpha_dropout(const Tensor& x, double p = 0.5, bool training = false, Generator* gen = nullptr);
 // Normalizes over the last normalized_shape.size() dims; weight and bias (normalized_shape) may be undefined.
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);
@@ -184,6 +193,17 @@ Tensor max_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride = 
 Tensor avg_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride = std::nullopt, Triple padding = 0,
                   bool count_include_pad = true, bool ceil_mode = false,
                   std::optional<int64_t> divisor_override = std::nullopt);
+// Power-average pooling, PyTorch's LPPool: (sum over each window of x^p)^(1/p), computed as PyTorch does, from
+// the average pool of x^p (no padding) times the window's size, so a ceil_mode window that runs past the end
+// is scaled as if whole. p = 1 is sum pooling; as p grows it tends to max pooling of non-negative inputs. A
+// negative window sum (odd p, negative inputs) has no real 1/p-th power: NaN, as in PyTorch. (N, C, L) or
+// (C, L); (N, C, H, W) or (C, H, W); (N, C, D, H, W) or (C, D, H, W). An unset stride is the kernel.
+Tensor lp_pool1d(const Tensor& x, double norm_type, int64_t kernel, std::optional<int64_t> stride = std::nullopt,
+                 bool ceil_mode = false);
+Tensor lp_pool2d(const Tensor& x, double norm_type, Pair kernel, OptionalSize<Pair> stride = std::nullopt,
+                 bool ceil_mode = false);
+Tensor lp_pool3d(const Tensor& x, double norm_type, Triple kernel, OptionalSize<Triple> stride = std::nullopt,
+                 bool ceil_mode = false);
 // Averages over the bins PyTorch uses: bin i of n covers [floor(i H / n), ceil((i + 1) H / n)). Inputs with or
 // without the batch dim: (N, C, L) or (C, L); (N, C, H, W) or (C, H, W); (N, C, D, H, W) or (C, D, H, W).
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size);
@@ -212,6 +232,9 @@ Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 // convolution's upsampling); pixel_unshuffle is its inverse. Views and one copy; any device.
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor);
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor);
+// (N, C, *) -> (N, C, *) with the channels regrouped: the C = g k channels read as (g, k) come out in (k, g)
+// order, channel i k + j moving to j g + i (ShuffleNet's channel shuffle). Views and one copy; any device.
+Tensor channel_shuffle(const Tensor& x, int64_t groups);
 struct InterpolateOptions {
   // The output's spatial sizes, one per spatial dim (L; H, W; or D, H, W) or one for all of them; or
   std::vector<int64_t> size;

@@ -187,6 +187,11 @@ class ModuleHolder {
     requires std::is_constructible_v<M, std::initializer_list<int64_t>, const typename T::Options&>
   ModuleHolder(std::initializer_list<int64_t> sizes, const typename T::Options& options)
       : impl_(std::make_shared<M>(sizes, options)) {}
+  // Second, as an LP pool's kernel, then options: nn::LPPool2d(2, {3, 2}, {.stride = 2}).
+  template <class A, class T = M>
+    requires std::is_constructible_v<M, A, std::initializer_list<int64_t>, const typename T::Options&>
+  ModuleHolder(A&& a, std::initializer_list<int64_t> sizes, const typename T::Options& options)
+      : impl_(std::make_shared<M>(std::forward<A>(a), sizes, options)) {}
   // Third, as a convolution's kernel: nn::Conv2d(3, 16, {3, 5}), and then options too.
   template <class A, class B, class... Rest>
     requires std::is_constructible_v<M, A, B, std::initializer_list<int64_t>, Rest...>

@@ -82,6 +82,19 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r) {
   return x.reshape(split).permute(order).reshape(out);
 }
 
+Tensor channel_shuffle(const Tensor& x, int64_t groups) {
+  KILN_CHECK(groups >= 1, "channel_shuffle: groups must be positive, got ", groups);
+  KILN_CHECK(x.dim() >= 3, "channel_shuffle: expected input (N, C, *) with at least one dim after C, got shape ",
+             shape_str(x.sizes()));
+  const int64_t c = x.size(1);
+  KILN_CHECK(c % groups == 0, "channel_shuffle: ", c, " channels of input ", shape_str(x.sizes()),
+             " are not divisible by groups = ", groups);
+  Shape split = x.sizes();
+  split[1] = c / groups;
+  split.insert(split.begin() + 1, groups);  // (N, g, C / g, *)
+  return x.reshape(split).transpose(1, 2).reshape(x.sizes());
+}
+
 Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
   KILN_CHECK(r >= 1, "pixel_unshuffle: downscale_factor must be positive, got ", r);
   KILN_CHECK(x.dim() >= 3, "pixel_unshuffle: expected input (*, C, H r, W r), got shape ", shape_str(x.sizes()));
@@ -132,6 +145,10 @@ std::string PadImpl::extra_repr() const {
 
 PixelShuffleImpl::PixelShuffleImpl(int64_t upscale_factor) : Module("PixelShuffle"), factor_(upscale_factor) {
   KILN_CHECK(upscale_factor >= 1, "PixelShuffle: upscale_factor must be positive, got ", upscale_factor);
+}
+
+ChannelShuffleImpl::ChannelShuffleImpl(int64_t groups) : Module("ChannelShuffle"), groups_(groups) {
+  KILN_CHECK(groups >= 1, "ChannelShuffle: groups must be positive, got ", groups);
 }
 
 PixelUnshuffleImpl::PixelUnshuffleImpl(int64_t downscale_factor)

@@ -1,5 +1,5 @@
 // The padding layers (ZeroPad, ConstantPad, ReflectionPad, ReplicationPad, CircularPad; 1d, 2d and 3d) and
-// PixelShuffle / PixelUnshuffle: functional::pad and the pixel shuffles as layers.
+// PixelShuffle / PixelUnshuffle / ChannelShuffle: functional::pad and the pixel and channel shuffles as layers.
 #pragma once
 
 #include <string>
@@ -87,5 +87,18 @@ class PixelUnshuffleImpl : public Module {
   int64_t factor_;
 };
 using PixelUnshuffle = ModuleHolder<PixelUnshuffleImpl>;
+
+// ShuffleNet's channel shuffle of (N, C, *) with C = groups k: the (groups, k) channels come out in (k, groups)
+// order (functional::channel_shuffle).
+class ChannelShuffleImpl : public Module {
+ public:
+  explicit ChannelShuffleImpl(int64_t groups);
+  Tensor forward(const Tensor& x) override { return functional::channel_shuffle(x, groups_); }
+  std::string extra_repr() const override { return detail::concat("groups=", groups_); }
+
+ private:
+  int64_t groups_;
+};
+using ChannelShuffle = ModuleHolder<ChannelShuffleImpl>;
 
 }  // namespace kiln::nn

@@ -6,6 +6,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -525,5 +528,63 @@ TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
   }
 }
 
+
+// The LP pools (values and gradients, ceil_mode too) and the channel shuffle; alpha dropout draws differ, so its
+// three constants are read off each library's output: the value every dropped element takes, and the line
+// a x + b through the kept ones.
+TEST(SpatialParity, LPPoolChannelShuffleAndAlphaDropoutMatchLibTorch) {
+  namespace tf = torch::nn::functional;
+  struct Case {
+    double p;
+    int64_t k, s;
+    bool ceil_mode;
+  };
+  uint64_t seed = 600;
+  for (const Case& c : {Case{2, 3, 2, false}, Case{3, 4, 3, true}, Case{1.5, 2, 1, false}}) {
+    const std::string what = "p " + std::to_string(c.p) + " k" + std::to_string(c.k) + (c.ceil_mode ? " ceil" : "");
+    expect_parity({test::randn64({2, 3, 11}, seed)},
+                  [&](const std::vector<Tensor>& t) { return nn::F::lp_pool1d(t[0].abs() + 0.1, c.p, c.k, c.s, c.ceil_mode); },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return tf::lp_pool1d(t[0].abs() + 0.1, tf::LPPool1dFuncOptions(c.p, c.k).stride(c.s).ceil_mode(c.ceil_mode));
+                  },
+                  1e-13, "lp_pool1d " + what, seed + 1);
+    expect_parity({test::randn64({2, 3, 9, 10}, seed + 2)},
+                  [&](const std::vector<Tensor>& t) {
+                    return nn::F::lp_pool2d(t[0].abs() + 0.1, c.p, {c.k, c.k - 1}, Pair(c.s, c.s + 1), c.ceil_mode);
+                  },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return tf::lp_pool2d(t[0].abs() + 0.1, tf::LPPool2dFuncOptions(c.p, {c.k, c.k - 1})
+                                                               .stride({c.s, c.s + 1})
+                                                               .ceil_mode(c.ceil_mode));
+                  },
+                  1e-13, "lp_pool2d " + what, seed + 3);
+    seed += 4;
+  }
+  const Tensor x = test::randn64({2, 12, 3, 2}, seed);
+  for (int64_t groups : {2, 3, 4, 6})
+    expect_same(nn::F::channel_shuffle(x, groups), torch::channel_shuffle(to_torch(x), groups), 0,
+                "channel_shuffle groups " + std::to_string(groups));
+  // {dropped value, a, b} of one library's output.
+  auto constants = [](const std::vector<double>& xs, const std::vector<double>& ys) {
+    std::map<double, int> counts;
+    for (double y : ys) ++counts[y];
+    const double dropped = std::max_element(counts.begin(), counts.end(), [](const auto& l, const auto& r) {
+                             return l.second < r.second;
+                           })->first;
+    std::vector<size_t> kept;
+    for (size_t i = 0; i < ys.size() && kept.size() < 2; ++i)
+      if (ys[i] != dropped && (kept.empty() || std::abs(xs[i] - xs[kept[0]]) > 0.5)) kept.push_back(i);
+    const double a = (ys[kept[0]] - ys[kept[1]]) / (xs[kept[0]] - xs[kept[1]]);
+    return std::array<double, 3>{dropped, a, ys[kept[0]] - a * xs[kept[0]]};
+  };
+  const Tensor noise = test::randn64({4000}, seed + 1);
+  for (double p : {0.1, 0.5}) {
+    const std::array<double, 3> ours =
+        constants(kiln_values(noise), kiln_values(nn::F::alpha_dropout(noise, p, true)));
+    const std::array<double, 3> theirs =
+        constants(kiln_values(noise), torch_values(torch::alpha_dropout(to_torch(noise), p, true)));
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(ours[i], theirs[i], 1e-12) << "alpha_dropout p " << p << ", constant " << i;
+  }
+}
 }  // namespace
 }  // namespace kiln::parity
