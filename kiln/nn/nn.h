@@ -14,6 +14,7 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/padding.h"
+#include "kiln/nn/param_vector.h"
 #include "kiln/nn/rnn.h"
 #include "kiln/nn/save.h"
 #include "kiln/nn/transformer.h"

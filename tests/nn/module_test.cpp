@@ -160,5 +160,36 @@ TEST(Module, ContainersIndexAndName) {
   EXPECT_EQ(names_of(dict->named_parameters()), (std::vector<std::string>{"enc.weight", "enc.bias"}));
 }
 
+
+// parameters_to_vector and vector_to_parameters: the order, a round trip that keeps each tensor's identity (an
+// optimizer built before sees the new values), gradients through the vector, and the errors.
+TEST(ParamVector, FlattensInOrderAndWritesBackInPlace) {
+  nn::Sequential net(nn::Linear(3, 2), nn::ReLU(), nn::Linear(2, 1));
+  const std::vector<Tensor> params = net->parameters();
+  const Tensor vec = nn::parameters_to_vector(params);
+  ASSERT_EQ(vec.sizes(), Shape({3 * 2 + 2 + 2 * 1 + 1}));
+  std::vector<double> want;
+  for (const Tensor& p : params)
+    for (double v : test::values(p)) want.push_back(v);
+  EXPECT_EQ(test::values(vec), want);
+  // Gradients flow back to each parameter: d(sum of i * vec[i]) / d param = its positions' indices.
+  const Tensor weights = arange(0, vec.numel(), 1, TensorOptions(kFloat32));
+  (vec * weights).sum().backward();
+  std::vector<double> grads;
+  for (const Tensor& p : params)
+    for (double v : test::values(p.grad())) grads.push_back(v);
+  EXPECT_EQ(grads, test::values(weights));
+  // Back: every element set to its index; the same tensors hold the values.
+  const Tensor first = params[0];
+  nn::vector_to_parameters(arange(0, vec.numel(), 1, TensorOptions(kFloat64)), params);
+  EXPECT_EQ(first.data_ptr<float>(), net->parameters()[0].data_ptr<float>());
+  EXPECT_EQ(test::values(nn::parameters_to_vector(net->parameters())), test::values(weights));
+  EXPECT_TRUE(params[0].requires_grad());
+  EXPECT_EQ(nn::parameters_to_vector({}).numel(), 0);
+  expect_error([&] { nn::vector_to_parameters(zeros({12}), params); }, {"vector_to_parameters", "12 elements", "hold 11"});
+  expect_error([&] { nn::vector_to_parameters(zeros({11, 1}), params); }, {"vector_to_parameters", "1-d", "(11, 1)"});
+  expect_error([&] { nn::parameters_to_vector({zeros({2}), zeros({2}, TensorOptions(kFloat64))}); },
+               {"parameters_to_vector", "parameter 1", "float64"});
+}
 }  // namespace
 }  // namespace kiln
