@@ -73,16 +73,23 @@ TEST(Linalg, LargeProductUsesEveryPathCorrectly) {
   }
 }
 
-// Each CPU GEMM backend this build has gives the float64 reference's products, in every layout, small and
-// blocked sizes, with beta and alpha (the backend is switched for the test and put back).
-TEST(Linalg, EveryCpuGemmBackendMatchesTheReference) {
-  const CpuGemmBackend chosen = cpu_gemm_backend();
+// The CPU GEMM backends this build has, by set_cpu_gemm_backend's names (trying "openblas" switches to it; the
+// caller puts its own choice back).
+std::vector<std::string> cpu_gemm_backends() {
   std::vector<std::string> backends{"eigen"};
   try {
     set_cpu_gemm_backend("openblas");
     backends.push_back("openblas");
   } catch (const Error&) {  // a build without OpenBLAS
   }
+  return backends;
+}
+
+// Each CPU GEMM backend this build has gives the float64 reference's products, in every layout, small and
+// blocked sizes, with beta and alpha (the backend is switched for the test and put back).
+TEST(Linalg, EveryCpuGemmBackendMatchesTheReference) {
+  const CpuGemmBackend chosen = cpu_gemm_backend();
+  const std::vector<std::string> backends = cpu_gemm_backends();
   std::mt19937 rng(23);
   for (const std::string& backend : backends) {
     set_cpu_gemm_backend(backend);
@@ -113,12 +120,7 @@ TEST(Linalg, EveryCpuGemmBackendMatchesTheReference) {
 // that holds only because the workers call OpenBLAS too (its OpenMP build runs on the calling thread there).
 TEST(Linalg, BatchedProductsRoundAsTheSingleProduct) {
   const CpuGemmBackend chosen = cpu_gemm_backend();
-  std::vector<std::string> backends{"eigen"};
-  try {
-    set_cpu_gemm_backend("openblas");
-    backends.push_back("openblas");
-  } catch (const Error&) {  // a build without OpenBLAS
-  }
+  const std::vector<std::string> backends = cpu_gemm_backends();
   const int before = get_num_threads();
   set_num_threads(2);
   std::mt19937 rng(29);
