@@ -78,6 +78,7 @@ Tensor channel_dropout(const char* op, const Tensor& x, double p, bool training,
 // elements become a x + a alpha' p, dropped ones a alpha' (p - 1) (functional.h).
 Tensor alpha_dropout_impl(const char* op, const Tensor& x, double p, bool training, Generator* gen, bool feature) {
   KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": p must be in [0, 1], got ", p);
+  KILN_CHECK(is_floating(x.dtype()), op, ": expected a floating input, got ", x.dtype());
   KILN_CHECK(!feature || x.dim() >= 2, op, ": expected an input (N, C, ...) with at least two dims, got shape ",
              shape_str(x.sizes()));
   if (!training || p == 0.0 || x.numel() == 0) return x;

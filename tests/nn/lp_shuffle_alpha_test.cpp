@@ -216,6 +216,7 @@ TEST(AlphaDropout, EvalP0P1SeedsAndFeatures) {
   EXPECT_LT(dropped_channels, 20);
   expect_error([] { F::alpha_dropout(zeros({3}), 1.5, true); }, {"alpha_dropout", "[0, 1]", "1.5"});
   expect_error([] { F::feature_alpha_dropout(zeros({3}), 0.5, true); }, {"feature_alpha_dropout", "(3)"});
+  expect_error([] { F::alpha_dropout(arange(4), 0.5, true); }, {"alpha_dropout", "floating", "int64"});
 }
 
 TEST(AlphaDropout, ModulesFollowTheirMode) {
