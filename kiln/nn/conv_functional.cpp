@@ -563,9 +563,12 @@ Tensor avg_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride_in
 
 namespace {
 // What the LP pools share: x^p averaged over windows of `size` elements, scaled back to a sum, to the power 1/p.
-// PyTorch writes the sum as sign(s) relu(|s|) rather than s; the same value, and the same gradients.
-void check_norm_type(const char* op, double p) {
+// The sum is written as PyTorch writes it, sign(s) relu(|s|): the value of s, but a zero gradient through an
+// all-zero window (where s's own would be 1), so gradients agree with PyTorch's there too.
+void check_lp_pool(const char* op, const Tensor& x, int64_t spatial, double p) {
   KILN_CHECK(p > 0 && std::isfinite(p), op, ": norm_type must be positive and finite, got ", p);
+  KILN_CHECK(x.dim() == spatial + 1 || x.dim() == spatial + 2, op, ": expected input (N, C, ...) or (C, ...) with ",
+             spatial, " spatial dims, got shape ", shape_str(x.sizes()));
 }
 Tensor lp_from_average(const Tensor& average, double p, int64_t size) {
   return (average.sign() * average.abs().relu() * static_cast<double>(size)).pow(1.0 / p);
@@ -573,18 +576,18 @@ Tensor lp_from_average(const Tensor& average, double p, int64_t size) {
 }  // namespace
 
 Tensor lp_pool1d(const Tensor& x, double norm_type, int64_t kernel, std::optional<int64_t> stride, bool ceil_mode) {
-  check_norm_type("lp_pool1d", norm_type);
+  check_lp_pool("lp_pool1d", x, 1, norm_type);
   return lp_from_average(avg_pool1d(x.pow(norm_type), kernel, stride, 0, true, ceil_mode), norm_type, kernel);
 }
 
 Tensor lp_pool2d(const Tensor& x, double norm_type, Pair kernel, OptionalSize<Pair> stride, bool ceil_mode) {
-  check_norm_type("lp_pool2d", norm_type);
+  check_lp_pool("lp_pool2d", x, 2, norm_type);
   return lp_from_average(avg_pool2d(x.pow(norm_type), kernel, stride, 0, true, ceil_mode), norm_type,
                          kernel.h * kernel.w);
 }
 
 Tensor lp_pool3d(const Tensor& x, double norm_type, Triple kernel, OptionalSize<Triple> stride, bool ceil_mode) {
-  check_norm_type("lp_pool3d", norm_type);
+  check_lp_pool("lp_pool3d", x, 3, norm_type);
   return lp_from_average(avg_pool3d(x.pow(norm_type), kernel, stride, 0, true, ceil_mode), norm_type,
                          kernel.d * kernel.h * kernel.w);
 }

@@ -130,7 +130,8 @@ TEST(LPPool, ModulesTakeTheirOptionsAndRejectABadNorm) {
   EXPECT_EQ(pool3(randn64({1, 2, 3, 4, 4}, 306)).sizes(), Shape({1, 2, 2, 2, 2}));
   expect_error([] { nn::LPPool2d(0, 2); }, {"LPPool2d", "norm_type", "0"});
   expect_error([] { F::lp_pool2d(zeros({1, 1, 4, 4}), -1, 2); }, {"lp_pool2d", "norm_type", "-1"});
-  expect_error([] { F::lp_pool1d(zeros({4}), 2, 2); }, {"avg_pool1d", "(4)"});
+  expect_error([] { F::lp_pool1d(zeros({4}), 2, 2); }, {"lp_pool1d", "(4)", "1 spatial"});
+  expect_error([] { F::lp_pool3d(zeros({2, 4, 4}), 2, 2); }, {"lp_pool3d", "(2, 4, 4)", "3 spatial"});
 }
 
 // out[:, j g + i] = x[:, i k + j] for C = g k.

@@ -484,10 +484,13 @@ struct Identity { template <class T> KILN_INLINE T operator()(T x) const { retur
 // pow(x, e) for the exponents with a cheaper form (PyTorch's list): x, x^2, x^3, sqrt(x), 1/x, 1/sqrt(x), 1/x^2.
 // with_pow_functor hands run the functor for e, PyTorch's special forms for a floating x, or PowScalar: picked
 // once per call, outside the loop, so the loop vectorizes (std::pow, per element, does not: pow's own gradient,
-// x^(e-1), cost lp_pool2d 70% of its time in powf). Integer x keeps PowScalar's exact squaring.
+// x^(e-1), cost lp_pool2d 70% of its time in powf). Integer x keeps PowScalar's exact squaring, so a caller
+// instantiates the special forms for floating dtypes only (kPowSpecialForm), PowScalar for every numeric one.
 struct PowTwo { template <class T> KILN_INLINE T operator()(T x) const { return x * x; } };
 struct PowThree { template <class T> KILN_INLINE T operator()(T x) const { return x * x * x; } };
 struct PowMinusTwo { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (x * x); } };
+template <class F>
+inline constexpr bool kPowSpecialForm = !std::is_same_v<F, PowScalar>;
 template <class Run>
 inline void with_pow_functor(double e, bool floating, Run&& run) {
   if (floating) {

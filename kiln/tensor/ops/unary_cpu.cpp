@@ -31,8 +31,10 @@ KILN_FORALL_UNARY_BOOL_FUNCTORS(KILN_UNARY_BOOL_CPU)
 #undef KILN_UNARY_BOOL_CPU
 
 void pow_scalar_cpu(const Tensor& out, const Tensor& x, double exponent, double) {
-  functors::with_pow_functor(exponent, is_floating(out.dtype()),
-                             [&](auto f) { same_dtype<kNumericSet>("pow", out, x, f); });
+  functors::with_pow_functor(exponent, is_floating(out.dtype()), [&](auto f) {
+    if constexpr (functors::kPowSpecialForm<decltype(f)>) same_dtype<kFloatingSet>("pow", out, x, f);
+    else same_dtype<kNumericSet>("pow", out, x, f);
+  });
 }
 void clamp_cpu(const Tensor& out, const Tensor& x, double lo, double hi) {
   same_dtype<kNumericSet>("clamp", out, x, functors::Clamp{lo, hi});
