@@ -92,7 +92,7 @@ namespace kiln::nn {
 
 PReLUImpl::PReLUImpl(int64_t num_parameters, double init) : Module("PReLU") {
   KILN_CHECK(num_parameters >= 1, "PReLU: num_parameters = ", num_parameters, ": expected >= 1");
-  weight = register_parameter("weight", full({num_parameters}, init));
+  register_parameter("weight", weight, full({num_parameters}, init));
 }
 
 }  // namespace kiln::nn

@@ -181,13 +181,13 @@ MultiheadAttentionImpl::MultiheadAttentionImpl(int64_t embed_dim, int64_t num_he
   // PyTorch's registration order, hence its named_parameters order: in_proj_weight (or q, k, v_proj_weight),
   // in_proj_bias, out_proj.*
   if (options_.kdim == embed_dim && options_.vdim == embed_dim) {
-    in_proj_weight = register_parameter("in_proj_weight", empty({3 * embed_dim, embed_dim}));
+    register_parameter("in_proj_weight", in_proj_weight, empty({3 * embed_dim, embed_dim}));
   } else {
-    q_proj_weight = register_parameter("q_proj_weight", empty({embed_dim, embed_dim}));
-    k_proj_weight = register_parameter("k_proj_weight", empty({embed_dim, options_.kdim}));
-    v_proj_weight = register_parameter("v_proj_weight", empty({embed_dim, options_.vdim}));
+    register_parameter("q_proj_weight", q_proj_weight, empty({embed_dim, embed_dim}));
+    register_parameter("k_proj_weight", k_proj_weight, empty({embed_dim, options_.kdim}));
+    register_parameter("v_proj_weight", v_proj_weight, empty({embed_dim, options_.vdim}));
   }
-  if (options.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * embed_dim}));
+  if (options.bias) register_parameter("in_proj_bias", in_proj_bias, empty({3 * embed_dim}));
   register_module("out_proj", out_proj);
   reset_parameters();
 }

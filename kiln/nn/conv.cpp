@@ -91,8 +91,8 @@ Conv2dImpl::Conv2dImpl(int64_t in_channels, int64_t out_channels, functional::Pa
   check_same_stride("Conv2d", options.padding.rule, {options.stride.h, options.stride.w});
   const Shape shape = conv_weight_shape("Conv2d", in_channels, out_channels, {kernel.h, kernel.w},
                                         options.groups, /*transposed=*/false);
-  weight = register_parameter("weight", kiln::empty(shape));
-  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  register_parameter("weight", weight, kiln::empty(shape));
+  if (options.bias) register_parameter("bias", bias, empty({out_channels}));
   reset_conv(weight, bias);
 }
 
@@ -126,8 +126,8 @@ ConvTranspose2dImpl::ConvTranspose2dImpl(int64_t in_channels, int64_t out_channe
     : Module("ConvTranspose2d"), options_(options) {
   const Shape shape = conv_weight_shape("ConvTranspose2d", in_channels, out_channels, {kernel.h, kernel.w},
                                         options.groups, /*transposed=*/true);
-  weight = register_parameter("weight", kiln::empty(shape));
-  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  register_parameter("weight", weight, kiln::empty(shape));
+  if (options.bias) register_parameter("bias", bias, empty({out_channels}));
   reset_conv(weight, bias);  // fan_in from dim 1, as PyTorch computes it for this layout too
 }
 
@@ -150,8 +150,8 @@ Conv1dImpl::Conv1dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel
   check_same_stride("Conv1d", options.padding.rule, {options.stride});
   const Shape shape = conv_weight_shape("Conv1d", in_channels, out_channels, {kernel},
                                         options.groups, /*transposed=*/false);
-  weight = register_parameter("weight", kiln::empty(shape));
-  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  register_parameter("weight", weight, kiln::empty(shape));
+  if (options.bias) register_parameter("bias", bias, empty({out_channels}));
   reset_conv(weight, bias);
 }
 
@@ -178,8 +178,8 @@ Conv3dImpl::Conv3dImpl(int64_t in_channels, int64_t out_channels, functional::Tr
   check_same_stride("Conv3d", options.padding.rule, {options.stride.d, options.stride.h, options.stride.w});
   const Shape shape = conv_weight_shape("Conv3d", in_channels, out_channels, {kernel.d, kernel.h, kernel.w},
                                         options.groups, /*transposed=*/false);
-  weight = register_parameter("weight", kiln::empty(shape));
-  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  register_parameter("weight", weight, kiln::empty(shape));
+  if (options.bias) register_parameter("bias", bias, empty({out_channels}));
   reset_conv(weight, bias);
 }
 
@@ -213,8 +213,8 @@ ConvTranspose1dImpl::ConvTranspose1dImpl(int64_t in_channels, int64_t out_channe
     : Module("ConvTranspose1d"), options_(options) {
   const Shape shape = conv_weight_shape("ConvTranspose1d", in_channels, out_channels, {kernel},
                                         options.groups, /*transposed=*/true);
-  weight = register_parameter("weight", kiln::empty(shape));
-  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  register_parameter("weight", weight, kiln::empty(shape));
+  if (options.bias) register_parameter("bias", bias, empty({out_channels}));
   reset_conv(weight, bias);
 }
 
@@ -236,8 +236,8 @@ ConvTranspose3dImpl::ConvTranspose3dImpl(int64_t in_channels, int64_t out_channe
     : Module("ConvTranspose3d"), options_(options) {
   const Shape shape = conv_weight_shape("ConvTranspose3d", in_channels, out_channels, {kernel.d, kernel.h, kernel.w},
                                         options.groups, /*transposed=*/true);
-  weight = register_parameter("weight", kiln::empty(shape));
-  if (options.bias) bias = register_parameter("bias", empty({out_channels}));
+  register_parameter("weight", weight, kiln::empty(shape));
+  if (options.bias) register_parameter("bias", bias, empty({out_channels}));
   reset_conv(weight, bias);
 }
 

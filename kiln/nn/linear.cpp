@@ -13,8 +13,8 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
     : Module("Linear"), in_features_(in_features), out_features_(out_features) {
   KILN_CHECK(in_features > 0 && out_features > 0, "Linear: in_features and out_features must be positive, got ",
              in_features, " and ", out_features);
-  weight = register_parameter("weight", empty({out_features, in_features}));
-  if (with_bias) bias = register_parameter("bias", empty({out_features}));
+  register_parameter("weight", weight, empty({out_features, in_features}));
+  if (with_bias) register_parameter("bias", bias, empty({out_features}));
   reset_parameters();
 }
 
@@ -38,8 +38,8 @@ BilinearImpl::BilinearImpl(int64_t in1_features, int64_t in2_features, int64_t o
     : Module("Bilinear") {
   KILN_CHECK(in1_features > 0 && in2_features > 0 && out_features > 0, "Bilinear: sizes must be positive, got ",
              in1_features, ", ", in2_features, " and ", out_features);
-  weight = register_parameter("weight", empty({out_features, in1_features, in2_features}));
-  if (with_bias) bias = register_parameter("bias", empty({out_features}));
+  register_parameter("weight", weight, empty({out_features, in1_features, in2_features}));
+  if (with_bias) register_parameter("bias", bias, empty({out_features}));
   const double bound = 1.0 / std::sqrt(static_cast<double>(in1_features));
   init::uniform_(weight, -bound, bound);
   if (bias.defined()) init::uniform_(bias, -bound, bound);
@@ -52,9 +52,9 @@ std::string BilinearImpl::extra_repr() const {
 
 namespace {
 // A table initialized from N(0, 1), its padding row (if any, negative counting from the end) zero.
-// Registered as m's "weight".
-Tensor embedding_table(Module& m, const char* layer, int64_t num_embeddings, int64_t dim,
-                       std::optional<int64_t>* padding_idx) {
+// Registered as m's "weight", bound to the member `weight`.
+void embedding_table(Module& m, Tensor& weight, const char* layer, int64_t num_embeddings, int64_t dim,
+                     std::optional<int64_t>* padding_idx) {
   KILN_CHECK(num_embeddings > 0 && dim > 0, layer, ": sizes must be positive, got ", num_embeddings, " and ", dim);
   if (*padding_idx) {
     const int64_t p = **padding_idx;
@@ -62,19 +62,18 @@ Tensor embedding_table(Module& m, const char* layer, int64_t num_embeddings, int
                num_embeddings, " embeddings");
     *padding_idx = p < 0 ? p + num_embeddings : p;
   }
-  Tensor weight = m.register_parameter("weight", empty({num_embeddings, dim}));
+  m.register_parameter("weight", weight, empty({num_embeddings, dim}));
   init::normal_(weight);
   if (*padding_idx) {
     NoGradGuard no_grad;
     weight.narrow(0, **padding_idx, 1).zero_();
   }
-  return weight;
 }
 }  // namespace
 
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, EmbeddingOptions options)
     : Module("Embedding"), options_(options) {
-  weight = embedding_table(*this, "Embedding", num_embeddings, dim, &options_.padding_idx);
+  embedding_table(*this, weight, "Embedding", num_embeddings, dim, &options_.padding_idx);
 }
 
 Tensor EmbeddingImpl::forward(const Tensor& indices) {
@@ -88,7 +87,7 @@ std::string EmbeddingImpl::extra_repr() const {
 
 EmbeddingBagImpl::EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, EmbeddingBagOptions options)
     : Module("EmbeddingBag"), options_(options) {
-  weight = embedding_table(*this, "EmbeddingBag", num_embeddings, dim, &options_.padding_idx);
+  embedding_table(*this, weight, "EmbeddingBag", num_embeddings, dim, &options_.padding_idx);
 }
 
 std::string EmbeddingBagImpl::extra_repr() const {

@@ -16,6 +16,7 @@ Tensor Module::forward(const Tensor&) {
 }
 
 Tensor Module::operator()(const Tensor& x) {
+  refresh_parametrizations();
   Tensor input = x;
   for (auto& [id, hook] : pre_hooks_) {
     Tensor replaced = hook(*this, input);
@@ -50,7 +51,17 @@ Tensor& Module::register_parameter(const std::string& name, Tensor value, bool r
   KILN_CHECK(value.defined(), type_name_, ": parameter \"", name, "\" is undefined");
   if (requires_grad) value.requires_grad_();
   parameters_.emplace_back(name, std::move(value));
+  // A parameter registered again under a bound name (remove_weight_norm) is again what the member holds.
+  if (Tensor* member = bound_member(name)) *member = parameters_.back().second;
   return parameters_.back().second;
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor& member, Tensor value, bool requires_grad) {
+  KILN_CHECK(!bound_member(name), type_name_, ": parameter \"", name, "\" is bound to a member already");
+  Tensor& registered = register_parameter(name, std::move(value), requires_grad);
+  members_.emplace_back(name, &member);
+  member = registered;
+  return registered;
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor value, bool persistent) {
@@ -275,6 +286,57 @@ unsigned Module::register_forward_hook(ForwardHook hook) {
 void Module::remove_hook(unsigned handle) {
   std::erase_if(pre_hooks_, [&](const auto& h) { return h.first == handle; });
   std::erase_if(hooks_, [&](const auto& h) { return h.first == handle; });
+}
+
+// ---- reparametrization ----
+
+Tensor* Module::bound_member(const std::string& name) const {
+  for (const auto& [n, member] : members_)
+    if (n == name) return member;
+  return nullptr;
+}
+
+Tensor Module::remove_parameter(const std::string& name) {
+  auto it = std::find_if(parameters_.begin(), parameters_.end(), [&](const auto& p) { return p.first == name; });
+  KILN_CHECK(it != parameters_.end(), type_name_, ": cannot remove parameter \"", name, "\": there is none");
+  Tensor removed = std::move(it->second);
+  parameters_.erase(it);
+  return removed;
+}
+
+Tensor Module::remove_buffer(const std::string& name) {
+  auto it = std::find_if(buffers_.begin(), buffers_.end(), [&](const auto& b) { return b.first == name; });
+  KILN_CHECK(it != buffers_.end(), type_name_, ": cannot remove buffer \"", name, "\": there is none");
+  Tensor removed = std::move(it->second.value);
+  buffers_.erase(it);
+  return removed;
+}
+
+void Module::register_parametrization(const std::string& name, std::shared_ptr<Parametrization> p) {
+  KILN_CHECK(bound_member(name), type_name_, " has no member bound to \"", name,
+             "\", so it cannot be reparametrized: its forward does not read that name through a bound field");
+  KILN_CHECK(!parametrization(name), type_name_, ": \"", name, "\" is parametrized already");
+  KILN_CHECK(p, type_name_, ": the parametrization of \"", name, "\" is null");
+  parametrizations_.emplace_back(name, std::move(p));
+}
+
+std::shared_ptr<Module::Parametrization> Module::remove_parametrization(const std::string& name) {
+  auto it = std::find_if(parametrizations_.begin(), parametrizations_.end(),
+                         [&](const auto& p) { return p.first == name; });
+  KILN_CHECK(it != parametrizations_.end(), type_name_, ": \"", name, "\" is not parametrized");
+  std::shared_ptr<Parametrization> removed = std::move(it->second);
+  parametrizations_.erase(it);
+  return removed;
+}
+
+Module::Parametrization* Module::parametrization(const std::string& name) const {
+  for (const auto& [n, p] : parametrizations_)
+    if (n == name) return p.get();
+  return nullptr;
+}
+
+void Module::refresh_parametrizations() {
+  for (auto& [name, p] : parametrizations_) *bound_member(name) = p->compute(*this);
 }
 
 // ---- printing ----

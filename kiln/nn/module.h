@@ -56,6 +56,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // ---- registration (names may not contain '.'; a name is registered once) ----
   // Returns a handle to the parameter, which requires grad (unless requires_grad is false).
   Tensor& register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
+  // The same, and binds `member`, the field the layer's forward reads the parameter from (LinearImpl::weight):
+  // the member gets the handle now, and a reparametrization (nn::weight_norm) can later point it at a tensor
+  // computed from other parameters. The member must live as long as the module (a field of it).
+  Tensor& register_parameter(const std::string& name, Tensor& member, Tensor value, bool requires_grad = true);
   // A buffer is state that is not trained (BatchNorm's running mean); persistent ones go into state_dict.
   Tensor& register_buffer(const std::string& name, Tensor value, bool persistent = true);
   template <class M>
@@ -107,6 +111,28 @@ class Module : public std::enable_shared_from_this<Module> {
   unsigned register_forward_hook(ForwardHook hook);
   void remove_hook(unsigned handle);
 
+  // ---- reparametrization: nn::weight_norm and nn::spectral_norm are built on these ----
+  // Computes a bound member from other registered tensors (weight = g v / ||v||) before each call.
+  class Parametrization {
+   public:
+    virtual ~Parametrization() = default;
+    virtual Tensor compute(Module& module) = 0;
+  };
+  // The member bound to `name` by register_parameter's member form, or null.
+  Tensor* bound_member(const std::string& name) const;
+  // Unregisters a parameter or buffer of this module and returns it; a member bound to it keeps its value.
+  Tensor remove_parameter(const std::string& name);
+  Tensor remove_buffer(const std::string& name);
+  // From the next call of this module on (operator(), with one argument or several), p->compute(*this) runs
+  // first and its result becomes the member bound to `name`, which is what forward reads. Until then the
+  // member keeps its value.
+  void register_parametrization(const std::string& name, std::shared_ptr<Parametrization> p);
+  std::shared_ptr<Parametrization> remove_parametrization(const std::string& name);
+  // The parametrization of `name`, or null.
+  Parametrization* parametrization(const std::string& name) const;
+  // Recomputes this module's parametrized members (not its children's); each call of the module runs it.
+  void refresh_parametrizations();
+
   // ---- printing ----
   const std::string& type_name() const { return type_name_; }
   // The layer's settings, shown in str(): "in_features=784, out_features=256, bias=true".
@@ -136,6 +162,8 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::vector<std::pair<unsigned, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<unsigned, ForwardHook>> hooks_;
+  std::vector<std::pair<std::string, Tensor*>> members_;  // bound by register_parameter's member form
+  std::vector<std::pair<std::string, std::shared_ptr<Parametrization>>> parametrizations_;
 };
 
 std::ostream& operator<<(std::ostream& out, const Module& m);
@@ -209,10 +237,12 @@ class ModuleHolder {
   operator std::shared_ptr<Module>() const { return impl_; }  // NOLINT
   Tensor operator()(const Tensor& x) const { return (*impl_)(x); }
   // Modules whose forward takes more than one argument (the losses' input and target, attention's query, key
-  // and value) are called with all of them; this runs forward itself (hooks take one input).
+  // and value) are called with all of them; this refreshes parametrized members, then runs forward itself
+  // (hooks take one input).
   template <class... Args>
     requires(sizeof...(Args) >= 2)
   decltype(auto) operator()(Args&&... args) const {
+    impl_->refresh_parametrizations();
     return impl_->forward(std::forward<Args>(args)...);
   }
 

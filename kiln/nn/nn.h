@@ -15,6 +15,7 @@
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/padding.h"
 #include "kiln/nn/param_vector.h"
+#include "kiln/nn/reparametrize.h"
 #include "kiln/nn/rnn.h"
 #include "kiln/nn/save.h"
 #include "kiln/nn/transformer.h"

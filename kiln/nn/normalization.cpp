@@ -11,8 +11,8 @@ void register_norm_state(Module& m, int64_t num_features, bool affine, bool trac
                          Tensor& bias, Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked) {
   KILN_CHECK(num_features > 0, m.type_name(), ": num_features must be positive, got ", num_features);
   if (affine) {
-    weight = m.register_parameter("weight", ones({num_features}));
-    bias = m.register_parameter("bias", zeros({num_features}));
+    m.register_parameter("weight", weight, ones({num_features}));
+    m.register_parameter("bias", bias, zeros({num_features}));
   }
   if (track_running_stats) {
     running_mean = m.register_buffer("running_mean", zeros({num_features}));
@@ -84,8 +84,8 @@ GroupNormImpl::GroupNormImpl(int64_t num_groups, int64_t num_channels, double ep
   KILN_CHECK(num_groups > 0 && num_channels % num_groups == 0, "GroupNorm: ", num_channels,
              " channels cannot be split into ", num_groups, " groups");
   if (affine) {
-    weight = register_parameter("weight", ones({num_channels}));
-    bias = register_parameter("bias", zeros({num_channels}));
+    register_parameter("weight", weight, ones({num_channels}));
+    register_parameter("bias", bias, zeros({num_channels}));
   }
 }
 
@@ -97,8 +97,8 @@ LayerNormImpl::LayerNormImpl(Shape normalized_shape, double eps, bool elementwis
     : Module("LayerNorm"), normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   KILN_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
   if (elementwise_affine) {
-    weight = register_parameter("weight", ones(normalized_shape_));
-    if (with_bias) bias = register_parameter("bias", zeros(normalized_shape_));
+    register_parameter("weight", weight, ones(normalized_shape_));
+    if (with_bias) register_parameter("bias", bias, zeros(normalized_shape_));
   }
 }
 
@@ -109,7 +109,7 @@ Tensor LayerNormImpl::forward(const Tensor& x) {
 RMSNormImpl::RMSNormImpl(Shape normalized_shape, std::optional<double> eps, bool elementwise_affine)
     : Module("RMSNorm"), normalized_shape_(std::move(normalized_shape)), eps_(eps) {
   KILN_CHECK(!normalized_shape_.empty(), "RMSNorm: normalized_shape must not be empty");
-  if (elementwise_affine) weight = register_parameter("weight", ones(normalized_shape_));
+  if (elementwise_affine) register_parameter("weight", weight, ones(normalized_shape_));
 }
 
 Tensor RMSNormImpl::forward(const Tensor& x) { return functional::rms_norm(x, normalized_shape_, weight, eps_); }

@@ -147,18 +147,19 @@ RNNBaseImpl::RNNBaseImpl(std::string type, RNNMode mode, int64_t input_size, int
                "': only nn::RNN takes one");
   }
   const int64_t G = gate_count(mode_), D = num_directions();
+  // The members are bound to the parameters by address, so weights_ is sized once and never grows.
+  weights_.reserve(static_cast<size_t>(options_.num_layers * D));
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
     for (int64_t d = 0; d < D; ++d) {
       const std::string suffix = "_l" + std::to_string(layer) + (d == 1 ? "_reverse" : "");
       const int64_t in = layer == 0 ? input_size : D * hidden_size;
-      LayerWeights w;
-      w.w_ih = register_parameter("weight_ih" + suffix, empty({G * hidden_size, in}));
-      w.w_hh = register_parameter("weight_hh" + suffix, empty({G * hidden_size, hidden_size}));
+      LayerWeights& w = weights_.emplace_back();
+      register_parameter("weight_ih" + suffix, w.w_ih, empty({G * hidden_size, in}));
+      register_parameter("weight_hh" + suffix, w.w_hh, empty({G * hidden_size, hidden_size}));
       if (options_.bias) {
-        w.b_ih = register_parameter("bias_ih" + suffix, empty({G * hidden_size}));
-        w.b_hh = register_parameter("bias_hh" + suffix, empty({G * hidden_size}));
+        register_parameter("bias_ih" + suffix, w.b_ih, empty({G * hidden_size}));
+        register_parameter("bias_hh" + suffix, w.b_hh, empty({G * hidden_size}));
       }
-      weights_.push_back(std::move(w));
     }
   }
   reset_parameters();
@@ -270,11 +271,11 @@ RNNCellBaseImpl::RNNCellBaseImpl(std::string type, int64_t gates, int64_t input_
     : Module(std::move(type)), hidden_size_(hidden_size) {
   KILN_CHECK(input_size > 0 && hidden_size > 0, type_name(), ": input_size and hidden_size must be positive, got ",
              input_size, " and ", hidden_size);
-  weight_ih = register_parameter("weight_ih", empty({gates * hidden_size, input_size}));
-  weight_hh = register_parameter("weight_hh", empty({gates * hidden_size, hidden_size}));
+  register_parameter("weight_ih", weight_ih, empty({gates * hidden_size, input_size}));
+  register_parameter("weight_hh", weight_hh, empty({gates * hidden_size, hidden_size}));
   if (bias) {
-    bias_ih = register_parameter("bias_ih", empty({gates * hidden_size}));
-    bias_hh = register_parameter("bias_hh", empty({gates * hidden_size}));
+    register_parameter("bias_ih", bias_ih, empty({gates * hidden_size}));
+    register_parameter("bias_hh", bias_hh, empty({gates * hidden_size}));
   }
   const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   for (const Tensor& p : parameters()) init::uniform_(p, -bound, bound);

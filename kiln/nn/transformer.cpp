@@ -104,8 +104,8 @@ TransformerEncoderLayerImpl::TransformerEncoderLayerImpl(int64_t d_model, int64_
 Tensor TransformerEncoderLayerImpl::forward(const Tensor& src, const Tensor& src_mask,
                                             const Tensor& src_key_padding_mask, bool is_causal) {
   auto self_attention = [&](const Tensor& x) {
-    return dropout1(self_attn->forward(x, x, x, src_key_padding_mask, src_mask, /*need_weights=*/false,
-                                       /*average_attn_weights=*/true, is_causal)
+    return dropout1(self_attn(x, x, x, src_key_padding_mask, src_mask, /*need_weights=*/false,
+                               /*average_attn_weights=*/true, is_causal)
                         .output);
   };
   auto ff = [&](const Tensor& x) { return dropout2(feed_forward(*this, options_, x)); };
@@ -161,13 +161,13 @@ Tensor TransformerDecoderLayerImpl::forward(const Tensor& tgt, const Tensor& mem
                                             bool memory_is_causal) {
   KILN_CHECK(memory.defined(), "TransformerDecoderLayer: memory (the encoder's output) is required");
   auto self_attention = [&](const Tensor& x) {
-    return dropout1(self_attn->forward(x, x, x, tgt_key_padding_mask, tgt_mask, /*need_weights=*/false,
-                                       /*average_attn_weights=*/true, tgt_is_causal)
+    return dropout1(self_attn(x, x, x, tgt_key_padding_mask, tgt_mask, /*need_weights=*/false,
+                               /*average_attn_weights=*/true, tgt_is_causal)
                         .output);
   };
   auto cross_attention = [&](const Tensor& x) {
-    return dropout2(multihead_attn->forward(x, memory, memory, memory_key_padding_mask, memory_mask,
-                                            /*need_weights=*/false, /*average_attn_weights=*/true, memory_is_causal)
+    return dropout2(multihead_attn(x, memory, memory, memory_key_padding_mask, memory_mask,
+                                    /*need_weights=*/false, /*average_attn_weights=*/true, memory_is_causal)
                         .output);
   };
   auto ff = [&](const Tensor& x) { return dropout3(feed_forward(*this, options_, x)); };

@@ -163,6 +163,44 @@ TEST(Module, ContainersIndexAndName) {
 
 // parameters_to_vector and vector_to_parameters: the order, a round trip that keeps each tensor's identity (an
 // optimizer built before sees the new values), gradients through the vector, and the errors.
+// A parametrization that counts its calls and gives the member scale * w.
+struct Scaled : nn::Module::Parametrization {
+  Tensor w;
+  double scale;
+  int calls = 0;
+  Scaled(Tensor w_, double s) : w(std::move(w_)), scale(s) {}
+  Tensor compute(nn::Module&) override {
+    ++calls;
+    return w * scale;
+  }
+};
+
+TEST(Module, BoundMembersFollowRemovalRegistrationAndParametrization) {
+  nn::Linear lin(2, 2);
+  nn::Module& m = *lin;
+  EXPECT_EQ(m.bound_member("weight"), &lin->weight);
+  EXPECT_EQ(m.bound_member("nothing"), nullptr);
+  const Tensor w = m.remove_parameter("weight");
+  EXPECT_EQ(names_of(m.named_parameters()), (std::vector<std::string>{"bias"}));
+  EXPECT_EQ(lin->weight.impl(), w.impl());  // the member keeps its value
+  m.register_parameter("weight", ones({2, 2}));
+  EXPECT_TRUE(lin->weight.equal(ones({2, 2})));  // and follows a parameter registered again under its name
+  auto p = std::make_shared<Scaled>(m.named_parameters()[1].second, 3.0);
+  m.register_parametrization("weight", p);
+  EXPECT_EQ(p->calls, 0);  // not before the next call
+  lin(ones({1, 2}));
+  EXPECT_EQ(p->calls, 1);
+  EXPECT_TRUE(lin->weight.equal(full({2, 2}, 3.0)));
+  EXPECT_EQ(m.parametrization("weight"), p.get());
+  EXPECT_EQ(m.remove_parametrization("weight"), p);
+  lin(ones({1, 2}));
+  EXPECT_EQ(p->calls, 1);
+  expect_error([&] { m.remove_parametrization("weight"); }, {"Linear: \"weight\" is not parametrized"});
+  expect_error([&] { m.remove_parameter("gamma"); }, {"cannot remove parameter \"gamma\": there is none"});
+  expect_error([&] { m.remove_buffer("gamma"); }, {"cannot remove buffer \"gamma\": there is none"});
+  expect_error([&] { m.register_parametrization("bias_scale", p); }, {"Linear has no member bound to \"bias_scale\""});
+}
+
 TEST(ParamVector, FlattensInOrderAndWritesBackInPlace) {
   nn::Sequential net(nn::Linear(3, 2), nn::ReLU(), nn::Linear(2, 1));
   const std::vector<Tensor> params = net->parameters();
