@@ -272,6 +272,9 @@ std::string MaxUnpool2dImpl::extra_repr() const {
 std::string MaxUnpool1dImpl::extra_repr() const {
   return detail::concat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);
 }
+std::string MaxUnpool3dImpl::extra_repr() const {
+  return "kernel_size=" + size_repr(kernel_) + ", stride=" + size_repr(stride_) + ", padding=" + size_repr(padding_);
+}
 std::string AdaptiveAvgPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveMaxPool2dImpl::extra_repr() const { return "output_size=" + pair_str(size_); }
 std::string AdaptiveAvgPool1dImpl::extra_repr() const { return detail::concat("output_size=", size_); }

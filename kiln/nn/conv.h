@@ -196,6 +196,14 @@ class MaxPoolImpl : public Module {
     else
       return functional::max_pool3d(x, kernel_, o.stride, o.padding, o.dilation, o.ceil_mode);
   }
+  // The values and where each maximum is (PyTorch's return_indices = True), for MaxUnpool2d/3d.
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x) const {
+    const Options& o = options_;
+    if constexpr (std::is_same_v<Size, functional::Pair>)
+      return functional::max_pool2d_with_indices(x, kernel_, o.stride, o.padding, o.dilation, o.ceil_mode);
+    else
+      return functional::max_pool3d_with_indices(x, kernel_, o.stride, o.padding, o.dilation, o.ceil_mode);
+  }
   std::string extra_repr() const override {
     const Options& o = options_;
     return "kernel_size=" + size_repr(kernel_) + ", stride=" + size_repr(*o.stride) + ", padding=" +
@@ -346,6 +354,23 @@ class MaxUnpool1dImpl : public Module {
 };
 using MaxUnpool1d = ModuleHolder<MaxUnpool1dImpl>;
 
+class MaxUnpool3dImpl : public Module {
+ public:
+  explicit MaxUnpool3dImpl(functional::Triple kernel,
+                           functional::OptionalSize<functional::Triple> stride = std::nullopt,
+                           functional::Triple padding = 0)
+      : Module("MaxUnpool3d"), kernel_(kernel), stride_(stride.value_or(kernel)), padding_(padding) {}
+  Tensor forward(const Tensor& x, const Tensor& indices,
+                 std::optional<functional::Triple> output_size = std::nullopt) const {
+    return functional::max_unpool3d(x, indices, kernel_, stride_, padding_, output_size);
+  }
+  std::string extra_repr() const override;
+
+ private:
+  functional::Triple kernel_, stride_, padding_;
+};
+using MaxUnpool3d = ModuleHolder<MaxUnpool3dImpl>;
+
 struct MaxPool1dOptions {
   std::optional<int64_t> stride;
   int64_t padding = 0;
@@ -364,6 +389,11 @@ class MaxPool1dImpl : public Module {
       : MaxPool1dImpl(kernel, MaxPool1dOptions{stride, padding, dilation}) {}
   Tensor forward(const Tensor& x) override {
     return functional::max_pool1d(x, kernel_, options_.stride, options_.padding, options_.dilation, options_.ceil_mode);
+  }
+  // The values and where each maximum is along L, for MaxUnpool1d.
+  std::pair<Tensor, Tensor> forward_with_indices(const Tensor& x) const {
+    return functional::max_pool1d_with_indices(x, kernel_, options_.stride, options_.padding, options_.dilation,
+                                               options_.ceil_mode);
   }
   std::string extra_repr() const override;
 

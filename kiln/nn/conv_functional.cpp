@@ -347,30 +347,59 @@ std::pair<Tensor, Tensor> max_pool1d_with_indices(const Tensor& x, int64_t kerne
   return {y.squeeze(-2), indices.squeeze(-2)};
 }
 
-Tensor max_unpool2d(const Tensor& x_in, const Tensor& indices_in, Pair kernel, OptionalSize<Pair> stride,
-                    Pair padding, std::optional<Pair> output_size) {
-  KILN_CHECK(x_in.defined() && indices_in.defined(), "max_unpool2d: an input tensor is undefined");
-  KILN_CHECK(x_in.dim() == 3 || x_in.dim() == 4, "max_unpool2d: expected input (N, C, H, W) or (C, H, W), got ",
-             shape_str(x_in.sizes()));
-  KILN_CHECK(indices_in.sizes() == x_in.sizes() && indices_in.dtype() == kInt64, "max_unpool2d: indices must be int64 "
-             "of the input's shape ", shape_str(x_in.sizes()), ", got ", indices_in.dtype(), " ",
+namespace {
+// Scatters x (N, C, spatial...) or (C, spatial...) into zeros of `out` per plane, at indices (x's shape, int64,
+// positions within the plane), as max_unpool1d/2d/3d do.
+Tensor unpool(const char* op, const Tensor& x_in, const Tensor& indices_in, const Shape& out) {
+  const int64_t dims = static_cast<int64_t>(out.size());
+  KILN_CHECK(x_in.defined() && indices_in.defined(), op, ": an input tensor is undefined");
+  KILN_CHECK(x_in.dim() == dims + 1 || x_in.dim() == dims + 2, op, ": expected input (N, C, ...) or (C, ...) with ",
+             dims, " spatial dims, got ", shape_str(x_in.sizes()));
+  KILN_CHECK(indices_in.sizes() == x_in.sizes() && indices_in.dtype() == kInt64, op, ": indices must be int64 of "
+             "the input's shape ", shape_str(x_in.sizes()), ", got ", indices_in.dtype(), " ",
              shape_str(indices_in.sizes()));
-  bool added;
-  Tensor x = batched(x_in, &added);
-  Tensor indices = added ? indices_in.unsqueeze(0) : indices_in;
-  const Pair s = stride.value_or(kernel);
-  const Pair out = output_size.value_or(Pair((x.size(2) - 1) * s.h - 2 * padding.h + kernel.h,
-                                             (x.size(3) - 1) * s.w - 2 * padding.w + kernel.w));
-  KILN_CHECK(out.h > 0 && out.w > 0, "max_unpool2d: the output size (", out.h, ", ", out.w, ") must be positive");
-  const int64_t N = x.size(0), C = x.size(1), plane = out.h * out.w;
+  const bool added = x_in.dim() == dims + 1;
+  const Tensor x = added ? x_in.unsqueeze(0) : x_in;
+  const Tensor indices = added ? indices_in.unsqueeze(0) : indices_in;
+  for (int64_t s : out) KILN_CHECK(s > 0, op, ": the output size ", shape_str(out), " must be positive");
+  const int64_t N = x.size(0), C = x.size(1), plane = shape_numel(out);
   if (indices.numel() > 0) {
     const int64_t lo = indices.min().item<int64_t>(), hi = indices.max().item<int64_t>();
-    KILN_CHECK(lo >= 0 && hi < plane, "max_unpool2d: index ", lo < 0 ? lo : hi, " is outside the output plane of ",
-               out.h, " x ", out.w, " = ", plane, " positions");
+    KILN_CHECK(lo >= 0 && hi < plane, op, ": index ", lo < 0 ? lo : hi, " is outside the output ",
+               dims == 3 ? "volume" : "plane", " of ", shape_str(out), " = ", plane, " positions");
   }
-  Tensor zero = zeros({N, C, plane}, TensorOptions(x.dtype()).device(x.device()));
-  Tensor y = scatter(zero, 2, indices.reshape({N, C, -1}), x.reshape({N, C, -1})).view({N, C, out.h, out.w});
+  Shape full{N, C};
+  full.insert(full.end(), out.begin(), out.end());
+  const Tensor zero = zeros({N, C, plane}, TensorOptions(x.dtype()).device(x.device()));
+  const Tensor y = scatter(zero, 2, indices.reshape({N, C, -1}), x.reshape({N, C, -1})).view(full);
   return added ? y.squeeze(0) : y;
+}
+
+// An unpooled size: (in - 1) stride - 2 padding + kernel.
+int64_t unpooled(int64_t in, int64_t kernel, int64_t stride, int64_t padding) {
+  return (in - 1) * stride - 2 * padding + kernel;
+}
+}  // namespace
+
+Tensor max_unpool2d(const Tensor& x, const Tensor& indices, Pair kernel, OptionalSize<Pair> stride_in,
+                    Pair padding, std::optional<Pair> output_size) {
+  KILN_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), "max_unpool2d: expected input (N, C, H, W) or "
+             "(C, H, W), got ", x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  const Pair s = stride_in.value_or(kernel);
+  const Pair out = output_size.value_or(Pair(unpooled(x.size(-2), kernel.h, s.h, padding.h),
+                                             unpooled(x.size(-1), kernel.w, s.w, padding.w)));
+  return unpool("max_unpool2d", x, indices, {out.h, out.w});
+}
+
+Tensor max_unpool3d(const Tensor& x, const Tensor& indices, Triple kernel, OptionalSize<Triple> stride_in,
+                    Triple padding, std::optional<Triple> output_size) {
+  KILN_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 5), "max_unpool3d: expected input (N, C, D, H, W) or "
+             "(C, D, H, W), got ", x.defined() ? shape_str(x.sizes()) : std::string("an undefined tensor"));
+  const Triple s = stride_in.value_or(kernel);
+  const Triple out = output_size.value_or(Triple(unpooled(x.size(-3), kernel.d, s.d, padding.d),
+                                                 unpooled(x.size(-2), kernel.h, s.h, padding.h),
+                                                 unpooled(x.size(-1), kernel.w, s.w, padding.w)));
+  return unpool("max_unpool3d", x, indices, {out.d, out.h, out.w});
 }
 
 Tensor max_unpool1d(const Tensor& x, const Tensor& indices, int64_t kernel, std::optional<int64_t> stride,
@@ -550,6 +579,39 @@ Tensor max_pool3d(const Tensor& x_in, Triple kernel, OptionalSize<Triple> stride
                        -1)
                        .first;
   return added ? y.squeeze(0) : y;
+}
+
+std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& x_in, Triple kernel, OptionalSize<Triple> stride_in,
+                                                  Triple padding, Triple dilation, bool ceil_mode) {
+  KILN_CHECK(padding.d * 2 <= kernel.d && padding.h * 2 <= kernel.h && padding.w * 2 <= kernel.w,
+             "max_pool3d_with_indices: padding (", padding.d, ", ", padding.h, ", ", padding.w,
+             ") must be at most half the kernel (", kernel.d, ", ", kernel.h, ", ", kernel.w, ")");
+  const bool added = x_in.dim() == 4;
+  const Tensor x = added ? x_in.unsqueeze(0) : x_in;
+  KILN_CHECK(use_max_pool_kernels(x), "max_pool3d_with_indices: expected a floating-point input on a device with "
+             "the max-pool kernels, got ", x.dtype(), " on ", x.device());
+  const Triple stride = stride_in.value_or(kernel);
+  const DepthWindows g = depth_windows("max_pool3d_with_indices", x, kernel, stride, padding, dilation, ceil_mode);
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2), H = x.size(3), W = x.size(4);
+  // As max_pool3d: each plane's window maximum and where it is (h W + w), then the first depth whose plane
+  // holds the box's maximum. That is the box's first maximum in (d, h, w) order, as PyTorch's scan finds it.
+  auto [planes, at] = max_pool2d_with_indices(x.reshape({N, C * D, H, W}), {kernel.h, kernel.w},
+                                              Pair(stride.h, stride.w), {padding.h, padding.w},
+                                              {dilation.h, dilation.w}, ceil_mode);
+  const int64_t oh = planes.size(2), ow = planes.size(3);
+  auto [y, tap] = max(along_depth(planes.view({N, C, D, oh, ow}), g, stride, padding, dilation,
+                                  -std::numeric_limits<double>::infinity()),
+                      -1);
+  // The chosen tap's depth, od stride - padding + tap dilation, and the plane index found there.
+  NoGradGuard no_grad;
+  const Tensor od = arange(0, g.out, 1, TensorOptions(kInt64).device(x.device())).view({g.out, 1, 1});
+  const Tensor depth = od * stride.d - padding.d + tap * dilation.d;
+  const Tensor in_plane =
+      gather(along_depth(at.view({N, C, D, oh, ow}), g, stride, padding, dilation, 0), -1, tap.unsqueeze(-1))
+          .squeeze(-1);
+  const Tensor indices = depth * (H * W) + in_plane;
+  if (added) return {y.squeeze(0), indices.squeeze(0)};
+  return {y, indices};
 }
 
 Tensor avg_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride_in, Triple padding,

@@ -166,13 +166,30 @@ int64_t padding_row(const char* op, std::optional<int64_t> padding_idx, int64_t 
 }
 }  // namespace
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+namespace {
+// PyTorch's embedding_renorm_: each row of weight that flat (1-d int64, checked) names, if its norm_type-norm
+// exceeds max_norm, scaled by max_norm / (norm + 1e-7), in place and outside autograd. A row named twice is
+// written twice with the same value.
+void renorm_rows(const char* op, const Tensor& weight, const Tensor& flat, double max_norm, double norm_type) {
+  KILN_CHECK(max_norm >= 0 && norm_type > 0, op, ": max_norm must be non-negative and norm_type positive, got ",
+             max_norm, " and ", norm_type);
+  if (flat.numel() == 0) return;
+  NoGradGuard no_grad;
+  const Tensor rows = index_select(weight, 0, flat);
+  const Tensor norms = norm(rows, norm_type, {1}, /*keepdim=*/true);
+  weight.index_put_({flat}, rows * where(norms > max_norm, max_norm / (norms + 1e-7), 1.0));
+}
+}  // namespace
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 std::optional<double> max_norm, double norm_type) {
   KILN_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be int64 or int32, got ",
              indices.dtype());
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got ", shape_str(weight.sizes()));
   Shape out_shape = indices.sizes();
   out_shape.push_back(weight.size(1));
   const Tensor flat = indices.reshape({-1});
+  if (max_norm) renorm_rows("embedding", weight, flat.to(kInt64), *max_norm, norm_type);
   Tensor rows = index_select(weight, 0, flat);
   if (padding_idx) {
     // The padding row's lookups take its value but pass no gradient back.
@@ -228,6 +245,8 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
       kept.push_back(i), kept_ids.push_back(id), bag_of.push_back(b);
       ++count[static_cast<size_t>(b)];
     }
+  if (options.max_norm)  // every index the bags hold, as PyTorch renormalizes them
+    renorm_rows("embedding_bag", weight, input.reshape({-1}).to(kInt64), *options.max_norm, options.norm_type);
   const TensorOptions on_device = TensorOptions(kInt64).device(weight.device());
   const auto as_tensor = [&](const std::vector<int64_t>& v) {
     return tensor(v, {static_cast<int64_t>(v.size())}, on_device);

@@ -44,14 +44,19 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
                 std::optional<double> eps = std::nullopt);
 // indices: int64 or int32 of any shape; weight: (num_embeddings, D) -> (*indices.shape, D). padding_idx (negative
-// counts from the end): that row is looked up as any other but gets no gradient, as PyTorch's.
-Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+// counts from the end): that row is looked up as any other but gets no gradient, as PyTorch's. max_norm: first,
+// each row that indices name whose norm_type-norm exceeds max_norm is scaled in place, outside autograd, by
+// max_norm / (norm + 1e-7), as PyTorch's embedding_renorm_ does (so weight changes, as there).
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
 // How embedding_bag reduces each bag's rows.
 enum class BagMode { Sum, Mean, Max };
 struct EmbeddingBagOptions {
   BagMode mode = BagMode::Mean;  // PyTorch's default
   std::optional<int64_t> padding_idx;  // its entries leave their bags: not summed, counted or compared
   bool include_last_offset = false;    // offsets has B + 1 entries, the last one where the last bag ends
+  std::optional<double> max_norm;      // as embedding's: the named rows renormalized in place first
+  double norm_type = 2.0;
 };
 // The rows of weight (num_embeddings, D) that each bag's indices name, reduced to one: (B, D). Bags are the rows
 // of a 2-d input (B, L), or, for a 1-d input, the runs offsets (B, int64, from 0, non-decreasing) start. An empty
@@ -190,6 +195,14 @@ Tensor local_response_norm(const Tensor& x, int64_t size, double alpha = 1e-4, d
 // windows along depth.
 Tensor max_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride = std::nullopt, Triple padding = 0,
                   Triple dilation = 1, bool ceil_mode = false);
+// max_pool3d's values with, for each, where its maximum is: d * H * W + h * W + w within its (n, c) volume of
+// x, the first maximum in that order (PyTorch's return_indices, what max_unpool3d takes). Floating inputs.
+std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& x, Triple kernel,
+                                                  OptionalSize<Triple> stride = std::nullopt, Triple padding = 0,
+                                                  Triple dilation = 1, bool ceil_mode = false);
+// max_unpool2d over volumes: x and indices (N, C, D, H, W) or (C, D, H, W) from max_pool3d_with_indices.
+Tensor max_unpool3d(const Tensor& x, const Tensor& indices, Triple kernel, OptionalSize<Triple> stride = std::nullopt,
+                    Triple padding = 0, std::optional<Triple> output_size = std::nullopt);
 Tensor avg_pool3d(const Tensor& x, Triple kernel, OptionalSize<Triple> stride = std::nullopt, Triple padding = 0,
                   bool count_include_pad = true, bool ceil_mode = false,
                   std::optional<int64_t> divisor_override = std::nullopt);

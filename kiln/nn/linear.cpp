@@ -77,12 +77,21 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, EmbeddingOptio
 }
 
 Tensor EmbeddingImpl::forward(const Tensor& indices) {
-  return functional::embedding(indices, weight, options_.padding_idx);
+  return functional::embedding(indices, weight, options_.padding_idx, options_.max_norm, options_.norm_type);
 }
+
+namespace {
+// ", max_norm=1.5, norm_type=1" as PyTorch prints them: each only when set (norm_type when not 2).
+std::string norm_repr(std::optional<double> max_norm, double norm_type) {
+  return detail::concat(max_norm ? detail::concat(", max_norm=", *max_norm) : "",
+                        norm_type != 2.0 ? detail::concat(", norm_type=", norm_type) : "");
+}
+}  // namespace
 
 std::string EmbeddingImpl::extra_repr() const {
   return detail::concat(weight.size(0), ", ", weight.size(1),
-                        options_.padding_idx ? ", padding_idx=" + std::to_string(*options_.padding_idx) : "");
+                        options_.padding_idx ? ", padding_idx=" + std::to_string(*options_.padding_idx) : "",
+                        norm_repr(options_.max_norm, options_.norm_type));
 }
 
 EmbeddingBagImpl::EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, EmbeddingBagOptions options)
@@ -93,7 +102,7 @@ EmbeddingBagImpl::EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, Embeddin
 std::string EmbeddingBagImpl::extra_repr() const {
   const auto& o = options_;
   const char* mode = o.mode == functional::BagMode::Sum ? "sum" : o.mode == functional::BagMode::Mean ? "mean" : "max";
-  return detail::concat(weight.size(0), ", ", weight.size(1), ", mode='", mode, "'",
+  return detail::concat(weight.size(0), ", ", weight.size(1), norm_repr(o.max_norm, o.norm_type), ", mode='", mode, "'",
                         o.include_last_offset ? ", include_last_offset=true" : "",
                         o.padding_idx ? ", padding_idx=" + std::to_string(*o.padding_idx) : "");
 }

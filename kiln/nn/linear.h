@@ -37,6 +37,9 @@ using Bilinear = ModuleHolder<BilinearImpl>;
 struct EmbeddingOptions {
   // This row starts at zero and gets no gradient (a sequence's padding token); negative counts from the end.
   std::optional<int64_t> padding_idx;
+  // Each looked-up row whose norm_type-norm exceeds this is scaled down to it in place first (F::embedding).
+  std::optional<double> max_norm;
+  double norm_type = 2.0;
 };
 
 // A table of num_embeddings vectors of size dim; indices (any shape, int64) -> (*indices.shape, dim).

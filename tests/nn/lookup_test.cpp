@@ -148,6 +148,60 @@ TEST(EmbeddingBag, MaxGradientGoesToTheMaximumAndErrorsNameTheProblem) {
   EXPECT_EQ(bag->str(), "EmbeddingBag(10, 4, mode='sum', padding_idx=0)");
 }
 
+// max_norm against PyTorch's rule written here in float64: a named row whose p-norm exceeds max_norm becomes
+// row * max_norm / (norm + 1e-7); other rows, named or not, stay as they were.
+std::vector<double> renormed_rows(const std::vector<double>& table, int64_t dim, const std::vector<int64_t>& named,
+                                  double max_norm, double p) {
+  std::vector<double> out = table;
+  for (int64_t r : named) {
+    double norm = 0;
+    for (int64_t j = 0; j < dim; ++j) norm += std::pow(std::abs(table[static_cast<size_t>(r * dim + j)]), p);
+    norm = std::pow(norm, 1.0 / p);
+    if (norm <= max_norm) continue;
+    for (int64_t j = 0; j < dim; ++j)
+      out[static_cast<size_t>(r * dim + j)] = table[static_cast<size_t>(r * dim + j)] * (max_norm / (norm + 1e-7));
+  }
+  return out;
+}
+
+TEST(EmbeddingMaxNorm, RenormalizesTheNamedRowsInPlaceThenLooksUp) {
+  for (double p : {2.0, 1.0, 3.0}) {
+    SCOPED_TRACE(p);
+    const Tensor start = randn64({6, 4}, 190) * 2.0;
+    const std::vector<int64_t> ids{4, 1, 4, 0};  // rows 2, 3 and 5 are not named; row 4 twice
+    const std::vector<double> want = renormed_rows(start.to_vector<double>(), 4, {4, 1, 0}, 1.5, p);
+    nn::Embedding emb(6, 4, {.max_norm = 1.5, .norm_type = p});
+    emb->to(kFloat64);
+    {
+      NoGradGuard no_grad;
+      emb->weight.copy_(start);
+    }
+    const Tensor idx = tensor(ids, {2, 2});
+    const auto expect_renormed = [&](const Tensor& got) {
+      const std::vector<double> g = got.to_vector<double>();
+      ASSERT_EQ(g.size(), want.size());
+      for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-14) << "at " << i;
+    };
+    const Tensor y = emb(idx);
+    expect_renormed(emb->weight);
+    EXPECT_TRUE(y.equal(F::embedding(idx, emb->weight)));  // the lookup reads the renormalized rows
+    EXPECT_TRUE(emb->weight.is_leaf());
+    // The gradient is the plain lookup's: the scaling happened outside autograd.
+    y.sum().backward();
+    EXPECT_EQ(emb->weight.grad().sum({1}).to_vector<double>(), (std::vector<double>{4, 4, 0, 0, 8, 0}));
+    // embedding_bag renormalizes the same rows, bag by bag or not.
+    const Tensor table = start.clone();
+    F::embedding_bag(tensor(ids), table, tensor(std::vector<int64_t>{0, 3}),
+                     {.mode = F::BagMode::Sum, .max_norm = 1.5, .norm_type = p});
+    expect_renormed(table);
+  }
+  EXPECT_EQ(nn::Embedding(6, 4, {.max_norm = 1.5})->str(), "Embedding(6, 4, max_norm=1.5)");
+  EXPECT_EQ(nn::EmbeddingBag(6, 4, {.max_norm = 2, .norm_type = 1})->str(),
+            "EmbeddingBag(6, 4, max_norm=2, norm_type=1, mode='mean')");
+  expect_error([&] { F::embedding(tensor(std::vector<int64_t>{0}), randn64({2, 2}, 191), std::nullopt, -1.0); },
+               {"embedding", "max_norm must be non-negative"});
+}
+
 TEST(Bilinear, MatchesTheTripleSumAndGradchecks) {
   const Tensor x1 = randn64({2, 3, 4}, 730), x2 = randn64({2, 3, 5}, 731), w = randn64({6, 4, 5}, 732),
                b = randn64({6}, 733);

@@ -225,7 +225,7 @@ TEST(MaxUnpool, PlacesEachMaximumAtItsIndex) {
             values(F::max_unpool2d(ys.unsqueeze(1), is.unsqueeze(1), {1, 3}).squeeze(1)));
   // an index outside the output is said, not written past the end
   expect_error([&] { F::max_unpool2d(y, idx, {3, 2}, F::Pair(2, 2), F::Pair(1, 0), F::Pair(3, 3)); },
-               {"max_unpool2d", "outside the output plane of 3 x 3"});
+               {"max_unpool2d", "outside the output plane of (3, 3) = 9 positions"});
   expect_error([&] { F::max_pool2d_with_indices(x.to(kInt64), 2); }, {"max_pool2d_with_indices", "floating"});
 }
 

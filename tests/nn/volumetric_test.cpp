@@ -322,8 +322,10 @@ struct PoolDim {
 // Pools x (N, C, D, H, W) from the definition. Max: over the window's positions inside the input. Average:
 // the sum over those, divided by divisor_override, or by the window's size within the padded input
 // (count_include_pad) or within the input, each the product over the three dims.
+// first_max, when given, gets each max window's first maximum as d H W + h W + w, scanning (d, h, w) in order.
 std::vector<double> pool3d_loops(const Tensor& x, std::array<PoolDim, 3> dims, bool ceil_mode, bool max,
-                                 bool count_include_pad, std::optional<int64_t> divisor, Shape* shape) {
+                                 bool count_include_pad, std::optional<int64_t> divisor, Shape* shape,
+                                 std::vector<int64_t>* first_max = nullptr) {
   const int64_t planes = x.size(0) * x.size(1);
   Dims3 out{};
   for (int i = 0; i < 3; ++i) out[i] = dims[i].count(ceil_mode);
@@ -336,6 +338,7 @@ std::vector<double> pool3d_loops(const Tensor& x, std::array<PoolDim, 3> dims, b
         for (int64_t i2 = 0; i2 < out[2]; ++i2) {
           const Dims3 idx{i0, i1, i2};
           double best = -std::numeric_limits<double>::infinity(), sum = 0, padded_size = 1, inside_size = 1;
+          int64_t best_at = -1;
           for (int i = 0; i < 3; ++i) {
             const PoolDim& d = dims[i];
             const int64_t start = idx[i] * d.s - d.p, end = std::min(start + d.k, d.in + d.p);
@@ -353,10 +356,12 @@ std::vector<double> pool3d_loops(const Tensor& x, std::array<PoolDim, 3> dims, b
                   inside = inside && z[i] >= 0 && z[i] < dims[i].in;
                 }
                 if (!inside) continue;
-                const double v = xv[((q * dims[0].in + z[0]) * dims[1].in + z[1]) * dims[2].in + z[2]];
-                best = std::max(best, v);
+                const int64_t at = (z[0] * dims[1].in + z[1]) * dims[2].in + z[2];
+                const double v = xv[q * dims[0].in * dims[1].in * dims[2].in + at];
+                if (best_at < 0 || v > best) best = v, best_at = at;
                 sum += v;
               }
+          if (first_max) first_max->push_back(best_at);
           y.push_back(max ? best
                           : sum / (divisor ? static_cast<double>(*divisor)
                                            : (count_include_pad ? padded_size : inside_size)));
@@ -409,6 +414,68 @@ TEST(Pool3d, MaxMatchesTheDefinitionAndGradchecks) {
   EXPECT_EQ(F::max_pool3d(u, 2).to_vector<double>(), F::max_pool3d(u.unsqueeze(0), 2).to_vector<double>());
   expect_error([&] { F::max_pool3d(u, 2, 2, {2, 0, 0}); }, {"max_pool3d", "at most half the kernel"});
   expect_error([&] { F::max_pool3d(u.view({8, 16}), 2); }, {"max_pool3d", "(N, C, D, H, W)"});
+}
+
+// return_indices for volumes and max_unpool3d: each index is its window's first maximum in (d, h, w) order
+// (the loops above), on inputs with many ties, and unpooling writes each value there into zeros.
+TEST(Pool3d, IndicesFindTheFirstMaximumAndUnpoolWritesThere) {
+  struct Case {
+    Shape x;
+    Dims3 k, s, p, dil;
+    bool ceil_mode;
+  };
+  uint64_t seed = 670;
+  for (const Case& c : {Case{{2, 2, 4, 6, 4}, {2, 2, 2}, {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, false},
+                        Case{{1, 2, 5, 5, 6}, {3, 3, 2}, {2, 1, 2}, {1, 1, 1}, {1, 1, 1}, true},
+                        Case{{1, 1, 7, 6, 6}, {2, 3, 2}, {1, 2, 2}, {1, 1, 0}, {3, 2, 1}, false}}) {
+    Generator gen(seed++);
+    // Values 0, 1 and 2 only: most windows hold their maximum more than once.
+    const Tensor x = randint(0, 3, c.x, kInt64, &gen).to(kFloat64);
+    Shape shape;
+    std::vector<int64_t> first;
+    const std::vector<double> want =
+        pool3d_loops(x,
+                     {PoolDim{c.x[2], c.k[0], c.s[0], c.p[0], c.dil[0]},
+                      PoolDim{c.x[3], c.k[1], c.s[1], c.p[1], c.dil[1]},
+                      PoolDim{c.x[4], c.k[2], c.s[2], c.p[2], c.dil[2]}},
+                     c.ceil_mode, true, true, std::nullopt, &shape, &first);
+    const F::Triple k{c.k[0], c.k[1], c.k[2]}, s{c.s[0], c.s[1], c.s[2]}, p{c.p[0], c.p[1], c.p[2]},
+        d{c.dil[0], c.dil[1], c.dil[2]};
+    auto [y, idx] = F::max_pool3d_with_indices(x, k, s, p, d, c.ceil_mode);
+    ASSERT_EQ(idx.sizes(), shape);
+    EXPECT_EQ(idx.dtype(), kInt64);
+    expect_values_near(y, want, 0.0);
+    EXPECT_EQ(idx.to_vector<int64_t>(), first);
+    const Shape volume{c.x[2], c.x[3], c.x[4]};
+    const Tensor u = F::max_unpool3d(y, idx, k, s, p, F::Triple(volume[0], volume[1], volume[2]));
+    std::vector<double> written(static_cast<size_t>(shape_numel(c.x)), 0.0);
+    const std::vector<double> yv = y.to_vector<double>();
+    const int64_t outs = shape_numel(shape) / (c.x[0] * c.x[1]), vol = shape_numel(volume);
+    for (size_t o = 0; o < first.size(); ++o)
+      written[static_cast<size_t>(static_cast<int64_t>(o) / outs * vol + first[o])] = yv[o];
+    EXPECT_EQ(u.to_vector<double>(), written);
+  }
+  // Random values: the gradient of the values reaches the maxima, and unpooling's gathers back.
+  const Tensor x = randn64({1, 2, 4, 4, 6}, 680);
+  auto [y, idx] = F::max_pool3d_with_indices(x, 2);
+  EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return F::max_pool3d_with_indices(t[0], 2).first; },
+                        {x.detach().requires_grad_()}).ok);
+  EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return F::max_unpool3d(t[0], idx, 2); },
+                        {y.detach().requires_grad_()}).ok);
+  EXPECT_EQ(F::max_unpool3d(y, idx, 2).sizes(), (Shape{1, 2, 4, 4, 6}));  // (in - 1) stride - 2 padding + kernel
+  // Modules and unbatched input.
+  auto pool = nn::MaxPool3d(2);
+  auto [ym, im] = pool->forward_with_indices(x.squeeze(0));
+  EXPECT_TRUE(im.equal(idx.squeeze(0)));
+  auto unpool = nn::MaxUnpool3d({2, 2, 2});
+  EXPECT_TRUE(unpool(ym, im).equal(F::max_unpool3d(y, idx, 2).squeeze(0)));
+  EXPECT_EQ(unpool->str(), "MaxUnpool3d(kernel_size=(2, 2, 2), stride=(2, 2, 2), padding=(0, 0, 0))");
+  auto [y1, i1] = nn::MaxPool1d(3)->forward_with_indices(randn64({2, 3, 9}, 681));
+  EXPECT_EQ(i1.sizes(), (Shape{2, 3, 3}));
+  expect_error([&] { F::max_unpool3d(y, idx, 2, 2, 0, F::Triple(2, 2, 2)); },
+               {"max_unpool3d", "outside the output volume of (2, 2, 2) = 8 positions"});
+  expect_error([&] { F::max_unpool3d(y, idx.narrow(-1, 0, 2), 2); }, {"max_unpool3d", "indices must be int64"});
+  expect_error([&] { F::max_pool3d_with_indices(x.to(kInt64), 2); }, {"max_pool3d_with_indices", "floating"});
 }
 
 TEST(Pool3d, AverageMatchesTheDefinitionInEveryMode) {

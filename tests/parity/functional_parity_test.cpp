@@ -208,7 +208,7 @@ TEST(FunctionalParity, CtcLossMatchesLibTorch) {
   expect_same(lp.grad() + extra, t_lp.grad(), 1e-12, "d log_probs, up to exp(lp)");
 }
 
-// embedding's padding_idx, embedding_bag in every mode (offsets, an empty bag, include_last_offset, padding,
+// embedding's padding_idx and max_norm, embedding_bag in every mode (offsets, an empty bag, include_last_offset, padding,
 // per-sample weights) and bilinear: outputs and gradients.
 TEST(FunctionalParity, EmbeddingBagAndBilinearMatchLibTorch) {
   namespace tf = torch::nn::functional;
@@ -222,6 +222,24 @@ TEST(FunctionalParity, EmbeddingBagAndBilinearMatchLibTorch) {
                   return tf::embedding(t_indices.view({2, 5}), t[0], tf::EmbeddingFuncOptions().padding_idx(3));
                 },
                 0, "embedding padding_idx 3", 901);
+  // max_norm: both libraries scale the named rows of their own copy of the table in place, then look up.
+  // LibTorch's side is its renorm op itself, as Python's F.embedding calls it: the C++ functional options keep
+  // max_norm as a float, which rounds 1.2.
+  for (double p : {2.0, 1.0}) {
+    const std::string what = "embedding max_norm 1.2, norm_type " + std::to_string(p);
+    const Tensor ours = table.clone() * 1.5;
+    torch::Tensor theirs = to_torch(ours);
+    const Tensor y = F::embedding(indices, ours, std::nullopt, 1.2, p);
+    {
+      torch::NoGradGuard no_grad;
+      torch::embedding_renorm_(theirs, t_indices, 1.2, p);
+    }
+    expect_same(ours, theirs, 1e-15, what + ": the table");
+    expect_same(y, torch::embedding(theirs, t_indices), 1e-15, what + ": the lookup");
+    const Tensor bag_table = table.clone() * 1.5;
+    F::embedding_bag(indices.view({2, 5}), bag_table, {}, {.mode = F::BagMode::Max, .max_norm = 1.2, .norm_type = p});
+    expect_same(bag_table, theirs, 1e-15, what + ": embedding_bag's table");
+  }
   const std::vector<int64_t> starts = {0, 3, 3, 7}, ends = {0, 3, 3, 7, 10};
   const torch::Tensor t_starts = torch::tensor(starts, torch::kInt64), t_ends = torch::tensor(ends, torch::kInt64);
   struct Mode {

@@ -313,6 +313,34 @@ TEST(SpatialParity, MaxUnpoolMatchesLibTorch) {
   }
 }
 
+// The same for volumes, on values with many ties (0, 1, 2) so the first-maximum rule shows; then random values
+// for the gradients. LibTorch's max_unpool3d takes its stride and padding as well.
+TEST(SpatialParity, MaxUnpool3dMatchesLibTorch) {
+  Generator gen(97);
+  const Tensor ties = randint(0, 3, {2, 2, 5, 7, 6}, kInt64, &gen).to(kFloat64);
+  for (bool ceil_mode : {false, true}) {
+    const std::string mode = ceil_mode ? " ceil" : " floor";
+    auto [y, idx] = nn::F::max_pool3d_with_indices(ties, {3, 3, 2}, nn::F::Triple(2, 2, 2), {1, 1, 0}, 1, ceil_mode);
+    auto [ty, tidx] = torch::max_pool3d_with_indices(to_torch(ties), {3, 3, 2}, {2, 2, 2}, {1, 1, 0}, {1, 1, 1},
+                                                     ceil_mode);
+    expect_same(y, ty, 0, "max_pool3d_with_indices" + mode);
+    expect_same(idx, tidx, 0, "3-d indices" + mode);
+  }
+  const Tensor x = test::randn64({2, 3, 5, 7, 6}, 98);
+  auto [y, idx] = nn::F::max_pool3d_with_indices(x, 2, nn::F::Triple(2, 2, 2), 1);
+  auto [ty, tidx] = torch::max_pool3d_with_indices(to_torch(x), {2, 2, 2}, {2, 2, 2}, {1, 1, 1});
+  expect_same(idx, tidx, 0, "3-d indices, random values");
+  Tensor yl = y.detach().requires_grad_();
+  Tensor u = nn::F::max_unpool3d(yl, idx, 2, 2, 1, nn::F::Triple(5, 7, 6));
+  const Tensor probe = test::randn64(u.sizes(), 99);
+  (u * probe).sum().backward();
+  torch::Tensor tyl = to_torch(y).requires_grad_();
+  torch::Tensor tu = torch::max_unpool3d(tyl, tidx, {5, 7, 6}, {2, 2, 2}, {1, 1, 1});
+  (tu * to_torch(probe)).sum().backward();
+  expect_same(u, tu, 0, "max_unpool3d");
+  expect_same(yl.grad(), tyl.grad(), 0, "max_unpool3d gradient");
+}
+
 // Adaptive max pooling over one, two and three dims, overlapping bins included: values, indices, gradients.
 TEST(SpatialParity, AdaptiveMaxPoolMatchesLibTorch) {
   struct Case {
