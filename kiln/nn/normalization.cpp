@@ -36,18 +36,28 @@ Tensor BatchNormImpl::forward(const Tensor& x) {
   int64_t C = weight.defined() ? weight.size(0) : running_mean.size(0);
   KILN_CHECK(x.size(1) == C, type_name(), ": expected ", C, " channels in dim 1, got shape ", shape_str(x.sizes()));
   bool use_batch = is_training() || !running_mean.defined();
+  double momentum = options_.momentum.value_or(0.0);
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard no_grad;
     Tensor n = num_batches_tracked;
     ops::add_(n, 1);
+    if (!options_.momentum) momentum = 1.0 / static_cast<double>(n.item<int64_t>());
   }
-  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch,
-                                options_.momentum, options_.eps);
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, options_.eps);
+}
+
+void BatchNormImpl::reset_running_stats() {
+  if (!running_mean.defined()) return;
+  NoGradGuard no_grad;
+  running_mean.zero_();
+  running_var.fill_(1.0);
+  num_batches_tracked.zero_();
 }
 
 std::string BatchNormImpl::extra_repr() const {
   int64_t C = weight.defined() ? weight.size(0) : running_mean.size(0);
-  return detail::concat(C, ", eps=", options_.eps, ", momentum=", options_.momentum,
+  return detail::concat(C, ", eps=", options_.eps, ", momentum=",
+                        options_.momentum ? detail::concat(*options_.momentum) : std::string("None"),
                         ", affine=", options_.affine ? "true" : "false",
                         ", track_running_stats=", options_.track_running_stats ? "true" : "false");
 }

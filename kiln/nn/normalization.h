@@ -11,7 +11,9 @@ namespace kiln::nn {
 
 struct BatchNormOptions {
   double eps = 1e-5;
-  double momentum = 0.1;
+  // The running statistics' update: (1 - momentum) old + momentum batch. Unset: the plain mean of every batch
+  // so far (momentum 1 / num_batches_tracked), as PyTorch's momentum=None.
+  std::optional<double> momentum = 0.1;
   bool affine = true;               // learned weight (ones) and bias (zeros)
   bool track_running_stats = true;  // keep running_mean/var for eval mode (buffers, in state_dict)
 };
@@ -25,6 +27,10 @@ class BatchNormImpl : public Module {
                 int64_t input_dims_hi);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
+  // The settings, changeable between calls (optim::update_bn unsets the momentum for one pass).
+  BatchNormOptions& options() { return options_; }
+  // Running mean 0, variance 1, no batches tracked, as PyTorch's reset_running_stats.
+  void reset_running_stats();
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:

@@ -14,3 +14,4 @@
 #include "kiln/optim/rmsprop.h"
 #include "kiln/optim/sgd.h"
 #include "kiln/optim/save.h"
+#include "kiln/optim/swa.h"

@@ -181,6 +181,13 @@ void declare_callbacks(Schema<R>& s) {
   cb.add("lr_monitor", &C::lr_monitor, "log each optimizer's learning rate");
   auto tm = cb.section("timer", &C::timer, "Timer");
   tm.add_duration("duration", &C::Timer::duration, "stop training after this much time (null: no limit)");
+  auto wa = cb.section("weight_averaging", &C::weight_averaging, "WeightAveraging");
+  using W = C::WeightAveraging;
+  wa.add("enabled", &W::enabled, "validate with, checkpoint and end with an average of the weights");
+  wa.add("decay", &W::decay, "an EMA with this decay after every step (null: the equal mean at each epoch's end)")
+      .at_least(0.0);
+  wa.add("start_epoch", &W::start_epoch, "the first epoch whose weights go into the average").at_least(0);
+  wa.add("use_buffers", &W::use_buffers, "average batch norm's running statistics too");
 }
 
 void declare_logger(Schema<R>& s) {
@@ -195,6 +202,8 @@ void declare_logger(Schema<R>& s) {
 }  // namespace
 
 void check_run_config(const RunConfig& c) {
+  const auto& wa = c.callbacks.weight_averaging;
+  KILN_CHECK(!wa.decay || *wa.decay <= 1.0, "callbacks.weight_averaging.decay must be in [0, 1], got ", *wa.decay);
   const auto& t = c.trainer;
   KILN_CHECK(t.max_epochs == -1 || t.min_epochs <= t.max_epochs, "trainer.min_epochs (", t.min_epochs,
              ") must not exceed trainer.max_epochs (", t.max_epochs, ")");

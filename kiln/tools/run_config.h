@@ -163,10 +163,18 @@ struct RunConfig {
       std::optional<double> duration;  // seconds
       bool operator==(const Timer&) const = default;
     };
+    struct WeightAveraging {
+      bool enabled = false;
+      std::optional<double> decay;  // null: SWA's equal mean at each epoch's end
+      int64_t start_epoch = 0;
+      bool use_buffers = true;
+      bool operator==(const WeightAveraging&) const = default;
+    };
     Checkpoint checkpoint;
     EarlyStopping early_stopping;
     bool lr_monitor = false;
     Timer timer;
+    WeightAveraging weight_averaging;
     bool operator==(const Callbacks&) const = default;
   };
 

@@ -12,6 +12,7 @@
 
 #include "kiln/trainer/callback.h"
 #include "kiln/trainer/early_stopping.h"
+#include "kiln/trainer/weight_averaging.h"
 #include "kiln/trainer/model_checkpoint.h"
 #include "kiln/trainer/model_summary.h"
 #include "kiln/trainer/progress_bar.h"

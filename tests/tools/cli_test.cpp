@@ -378,6 +378,34 @@ TEST_F(Cli, EvalReportsTheAccuracyOfTheCheckpointsWeights) {
   EXPECT_NEAR(reported(val.out, "val/acc"), evaluate_by_hand(last_ckpt().string(), "val").accuracy, 5e-5);
 }
 
+// With weight averaging the checkpoints hold the averaged weights, which validation used: eval on the best
+// checkpoint repeats what train reported, and eval on the last one matches a forward pass by hand.
+TEST_F(Cli, WeightAveragingCheckpointsTheAveragedWeights) {
+  const CliResult trained =
+      train({"--set", "callbacks.weight_averaging.enabled=true", "--set", "callbacks.weight_averaging.decay=0.9"});
+  std::string best;
+  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints")) {
+    if (e.path().filename() != "last.ckpt") best = e.path().string();
+  }
+  const CliResult again = run_kiln({"eval", "--ckpt", best});
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(reported(again.out, "test/acc"), reported(trained.out, "test/acc"));
+  // The last validation ran with the weights last.ckpt holds (no step after it): the same val/acc and loss.
+  double last_val_acc = NAN, last_val_loss = NAN;
+  for (const auto& row : read_csv_table(run_dir() / "metrics.csv").rows) {
+    if (!row.at("val/acc").empty()) last_val_acc = std::stod(row.at("val/acc")), last_val_loss = std::stod(row.at("val/loss"));
+  }
+  const CliResult val = run_kiln({"eval", "--ckpt", last_ckpt().string(), "--split", "val"});
+  ASSERT_EQ(val.status, 0) << val.err;
+  EXPECT_NEAR(reported(val.out, "val/acc"), last_val_acc, 5e-5);
+  EXPECT_NEAR(reported(val.out, "val/loss"), last_val_loss, 5e-5 * (1 + last_val_loss));
+  // And the trained weights are not what it holds: the average lags them.
+  const trainer::Checkpoint c = trainer::load_checkpoint(last_ckpt().string());
+  const auto trained_weights = c.tensor_section("callbacks.WeightAveraging.trained");
+  ASSERT_FALSE(trained_weights.empty());
+  for (const auto& [name, t] : trained_weights) EXPECT_FALSE(t.equal(c.tensors.at("model." + name))) << name;
+}
+
 TEST_F(Cli, PredictWritesOneRowPerTestExample) {
   train();
   const std::string output = dir_ / "predictions.csv";

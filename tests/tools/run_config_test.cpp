@@ -161,7 +161,8 @@ TEST(RunConfig, DumpListsEveryKeyInSchemaOrder) {
   EXPECT_EQ(text.substr(0, 48), "trainer:\n  max_epochs: 3\n  min_epochs: 0\n  max_s");
   size_t last = 0;
   for (const char* section : {"trainer:\n", "model:\n", "data:\n", "optimizer:\n", "scheduler:\n", "callbacks:\n",
-                              "  checkpoint:\n", "  early_stopping:\n", "  lr_monitor: false\n", "  timer:\n", "logger:\n"}) {
+                              "  checkpoint:\n", "  early_stopping:\n", "  lr_monitor: false\n", "  timer:\n", "  weight_averaging:\n",
+                              "logger:\n"}) {
     size_t at = text.find(section);
     ASSERT_NE(at, std::string::npos) << section;
     EXPECT_GE(at, last) << section;
@@ -231,6 +232,10 @@ TEST(RunConfig, CrossKeyChecks) {
   EXPECT_EQ(load_error("optimizer:\n  nesterov: true\n"), "optimizer.nesterov needs optimizer.name sgd with momentum > 0, found adam with momentum 0");
   EXPECT_EQ(load_error("model:\n  dropout: 1.0\n"), "model.dropout must be in [0, 1), found 1");
   EXPECT_EQ(load_error("trainer:\n  val_check_interval: 0\n"), "trainer.val_check_interval: a number of batches must be >= 1, found 0");
+  EXPECT_EQ(load_error("", {"callbacks.weight_averaging.decay=1.5"}), "callbacks.weight_averaging.decay must be in [0, 1], got 1.5");
+  EXPECT_EQ(load_error("", {"callbacks.weight_averaging.enabled=true", "callbacks.weight_averaging.decay=0.999",
+                            "callbacks.weight_averaging.start_epoch=2"}),
+            "(no error)");
 }
 
 TEST(RunConfig, MissingFile) {

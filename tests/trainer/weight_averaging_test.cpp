@@ -1,0 +1,122 @@
+// The WeightAveraging callback in real fits of the exact-resume run (resume_net.h): its EMA against the
+// recurrence over the weights a second callback records after every step, validation seeing the averages, the
+// checkpoint's model entries being the averages, and a run crashed anywhere and resumed ending bit for bit as
+// one never stopped, for EMA and for SWA.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/trainer/callbacks.h"
+#include "kiln/trainer/checkpoint.h"
+#include "kiln/trainer/trainer.h"
+#include "trainer/resume_net.h"
+
+namespace kiln::test {
+namespace {
+
+using Weights = std::vector<std::vector<float>>;
+
+// Records the weights after every step and, at each validation's start, the weights validation runs with.
+struct WeightRecorder : trainer::Callback {
+  std::vector<Weights> after_step, validated;
+  std::string state_key() const override { return "WeightRecorder"; }
+  void on_before_zero_grad(trainer::Trainer&, trainer::TrainModule& m, optim::Optimizer&) override {
+    after_step.push_back(weights_of(m));
+  }
+  void on_validation_start(trainer::Trainer& t, trainer::TrainModule& m) override {
+    if (!t.sanity_checking()) validated.push_back(weights_of(m));
+  }
+};
+
+// The EMA of the first n recorded weight sets, in double: the first copied, then decay e + (1 - decay) w.
+std::vector<std::vector<double>> ema_of(const std::vector<Weights>& seen, size_t n, double decay) {
+  std::vector<std::vector<double>> e;
+  for (const auto& p : seen[0]) e.emplace_back(p.begin(), p.end());
+  for (size_t k = 1; k < n; ++k)
+    for (size_t i = 0; i < e.size(); ++i)
+      for (size_t j = 0; j < e[i].size(); ++j) e[i][j] = decay * e[i][j] + (1 - decay) * seen[k][i][j];
+  return e;
+}
+
+void expect_near_weights(const Weights& got, const std::vector<std::vector<double>>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t j = 0; j < got[i].size(); ++j)
+      ASSERT_NEAR(got[i][j], want[i][j], 2e-5 * (1 + std::abs(want[i][j]))) << what << ": " << i << "[" << j << "]";
+}
+
+TEST(WeightAveraging, EmaFollowsTheStepsValidatesWithItAndEndsInTheModel) {
+  const ResumeRun run;
+  TempDir dir;
+  manual_seed(42);
+  ResumeNet m;
+  auto train = resume_train_loader(run);
+  auto val = resume_val_loader();
+  auto o = resume_options(dir.str(), run);
+  auto recorder = std::make_shared<WeightRecorder>();
+  const std::string ckpt = dir / "last.ckpt";
+  o.callbacks = {std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{.decay = 0.8}),
+                 recorder, std::make_shared<SaveEveryStep>(ckpt)};
+  trainer::Trainer(o).fit(m, *train, val.get());
+  const size_t steps = recorder->after_step.size();
+  ASSERT_EQ(steps, 18u);  // 3 epochs of 6 optimizer steps
+  expect_near_weights(weights_of(m), ema_of(recorder->after_step, steps, 0.8), "after fit");
+  // Validation every half epoch (3 steps): each ran with the EMA of the steps so far.
+  ASSERT_EQ(recorder->validated.size(), 6u);
+  for (size_t v = 0; v < recorder->validated.size(); ++v)
+    expect_near_weights(recorder->validated[v], ema_of(recorder->after_step, 3 * (v + 1), 0.8), "validation");
+  // The last checkpoint (the last epoch's end) holds the averages as the model and the trained weights apart.
+  const trainer::Checkpoint c = trainer::load_checkpoint(ckpt);
+  EXPECT_TRUE(c.tensors.at("model.net.0.weight").equal(m.named_parameters()[0].second));
+  const Tensor trained = c.tensors.at("callbacks.WeightAveraging.trained.net.0.weight");
+  EXPECT_EQ(std::vector<float>(trained.data_ptr<float>(), trained.data_ptr<float>() + trained.numel()),
+            recorder->after_step.back()[0]);
+  EXPECT_EQ(c.get("callbacks.WeightAveraging.num_updates"), "18");
+}
+
+struct CrashAtBatch : trainer::Callback {
+  int64_t at, seen = 0;
+  explicit CrashAtBatch(int64_t a) : at(a) {}
+  std::string state_key() const override { return "CrashAtBatch"; }
+  void on_train_batch_end(trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                          int64_t) override {
+    if (++seen == at) throw std::runtime_error("crash");
+  }
+};
+
+Weights averaged_run(const std::string& root, const ResumeRun& run, const trainer::WeightAveragingOptions& wa,
+                     int64_t crash_at, const std::string& resume_from) {
+  manual_seed(resume_from.empty() ? 42 : 999);
+  ResumeNet m;
+  auto train = resume_train_loader(run);
+  auto val = resume_val_loader();
+  auto o = resume_options(root, run);
+  o.callbacks = {std::make_shared<trainer::WeightAveraging>(wa), std::make_shared<SaveEveryStep>(root + "/last.ckpt")};
+  if (crash_at > 0) o.callbacks.push_back(std::make_shared<CrashAtBatch>(crash_at));
+  trainer::Trainer(o).fit(m, *train, val.get(), resume_from);
+  return weights_of(m);
+}
+
+TEST(WeightAveraging, AResumedRunEndsBitForBitAsOneNeverStopped) {
+  const ResumeRun run;
+  for (const trainer::WeightAveragingOptions& wa :
+       {trainer::WeightAveragingOptions{.decay = 0.9}, trainer::WeightAveragingOptions{.start_epoch = 1}}) {
+    SCOPED_TRACE(wa.decay ? "EMA" : "SWA");
+    TempDir ref;
+    const Weights want = averaged_run(ref.str(), run, wa, 0, "");
+    // 12 ends epoch 0; 18 follows a validation mid-epoch 1; 26 is in the last epoch.
+    for (int64_t crash_at : {12, 18, 26}) {
+      TempDir dir;
+      EXPECT_THROW(averaged_run(dir.str(), run, wa, crash_at, ""), std::runtime_error);
+      const std::string ckpt = dir / "last.ckpt";
+      ASSERT_TRUE(std::filesystem::exists(ckpt));
+      EXPECT_EQ(averaged_run(dir.str(), run, wa, 0, ckpt), want) << "crashed at batch " << crash_at;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::test
