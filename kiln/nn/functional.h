@@ -266,7 +266,8 @@ struct InterpolateOptions {
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // A spatial transformer's sampling grid: theta (N, 2, 3) maps each output pixel's normalized position (x, y, 1)
 // (-1 and 1 the image's edges, or with align_corners its corner pixels' centres) to where it samples from;
-// size is the output's (N, C, H, W) -> grid (N, H, W, 2), the last dim (x, y).
+// size is the output's (N, C, H, W) -> grid (N, H, W, 2), the last dim (x, y). Volumes: theta (N, 3, 4), size
+// (N, C, D, H, W) -> grid (N, D, H, W, 3), the last dim (x, y, z).
 Tensor affine_grid(const Tensor& theta, IntArrayRef size, bool align_corners = false);
 struct GridSampleOptions {
   std::string mode = "bilinear";       // or "nearest" (halves round to even, as PyTorch's)
@@ -274,8 +275,10 @@ struct GridSampleOptions {
   bool align_corners = false;          // as affine_grid's
 };
 // Samples x (N, C, H, W) at grid (N, Ho, Wo, 2) of normalized (x, y) positions -> (N, C, Ho, Wo), as
-// torch.nn.functional.grid_sample. A composite: the positions unnormalized, padded and reflected with
-// differentiable ops, then one gather per corner. Gradients reach x and (bilinear) the grid.
+// torch.nn.functional.grid_sample; volumes x (N, C, D, H, W) at grid (N, Do, Ho, Wo, 3) of (x, y, z) ->
+// (N, C, Do, Ho, Wo), "bilinear" then being trilinear, as in PyTorch. A composite: the positions unnormalized,
+// padded and reflected with differentiable ops, then one gather per corner (4 or 8). Gradients reach x and
+// (bilinear) the grid. No bicubic mode.
 Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& options = {});
 // x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.

@@ -193,24 +193,44 @@ Tensor source_coordinate(const Tensor& g, int64_t size, const GridSampleOptions&
 }  // namespace
 
 Tensor affine_grid(const Tensor& theta, IntArrayRef size, bool align_corners) {
-  KILN_CHECK(size.size() == 4, "affine_grid: size must be the output's (N, C, H, W), got ", shape_str(size));
-  const int64_t N = size[0], H = size[2], W = size[3];
-  KILN_CHECK(theta.dim() == 3 && theta.size(0) == N && theta.size(1) == 2 && theta.size(2) == 3,
-             "affine_grid: theta must be (N, 2, 3) with N = ", N, ", got ", shape_str(theta.sizes()));
+  KILN_CHECK(size.size() == 4 || size.size() == 5, "affine_grid: size must be the output's (N, C, H, W) or (N, C, "
+             "D, H, W), got ", shape_str(size));
+  const int64_t spatial = static_cast<int64_t>(size.size()) - 2, N = size[0];
+  KILN_CHECK(theta.dim() == 3 && theta.size(0) == N && theta.size(1) == spatial && theta.size(2) == spatial + 1,
+             "affine_grid: theta must be (N, ", spatial, ", ", spatial + 1, ") with N = ", N, " for size ",
+             shape_str(size), ", got ", shape_str(theta.sizes()));
   KILN_CHECK(is_floating(theta.dtype()), "affine_grid: theta must be floating, got ", theta.dtype());
-  const std::vector<double> xs = normalized_positions(W, align_corners), ys = normalized_positions(H, align_corners);
-  std::vector<double> base;  // (H W, 3): x, y, 1 for each output pixel, row by row
-  base.reserve(static_cast<size_t>(H * W * 3));
-  for (int64_t i = 0; i < H; ++i)
-    for (int64_t j = 0; j < W; ++j) base.insert(base.end(), {xs[static_cast<size_t>(j)], ys[static_cast<size_t>(i)], 1.0});
-  const Tensor b = tensor(base, {1, H * W, 3}, TensorOptions(theta.dtype()).device(theta.device()));
-  return matmul(b, theta.transpose(1, 2)).view({N, H, W, 2});
+  // Each output position's normalized coordinates, x (the last dim) first, then 1: (positions, spatial + 1),
+  // in the output's row-major order.
+  std::vector<std::vector<double>> axes;  // the spatial dims' positions, outermost first
+  int64_t positions = 1;
+  for (int64_t d = 0; d < spatial; ++d) {
+    axes.push_back(normalized_positions(size[static_cast<size_t>(d + 2)], align_corners));
+    positions *= size[static_cast<size_t>(d + 2)];
+  }
+  std::vector<double> base;
+  base.reserve(static_cast<size_t>(positions * (spatial + 1)));
+  std::vector<size_t> at(static_cast<size_t>(spatial), 0);
+  for (int64_t p = 0; p < positions; ++p) {
+    for (int64_t d = spatial - 1; d >= 0; --d) base.push_back(axes[static_cast<size_t>(d)][at[static_cast<size_t>(d)]]);
+    base.push_back(1.0);
+    for (int64_t d = spatial - 1; d >= 0 && ++at[static_cast<size_t>(d)] == axes[static_cast<size_t>(d)].size(); --d)
+      at[static_cast<size_t>(d)] = 0;
+  }
+  const Tensor b = tensor(base, {1, positions, spatial + 1}, TensorOptions(theta.dtype()).device(theta.device()));
+  Shape out{N};
+  for (int64_t d = 0; d < spatial; ++d) out.push_back(size[static_cast<size_t>(d + 2)]);
+  out.push_back(spatial);
+  return matmul(b, theta.transpose(1, 2)).view(out);
 }
 
 Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& o) {
-  KILN_CHECK(x.dim() == 4, "grid_sample: expected input (N, C, H, W), got ", shape_str(x.sizes()));
-  KILN_CHECK(grid.dim() == 4 && grid.size(0) == x.size(0) && grid.size(3) == 2, "grid_sample: grid must be (N, "
-             "Ho, Wo, 2) with N = ", x.size(0), ", got ", shape_str(grid.sizes()));
+  KILN_CHECK(x.dim() == 4 || x.dim() == 5, "grid_sample: expected input (N, C, H, W) or (N, C, D, H, W), got ",
+             shape_str(x.sizes()));
+  const int64_t spatial = x.dim() - 2, N = x.size(0), C = x.size(1);
+  KILN_CHECK(grid.dim() == x.dim() && grid.size(0) == N && grid.size(-1) == spatial, "grid_sample: grid must be ",
+             spatial == 2 ? "(N, Ho, Wo, 2)" : "(N, Do, Ho, Wo, 3)", " with N = ", N, " for input ",
+             shape_str(x.sizes()), ", got ", shape_str(grid.sizes()));
   KILN_CHECK(is_floating(x.dtype()) && grid.dtype() == x.dtype(), "grid_sample: input and grid must share a "
              "floating dtype, got ", x.dtype(), " and ", grid.dtype());
   KILN_CHECK(o.mode == "bilinear" || o.mode == "nearest", "grid_sample: mode must be \"bilinear\" or "
@@ -218,25 +238,59 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
   KILN_CHECK(o.padding_mode == "zeros" || o.padding_mode == "border" || o.padding_mode == "reflection",
              "grid_sample: padding_mode must be \"zeros\", \"border\" or \"reflection\", got \"", o.padding_mode,
              "\"");
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), Ho = grid.size(1), Wo = grid.size(2);
-  const Tensor ix = source_coordinate(grid.select(3, 0), W, o), iy = source_coordinate(grid.select(3, 1), H, o);
-  const Tensor plane = x.reshape({N, C, H * W});
-  // x at integer positions (px, py) (N, Ho, Wo), times `weight`; positions outside the image read 0.
-  auto read = [&](const Tensor& px, const Tensor& py, const Tensor& weight) {
-    const Tensor inside = logical_and(logical_and(px >= 0, px <= W - 1), logical_and(py >= 0, py <= H - 1));
-    const Tensor flat = (clamp(py, 0.0, H - 1) * W + clamp(px, 0.0, W - 1)).to(kInt64).reshape({N, 1, Ho * Wo});
-    const Tensor v = gather(plane, 2, flat.expand({N, C, Ho * Wo})).view({N, C, Ho, Wo});
+  // Per spatial dim d (outermost first): its size, and the source coordinate the grid gives along it (the
+  // grid's last dim lists x, the innermost dim, first).
+  Shape sizes, out{N, C};
+  std::vector<Tensor> coord;
+  int64_t volume = 1;
+  for (int64_t d = 0; d < spatial; ++d) {
+    sizes.push_back(x.size(d + 2));
+    volume *= sizes.back();
+    coord.push_back(source_coordinate(grid.select(-1, spatial - 1 - d), sizes.back(), o));
+    out.push_back(grid.size(d + 1));
+  }
+  const int64_t outputs = grid.numel() / (N * spatial);
+  const Tensor flat_x = x.reshape({N, C, volume});
+  // x at integer positions p[d] (each (N, out...)), times `weight`; positions outside the input read 0.
+  auto read = [&](const std::vector<Tensor>& p, const Tensor& weight) {
+    Tensor inside, index;
+    for (int64_t d = 0; d < spatial; ++d) {
+      const double last = static_cast<double>(sizes[static_cast<size_t>(d)] - 1);
+      const Tensor in_d = logical_and(p[static_cast<size_t>(d)] >= 0, p[static_cast<size_t>(d)] <= last);
+      inside = d == 0 ? in_d : logical_and(inside, in_d);
+      const Tensor clamped = clamp(p[static_cast<size_t>(d)], 0.0, last);
+      index = d == 0 ? clamped : index * static_cast<double>(sizes[static_cast<size_t>(d)]) + clamped;
+    }
+    const Tensor flat = index.to(kInt64).reshape({N, 1, outputs});
+    const Tensor v = gather(flat_x, 2, flat.expand({N, C, outputs})).view(out);
     return v * where(inside, weight, zeros_like(weight)).unsqueeze(1);
   };
   if (o.mode == "nearest") {
-    const Tensor one = ones_like(ix).detach();
-    return read(ix.detach().round(), iy.detach().round(), one);
+    std::vector<Tensor> nearest;
+    for (const Tensor& c : coord) nearest.push_back(c.detach().round());
+    return read(nearest, ones_like(coord[0]).detach());
   }
-  const Tensor x0 = ix.detach().floor(), y0 = iy.detach().floor();
-  const Tensor wx1 = ix - x0, wy1 = iy - y0;  // the far corner's share along each dim
-  const Tensor wx0 = 1.0 - wx1, wy0 = 1.0 - wy1;
-  return read(x0, y0, wx0 * wy0) + read(x0 + 1.0, y0, wx1 * wy0) + read(x0, y0 + 1.0, wx0 * wy1) +
-         read(x0 + 1.0, y0 + 1.0, wx1 * wy1);
+  // Bilinear (trilinear over volumes): the 2^spatial corners around each position, each weighted by the
+  // product over dims of its share along that dim.
+  std::vector<Tensor> low, far_share;
+  for (const Tensor& c : coord) {
+    low.push_back(c.detach().floor());
+    far_share.push_back(c - low.back());
+  }
+  Tensor y;
+  for (int64_t corner = 0; corner < (int64_t{1} << spatial); ++corner) {
+    std::vector<Tensor> p;
+    Tensor weight;
+    for (int64_t d = 0; d < spatial; ++d) {
+      const bool far = (corner >> (spatial - 1 - d)) & 1;
+      p.push_back(far ? low[static_cast<size_t>(d)] + 1.0 : low[static_cast<size_t>(d)]);
+      const Tensor share = far ? far_share[static_cast<size_t>(d)] : 1.0 - far_share[static_cast<size_t>(d)];
+      weight = d == 0 ? share : weight * share;
+    }
+    const Tensor term = read(p, weight);
+    y = corner == 0 ? term : y + term;
+  }
+  return y;
 }
 
 }  // namespace kiln::nn::functional

@@ -113,8 +113,95 @@ TEST(AffineGrid, MapsEachPixelThroughTheMatrixAndSamplesTheIdentity) {
     const std::vector<double> got = y.to_vector<double>(), want = x.to_vector<double>();
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
   }
-  expect_error([&] { F::affine_grid(theta, {2, 1, 3}); }, {"affine_grid", "(N, C, H, W)"});
+  expect_error([&] { F::affine_grid(theta, {2, 1, 3}); }, {"affine_grid", "(N, C, H, W) or (N, C, D, H, W)"});
   expect_error([&] { F::affine_grid(theta, {3, 1, 3, 4}); }, {"affine_grid", "N = 3", "(2, 2, 3)"});
+}
+
+// Volumes: x (N, C, D, H, W) at grid (N, Do, Ho, Wo, 3) of (x, y, z), the eight neighbours weighted
+// trilinearly or the nearest one.
+std::vector<double> grid_sample3d_loops(const Tensor& x, const Tensor& grid, const F::GridSampleOptions& o) {
+  const int64_t N = x.size(0), C = x.size(1), D = x.size(2), H = x.size(3), W = x.size(4);
+  const int64_t outputs = grid.size(1) * grid.size(2) * grid.size(3);
+  const std::vector<double> xv = x.to_vector<double>(), gv = grid.to_vector<double>();
+  auto at = [&](int64_t n, int64_t c, int64_t z, int64_t y, int64_t w) {
+    if (z < 0 || z >= D || y < 0 || y >= H || w < 0 || w >= W) return 0.0;
+    return xv[static_cast<size_t>((((n * C + c) * D + z) * H + y) * W + w)];
+  };
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t q = 0; q < outputs; ++q) {
+        const size_t g = static_cast<size_t>((n * outputs + q) * 3);
+        const double px = source_position(gv[g], W, o), py = source_position(gv[g + 1], H, o),
+                     pz = source_position(gv[g + 2], D, o);
+        if (o.mode == "nearest") {
+          out.push_back(at(n, c, static_cast<int64_t>(std::nearbyint(pz)), static_cast<int64_t>(std::nearbyint(py)),
+                           static_cast<int64_t>(std::nearbyint(px))));
+          continue;
+        }
+        const int64_t x0 = static_cast<int64_t>(std::floor(px)), y0 = static_cast<int64_t>(std::floor(py)),
+                      z0 = static_cast<int64_t>(std::floor(pz));
+        const double fx = px - static_cast<double>(x0), fy = py - static_cast<double>(y0),
+                     fz = pz - static_cast<double>(z0);
+        double v = 0;
+        for (int dz = 0; dz < 2; ++dz)
+          for (int dy = 0; dy < 2; ++dy)
+            for (int dx = 0; dx < 2; ++dx)
+              v += at(n, c, z0 + dz, y0 + dy, x0 + dx) * (dz ? fz : 1 - fz) * (dy ? fy : 1 - fy) * (dx ? fx : 1 - fx);
+        out.push_back(v);
+      }
+  return out;
+}
+
+TEST(GridSample, VolumesMatchTheDefinitionAndGradcheck) {
+  Generator gen(920);
+  const Tensor x = randn64({2, 2, 3, 4, 5}, 921);
+  const Tensor grid = rand({2, 2, 3, 2, 3}, kFloat64, &gen) * 5.0 - 2.5;
+  for (const char* mode : {"bilinear", "nearest"})
+    for (const char* padding : {"zeros", "border", "reflection"})
+      for (bool align : {false, true}) {
+        const F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
+        SCOPED_TRACE(std::string(mode) + ", " + padding + (align ? ", align_corners" : ""));
+        const Tensor y = F::grid_sample(x, grid, o);
+        EXPECT_EQ(y.sizes(), (Shape{2, 2, 2, 3, 2}));
+        const std::vector<double> want = grid_sample3d_loops(x, grid, o), got = y.to_vector<double>();
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+      }
+  EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return F::grid_sample(t[0], t[1], {.padding_mode = "reflection"}); },
+                        {x.detach().requires_grad_(), grid.detach().requires_grad_()}).ok);
+  expect_error([&] { F::grid_sample(x, grid.narrow(4, 0, 2)); }, {"grid_sample", "(N, Do, Ho, Wo, 3)", "(2, 2, 3, 2, 2)"});
+}
+
+TEST(AffineGrid, VolumesMapEachVoxelAndSampleTheIdentity) {
+  const Tensor theta = randn64({1, 3, 4}, 930);
+  for (bool align : {false, true}) {
+    const Tensor grid = F::affine_grid(theta, {1, 1, 2, 3, 4}, align);
+    ASSERT_EQ(grid.sizes(), (Shape{1, 2, 3, 4, 3}));
+    const std::vector<double> t = theta.to_vector<double>(), g = grid.to_vector<double>();
+    auto centre = [&](int64_t i, int64_t n) {
+      return align ? -1 + 2.0 * static_cast<double>(i) / static_cast<double>(n - 1)
+                   : (2.0 * static_cast<double>(i) + 1) / static_cast<double>(n) - 1;
+    };
+    for (int64_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 4; ++j) {
+          const double xn = centre(j, 4), yn = centre(i, 3), zn = centre(k, 2);
+          for (int64_t r = 0; r < 3; ++r) {
+            const double* row = &t[static_cast<size_t>(r * 4)];
+            EXPECT_NEAR(g[static_cast<size_t>(((k * 3 + i) * 4 + j) * 3 + r)],
+                        row[0] * xn + row[1] * yn + row[2] * zn + row[3], 1e-14);
+          }
+        }
+  }
+  const Tensor x = randn64({1, 2, 3, 4, 5}, 931);
+  const Tensor identity = tensor(std::vector<double>{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}, {1, 3, 4});
+  for (bool align : {false, true}) {
+    const Tensor y = F::grid_sample(x, F::affine_grid(identity, {1, 2, 3, 4, 5}, align), {.align_corners = align});
+    const std::vector<double> got = y.to_vector<double>(), want = x.to_vector<double>();
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+  }
+  expect_error([&] { F::affine_grid(theta, {1, 1, 2, 3, 4, 5}); }, {"affine_grid", "(N, C, D, H, W)"});
+  expect_error([&] { F::affine_grid(randn64({1, 2, 3}, 932), {1, 1, 2, 3, 4}); }, {"affine_grid", "(N, 3, 4)"});
 }
 
 }  // namespace

@@ -554,6 +554,28 @@ TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
                       1e-12, what, 504);
       }
   }
+  // Volumes: trilinear and nearest through a (N, 3, 4) affine grid plus noise.
+  const Tensor v = test::randn64({2, 2, 4, 5, 3}, 505), theta3 = test::randn64({2, 3, 4}, 506),
+               noise3 = test::randn64({2, 3, 4, 2, 3}, 507) * 0.3;
+  for (bool align : {false, true})
+    for (const std::string mode : {"bilinear", "nearest"})
+      for (const std::string padding : {"zeros", "border", "reflection"}) {
+        const std::string what = "grid_sample 3-d " + mode + " " + padding + (align ? " align_corners" : "");
+        const nn::F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
+        tf::GridSampleFuncOptions t_options;
+        t_options.align_corners(align);
+        if (mode == "nearest") t_options.mode(torch::kNearest);
+        if (padding == "border") t_options.padding_mode(torch::kBorder);
+        if (padding == "reflection") t_options.padding_mode(torch::kReflection);
+        expect_parity({v, theta3, noise3},
+                      [&](const std::vector<Tensor>& t) {
+                        return nn::F::grid_sample(t[0], nn::F::affine_grid(t[1], {2, 2, 3, 4, 2}, align) + t[2], o);
+                      },
+                      [&](const std::vector<torch::Tensor>& t) {
+                        return tf::grid_sample(t[0], tf::affine_grid(t[1], {2, 2, 3, 4, 2}, align) + t[2], t_options);
+                      },
+                      1e-12, what, 508);
+      }
 }
 
 
