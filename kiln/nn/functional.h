@@ -270,7 +270,9 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // (N, C, D, H, W) -> grid (N, D, H, W, 3), the last dim (x, y, z).
 Tensor affine_grid(const Tensor& theta, IntArrayRef size, bool align_corners = false);
 struct GridSampleOptions {
-  std::string mode = "bilinear";       // or "nearest" (halves round to even, as PyTorch's)
+  // or "nearest" (halves round to even, as PyTorch's), or "bicubic" (images only: Keys' cubic, a = -0.75, over
+  // the 4 x 4 taps around each position, each tap's coordinate padded on its own, as PyTorch does)
+  std::string mode = "bilinear";
   std::string padding_mode = "zeros";  // outside the image: "zeros", "border" (the edge repeated), "reflection"
   bool align_corners = false;          // as affine_grid's
 };
@@ -278,7 +280,7 @@ struct GridSampleOptions {
 // torch.nn.functional.grid_sample; volumes x (N, C, D, H, W) at grid (N, Do, Ho, Wo, 3) of (x, y, z) ->
 // (N, C, Do, Ho, Wo), "bilinear" then being trilinear, as in PyTorch. A composite: the positions unnormalized,
 // padded and reflected with differentiable ops, then one gather per corner (4 or 8). Gradients reach x and
-// (bilinear) the grid. No bicubic mode.
+// (bilinear, bicubic) the grid.
 Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& options = {});
 // x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.

@@ -7,6 +7,7 @@
 // (clamped at the edges). The resize is then a weighted sum of index_selects, so it runs on every device and its
 // gradient is index_select's (summed where outputs share an input).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -172,12 +173,18 @@ std::vector<double> normalized_positions(int64_t n, bool align_corners) {
   return v;
 }
 
-// Pixel coordinate from a normalized one along a dim of `size`, then the padding mode's rule for positions
-// outside: border clamps to the edge pixels; reflection mirrors about the edges (the corner centres with
-// align_corners, else the image's edges), then clamps.
-Tensor source_coordinate(const Tensor& g, int64_t size, const GridSampleOptions& o) {
+// The pixel coordinate of a normalized one along a dim of `size`: -1 and 1 the corner pixels' centres with
+// align_corners, else the outer edges.
+Tensor pixel_coordinate(const Tensor& g, int64_t size, bool align_corners) {
   const double n = static_cast<double>(size);
-  Tensor c = o.align_corners ? (g + 1.0) * ((n - 1) / 2) : ((g + 1.0) * n - 1.0) / 2;
+  return align_corners ? (g + 1.0) * ((n - 1) / 2) : ((g + 1.0) * n - 1.0) / 2;
+}
+
+// The padding mode's rule for pixel coordinates outside: border clamps to the edge pixels; reflection mirrors
+// about the edges (the corner centres with align_corners, else the image's edges), then clamps; zeros leaves
+// them (they read 0).
+Tensor padded_coordinate(Tensor c, int64_t size, const GridSampleOptions& o) {
+  const double n = static_cast<double>(size);
   if (o.padding_mode == "reflection") {
     // Reflect about [lo, lo + span]: the distance from lo, folded back and forth over spans.
     const double lo = o.align_corners ? 0.0 : -0.5, span = o.align_corners ? n - 1 : n;
@@ -189,6 +196,20 @@ Tensor source_coordinate(const Tensor& g, int64_t size, const GridSampleOptions&
   }
   if (o.padding_mode != "zeros") c = clamp(c, 0.0, n - 1);
   return c;
+}
+
+Tensor source_coordinate(const Tensor& g, int64_t size, const GridSampleOptions& o) {
+  return padded_coordinate(pixel_coordinate(g, size, o.align_corners), size, o);
+}
+
+// Keys' cubic convolution weights (a = -0.75, PyTorch's) of the taps at -1, 0, 1, 2 from a position t in [0, 1)
+// past tap 0.
+std::array<Tensor, 4> cubic_weights(const Tensor& t) {
+  constexpr double A = -0.75;
+  auto near = [](const Tensor& x) { return ((x * (A + 2) - (A + 3)) * x) * x + 1.0; };        // |x| <= 1
+  auto far = [](const Tensor& x) { return ((x * A - 5 * A) * x + 8 * A) * x - 4 * A; };       // 1 < |x| < 2
+  const Tensor rest = 1.0 - t;
+  return {far(t + 1.0), near(t), near(rest), far(rest + 1.0)};
 }
 }  // namespace
 
@@ -233,8 +254,10 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
              shape_str(x.sizes()), ", got ", shape_str(grid.sizes()));
   KILN_CHECK(is_floating(x.dtype()) && grid.dtype() == x.dtype(), "grid_sample: input and grid must share a "
              "floating dtype, got ", x.dtype(), " and ", grid.dtype());
-  KILN_CHECK(o.mode == "bilinear" || o.mode == "nearest", "grid_sample: mode must be \"bilinear\" or "
-             "\"nearest\", got \"", o.mode, "\"");
+  KILN_CHECK(o.mode == "bilinear" || o.mode == "nearest" || o.mode == "bicubic", "grid_sample: mode must be "
+             "\"bilinear\", \"nearest\" or \"bicubic\", got \"", o.mode, "\"");
+  KILN_CHECK(o.mode != "bicubic" || x.dim() == 4, "grid_sample: bicubic takes a 4-d input (N, C, H, W), got ",
+             shape_str(x.sizes()), ", as in PyTorch");
   KILN_CHECK(o.padding_mode == "zeros" || o.padding_mode == "border" || o.padding_mode == "reflection",
              "grid_sample: padding_mode must be \"zeros\", \"border\" or \"reflection\", got \"", o.padding_mode,
              "\"");
@@ -265,6 +288,23 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
     const Tensor v = gather(flat_x, 2, flat.expand({N, C, outputs})).view(out);
     return v * where(inside, weight, zeros_like(weight)).unsqueeze(1);
   };
+  if (o.mode == "bicubic") {
+    // PyTorch's rule: the 4 x 4 taps around the unpadded position, each tap's own coordinate then padded (so
+    // border repeats edge pixels and reflection mirrors them), weighted by Keys' cubic along each dim.
+    const Tensor px = pixel_coordinate(grid.select(-1, 0), sizes[1], o.align_corners),
+                 py = pixel_coordinate(grid.select(-1, 1), sizes[0], o.align_corners);
+    const Tensor x0 = px.detach().floor(), y0 = py.detach().floor();
+    const std::array<Tensor, 4> wx = cubic_weights(px - x0), wy = cubic_weights(py - y0);
+    Tensor y;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const Tensor term = read({padded_coordinate(y0 + (i - 1.0), sizes[0], o),
+                                  padded_coordinate(x0 + (j - 1.0), sizes[1], o)},
+                                 wy[static_cast<size_t>(i)] * wx[static_cast<size_t>(j)]);
+        y = i == 0 && j == 0 ? term : y + term;
+      }
+    return y;
+  }
   if (o.mode == "nearest") {
     std::vector<Tensor> nearest;
     for (const Tensor& c : coord) nearest.push_back(c.detach().round());

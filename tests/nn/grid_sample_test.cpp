@@ -1,7 +1,8 @@
 // affine_grid and grid_sample against float64 loops written from PyTorch's definitions: normalized positions
 // unnormalized ((g + 1) / 2 (n - 1) with align_corners, else ((g + 1) n - 1) / 2), positions outside the image
 // read as zero, clamped to the edge (border) or mirrored about the edges until inside (reflection), then the four
-// neighbours weighted bilinearly or the nearest one (halves to even). Gradients by gradcheck.
+// neighbours weighted bilinearly or the nearest one (halves to even); bicubic as PyTorch pads each of its 16 taps.
+// Gradients by gradcheck.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,6 +61,69 @@ std::vector<double> grid_sample_loops(const Tensor& x, const Tensor& grid, const
   return out;
 }
 
+// Bicubic, from PyTorch's definition: the unpadded pixel position, the 4 x 4 integer taps around it, each tap
+// coordinate padded on its own (clamped, or mirrored then clamped; zeros: outside reads 0), and Keys' cubic
+// weights with a = -0.75 along each dim.
+double keys_cubic(double d) {
+  constexpr double A = -0.75;
+  d = std::abs(d);
+  if (d <= 1) return ((A + 2) * d - (A + 3)) * d * d + 1;
+  if (d < 2) return ((A * d - 5 * A) * d + 8 * A) * d - 4 * A;
+  return 0;
+}
+
+std::vector<double> grid_sample_bicubic_loops(const Tensor& x, const Tensor& grid, const F::GridSampleOptions& o) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), Ho = grid.size(1), Wo = grid.size(2);
+  const std::vector<double> xv = x.to_vector<double>(), gv = grid.to_vector<double>();
+  const F::GridSampleOptions unpadded{.mode = o.mode, .padding_mode = "zeros", .align_corners = o.align_corners};
+  // A tap's coordinate padded as a position is (source_position of its normalized form keeps the rule in one
+  // place): k -> the normalized coordinate that unnormalizes to k.
+  auto padded_tap = [&](int64_t k, int64_t n) {
+    const double size = static_cast<double>(n), c = static_cast<double>(k);
+    const double g = o.align_corners ? 2 * c / (size - 1) - 1 : (2 * c + 1) / size - 1;
+    return static_cast<int64_t>(std::nearbyint(source_position(g, n, o)));
+  };
+  std::vector<double> out;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j) {
+          const size_t g = static_cast<size_t>(((n * Ho + i) * Wo + j) * 2);
+          const double px = source_position(gv[g], W, unpadded), py = source_position(gv[g + 1], H, unpadded);
+          const int64_t x0 = static_cast<int64_t>(std::floor(px)), y0 = static_cast<int64_t>(std::floor(py));
+          double v = 0;
+          for (int64_t a = -1; a <= 2; ++a)
+            for (int64_t b = -1; b <= 2; ++b) {
+              const int64_t ty = padded_tap(y0 + a, H), tx = padded_tap(x0 + b, W);
+              if (ty < 0 || ty >= H || tx < 0 || tx >= W) continue;
+              v += xv[static_cast<size_t>(((n * C + c) * H + ty) * W + tx)] *
+                   keys_cubic(py - static_cast<double>(y0 + a)) * keys_cubic(px - static_cast<double>(x0 + b));
+            }
+          out.push_back(v);
+        }
+  return out;
+}
+
+TEST(GridSample, BicubicMatchesTheDefinitionAndGradchecks) {
+  Generator gen(940);
+  const Tensor x = randn64({2, 2, 5, 6}, 941);
+  const Tensor grid = rand({2, 3, 4, 2}, kFloat64, &gen) * 4.0 - 2.0;
+  for (const char* padding : {"zeros", "border", "reflection"})
+    for (bool align : {false, true}) {
+      const F::GridSampleOptions o{.mode = "bicubic", .padding_mode = padding, .align_corners = align};
+      SCOPED_TRACE(std::string(padding) + (align ? ", align_corners" : ""));
+      const std::vector<double> want = grid_sample_bicubic_loops(x, grid, o),
+                                got = F::grid_sample(x, grid, o).to_vector<double>();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& t) { return F::grid_sample(t[0], t[1], o); },
+                            {x.detach().requires_grad_(), grid.detach().requires_grad_()}).ok);
+    }
+  expect_error([&] { F::grid_sample(randn64({1, 1, 2, 3, 4}, 942), rand({1, 1, 1, 1, 3}, kFloat64, &gen),
+                                    {.mode = "bicubic"}); },
+               {"grid_sample", "bicubic takes a 4-d input"});
+}
+
 TEST(GridSample, EveryModeMatchesTheDefinitionAndGradchecks) {
   Generator gen(900);
   const Tensor x = randn64({2, 2, 4, 5}, 901);
@@ -82,7 +146,7 @@ TEST(GridSample, EveryModeMatchesTheDefinitionAndGradchecks) {
                                 {x.detach().requires_grad_()}).ok);
       }
   expect_error([&] { F::grid_sample(x, grid.narrow(3, 0, 1)); }, {"grid_sample", "(N, Ho, Wo, 2)", "(2, 3, 2, 1)"});
-  expect_error([&] { F::grid_sample(x, grid, {.mode = "bicubic"}); }, {"grid_sample", "bicubic"});
+  expect_error([&] { F::grid_sample(x, grid, {.mode = "bilinaer"}); }, {"grid_sample", "\"bicubic\", got \"bilinaer\""});
   expect_error([&] { F::grid_sample(x, grid.to(kFloat32)); }, {"grid_sample", "float64", "float32"});
 }
 
