@@ -230,6 +230,9 @@ AttentionOutput MultiheadAttentionImpl::forward(const Tensor& query, const Tenso
   // batch_first only changes the layout: the function works on (L, N, E).
   bool flip = options_.batch_first && query.dim() == 3;
   auto time_first = [&](const Tensor& t) { return flip && t.dim() == 3 ? t.transpose(0, 1) : t; };
+  // out_proj's weights are read here, not through a call of out_proj: a reparametrization of them (weight_norm)
+  // is brought up to date first, as a call would.
+  out_proj->refresh_parametrizations();
   AttentionOutput r = functional::multi_head_attention_forward(
       time_first(query), time_first(key), time_first(value), num_heads_, in_proj_weight, in_proj_bias,
       out_proj->weight, out_proj->bias, args);

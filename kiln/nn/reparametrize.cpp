@@ -18,8 +18,9 @@ Tensor own_parameter(const Module& m, const std::string& name, const char* fn) {
 }
 
 // Checks that name can be reparametrized by fn and that dim, when given, is a dim of the weight; returns the
-// weight.
-Tensor check_reparametrizable(const Module& m, const std::string& name, std::optional<int64_t> dim, const char* fn) {
+// weight. no_dim: what leaving dim out means to fn, for the error.
+Tensor check_reparametrizable(const Module& m, const std::string& name, std::optional<int64_t> dim, const char* fn,
+                              const char* no_dim) {
   KILN_CHECK(!m.parametrization(name), fn, ": \"", name, "\" of ", m.type_name(),
              " is reparametrized already (remove that first)");
   Tensor weight = own_parameter(m, name, fn);
@@ -29,10 +30,10 @@ Tensor check_reparametrizable(const Module& m, const std::string& name, std::opt
   KILN_CHECK(weight.is_floating_point(), fn, ": \"", name, "\" of ", m.type_name(), " is ", weight.dtype(),
              "; expected a floating tensor");
   if (dim) {
-    // PyTorch reads dim -1 as "the whole tensor" here, not as the last dim: refused rather than guessed.
+    // PyTorch's weight_norm reads dim -1 as "the whole tensor", not as the last dim: refused rather than guessed.
     KILN_CHECK(*dim >= 0 && *dim < weight.dim(), fn, ": dim ", *dim, " is not a dim of \"", name, "\" ",
-               shape_str(weight.sizes()), " (expected 0 to ", weight.dim() - 1,
-               ", or no dim for the whole tensor; negative dims are refused)");
+               shape_str(weight.sizes()), " (expected 0 to ", weight.dim() - 1, ", or no dim for ", no_dim,
+               "; negative dims are refused)");
   }
   return weight;
 }
@@ -107,7 +108,7 @@ class SpectralNorm final : public Module::Parametrization {
 }  // namespace
 
 void weight_norm(Module& module, const std::string& name, std::optional<int64_t> dim) {
-  const Tensor weight = check_reparametrizable(module, name, dim, "weight_norm");
+  const Tensor weight = check_reparametrizable(module, name, dim, "weight_norm", "the whole tensor");
   Tensor g;
   {
     NoGradGuard no_grad;
@@ -142,7 +143,8 @@ void spectral_norm(Module& module, const std::string& name, int64_t n_power_iter
   KILN_CHECK(eps >= 0, "spectral_norm: eps must not be negative, got ", eps);
   const std::string& type = module.type_name();
   if (!dim) dim = type.starts_with("ConvTranspose") ? 1 : 0;
-  const Tensor weight = check_reparametrizable(module, name, dim, "spectral_norm");
+  const Tensor weight = check_reparametrizable(module, name, dim, "spectral_norm",
+                                               "the default (1 for transposed convolutions, else 0)");
   const int64_t h = weight.size(*dim), w = weight.numel() / h;
   Tensor u, v;
   {

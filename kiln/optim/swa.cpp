@@ -111,32 +111,22 @@ SWALR::SWALR(Optimizer& optimizer, std::vector<double> swa_lrs, int64_t anneal_e
              "'linear', got '", anneal_strategy, "'");
   KILN_CHECK(anneal_epochs >= 0, "SWALR: anneal_epochs must be non-negative, got ", anneal_epochs);
   swa_lrs_ = swa_lrs.size() == 1 ? std::vector<double>(groups, swa_lrs[0]) : std::move(swa_lrs);
-  for (const ParamGroup& g : optimizer.param_groups()) start_lrs_.push_back(g.lr());
   initial_step();
 }
 
-// PyTorch steps from the lr the group holds; from the lr at construction the same schedule is a closed form:
-// swa_lr a + start (1 - a), a the annealing's progress at min(1, epoch / anneal_epochs) (no annealing: at once).
+double SWALR::anneal(double t) const { return cosine_ ? (1.0 - std::cos(std::numbers::pi * t)) / 2.0 : t; }
+
+// PyTorch's get_lr: the lr the group holds now is taken back to where the annealing started (undoing the last
+// step's share), then the next share of swa_lr goes in. So the schedule starts from whatever lr the group has
+// at SWALR's first step (the standard recipe runs another scheduler until then), not from the lr at
+// construction. Not a closed form of the epoch alone, unlike the other schedulers here.
 double SWALR::lr_at(int64_t epoch, size_t group) const {
-  const double step = anneal_epochs_ == 0 ? std::max<int64_t>(1, epoch) : epoch;
-  const double t = std::clamp(step / static_cast<double>(std::max<int64_t>(1, anneal_epochs_)), 0.0, 1.0);
-  const double a = cosine_ ? (1.0 - std::cos(std::numbers::pi * t)) / 2.0 : t;
-  return swa_lrs_[group] * a + start_lrs_[group] * (1.0 - a);
-}
-
-SchedulerState SWALR::state_dict() const {
-  SchedulerState s = LRScheduler::state_dict();
-  for (size_t g = 0; g < start_lrs_.size(); ++g) s["start_lrs." + std::to_string(g)] = start_lrs_[g];
-  return s;
-}
-
-void SWALR::load_state_dict(const SchedulerState& state) {
-  LRScheduler::load_state_dict(state);
-  for (size_t g = 0; g < start_lrs_.size(); ++g) {
-    auto it = state.find("start_lrs." + std::to_string(g));
-    KILN_CHECK(it != state.end(), "SWALR.load_state_dict: 'start_lrs.", g, "' is missing");
-    start_lrs_[g] = it->second;
-  }
+  const double step = anneal_epochs_ == 0 ? static_cast<double>(std::max<int64_t>(1, epoch)) : static_cast<double>(epoch);
+  const double span = static_cast<double>(std::max<int64_t>(1, anneal_epochs_));
+  const double prev = anneal(std::clamp((step - 1) / span, 0.0, 1.0)), next = anneal(std::clamp(step / span, 0.0, 1.0));
+  const double swa = swa_lrs_[group], now = optimizer_.param_groups()[group].lr();
+  const double start = prev == 1.0 ? swa : (now - prev * swa) / (1.0 - prev);
+  return swa * next + start * (1.0 - next);
 }
 
 // ---- update_bn ----

@@ -67,8 +67,10 @@ class AveragedWeights {
   int64_t num_updates_ = 0;
 };
 
-// The lr schedule of SWA: from each group's lr at construction to swa_lr over anneal_epochs steps (cosine or
-// linear), then constant, as torch.optim.swa_utils.SWALR. One swa_lr for every group, or one per group.
+// The lr schedule of SWA, as torch.optim.swa_utils.SWALR: from the lr each group holds when its steps begin to
+// swa_lr over anneal_epochs steps (cosine or linear), then constant. Each step works from the group's current
+// lr, as PyTorch's does, so another scheduler may run before it (the usual recipe: cosine decay until the SWA
+// epochs, then SWALR). One swa_lr for every group, or one per group.
 class SWALR : public LRScheduler {
  public:
   SWALR(Optimizer& optimizer, std::vector<double> swa_lrs, int64_t anneal_epochs = 10,
@@ -77,19 +79,20 @@ class SWALR : public LRScheduler {
       : SWALR(optimizer, std::vector<double>{swa_lr}, anneal_epochs, anneal_strategy) {}
   double lr_at(int64_t epoch, size_t group) const override;
   const char* name() const override { return "SWALR"; }
-  SchedulerState state_dict() const override;
-  void load_state_dict(const SchedulerState& state) override;
 
  private:
-  std::vector<double> swa_lrs_, start_lrs_;
+  double anneal(double t) const;  // the share of swa_lr at progress t in [0, 1]
+
+  std::vector<double> swa_lrs_;
   int64_t anneal_epochs_;
   bool cosine_;
 };
 
 // Recomputes the running mean and variance of every batch norm in model as the plain mean over one pass of
 // loader (each batch's first tensor the input, moved to `device` when given), as torch.optim.swa_utils.update_bn:
-// averaged weights never produced the statistics the running ones hold. The model's modes and momenta are
-// restored after; nothing is done without batch norms.
+// averaged weights never produced the statistics the running ones hold. The momenta are restored after, and
+// the model's training mode by train(was_training) on the whole tree, as PyTorch does (a submodule kept in eval
+// before comes out in the model's mode). Nothing is done without batch norms.
 void update_bn(data::DataLoader& loader, nn::Module& model, std::optional<Device> device = std::nullopt);
 
 }  // namespace kiln::optim

@@ -181,7 +181,7 @@ Tensor LstmLm::forward(const Tensor& tokens) {
   KILN_CHECK(tokens.size(1) >= 1 && tokens.size(1) <= context_size_, "LstmLm: a sequence of ", tokens.size(1),
              " tokens; this model takes 1 to ", context_size_, " (its context size)");
   const Tensor x = drop(tok_emb(tokens));             // (N, S, E)
-  return head(drop(lstm->forward(x, {}).output));     // (N, S, vocab)
+  return head(drop(lstm(x, nn::RNNState{}).output));     // (N, S, vocab)
 }
 
 std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info) {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kiln/trainer/checkpoint.h"
+#include "kiln/trainer/model_checkpoint.h"
 #include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
@@ -25,17 +26,34 @@ WeightAveraging::WeightAveraging(WeightAveragingOptions options) : options_(opti
   KILN_CHECK(options.start_epoch >= 0, "WeightAveraging: start_epoch must be non-negative, got ", options.start_epoch);
 }
 
+// The settings a checkpoint's average was made with, as text: a resume with others would silently mix two
+// averages.
+std::string WeightAveraging::settings() const {
+  return detail::concat("decay=", options_.decay ? detail::concat(*options_.decay) : std::string("none"),
+                        " start_epoch=", options_.start_epoch, " use_buffers=", options_.use_buffers ? 1 : 0);
+}
+
 CallbackState WeightAveraging::checkpoint_state() const {
-  return {{"num_updates", std::to_string(average_ ? average_->num_updates() : 0)}};
+  return {{"num_updates", std::to_string(average_ ? average_->num_updates() : 0)}, {"settings", settings()}};
 }
 
 void WeightAveraging::load_checkpoint_state(const CallbackState& state) {
   auto it = state.find("num_updates");
   loaded_updates_ = it == state.end() ? 0 : std::stoll(it->second);
+  auto saved = state.find("settings");
+  KILN_CHECK(saved == state.end() || saved->second == settings(), "WeightAveraging: the checkpoint's average was "
+             "made with ", saved->second, ", this run asks for ", settings(), "; resume with the same settings");
 }
 
-void WeightAveraging::setup(Trainer&, TrainModule& module, Stage stage) {
+void WeightAveraging::setup(Trainer& trainer, TrainModule& module, Stage stage) {
   if (stage != Stage::Fit) return;
+  // ModelCheckpoint's epoch-end and step checkpoints must come after this callback's updates at those points.
+  for (const auto& cb : trainer.callbacks()) {
+    if (cb.get() == this) break;
+    KILN_CHECK(dynamic_cast<const ModelCheckpoint*>(cb.get()) == nullptr, "WeightAveraging: a ModelCheckpoint "
+               "comes before it among the callbacks; list WeightAveraging first, so that checkpoints include the "
+               "averaging update of the step or epoch they are taken at");
+  }
   average_ = std::make_unique<optim::AveragedWeights>(
       module, optim::AveragedWeightsOptions{.decay = options_.decay, .use_buffers = options_.use_buffers});
   swapped_ = false;
@@ -46,9 +64,14 @@ void WeightAveraging::update(Trainer& trainer, TrainModule& module) {
     average_->update(module);
 }
 
-void WeightAveraging::on_before_zero_grad(Trainer& trainer, TrainModule& module, optim::Optimizer& optimizer) {
-  // Once per step, after the last optimizer has stepped.
-  if (options_.decay && &optimizer == trainer.optimizers().back().get()) update(trainer, module);
+void WeightAveraging::on_train_start(Trainer& trainer, TrainModule&) { steps_seen_ = trainer.global_step(); }
+
+void WeightAveraging::on_train_batch_end(Trainer& trainer, TrainModule& module, const Tensor&, const data::Batch&,
+                                         int64_t) {
+  // Once per batch that stepped (automatic or manual optimization; with accumulation, not every batch does).
+  if (!options_.decay || trainer.global_step() == steps_seen_) return;
+  steps_seen_ = trainer.global_step();
+  update(trainer, module);
 }
 
 void WeightAveraging::on_train_epoch_end(Trainer& trainer, TrainModule& module) {

@@ -1,6 +1,8 @@
 // WeightAveraging: an average of the module's weights kept during fit (an exponential moving average after
 // every optimizer step, or stochastic weight averaging's equal mean at the end of each epoch), validated with,
-// and left in the module when fit ends, as Lightning's WeightAveraging callback.
+// and left in the module when fit ends, as Lightning's WeightAveraging callback. (Lightning's averages after
+// every step by default; here that is the EMA mode, and SWA takes the weights at each epoch's end, as its
+// StochasticWeightAveraging callback does.)
 //
 //   o.callbacks = {std::make_shared<WeightAveraging>(WeightAveragingOptions{.decay = 0.999}),
 //                  std::make_shared<ModelCheckpoint>(...)};
@@ -9,8 +11,9 @@
 //   metrics and the checkpoints ModelCheckpoint keeps are the averaged model's.
 // - A checkpoint holds the averaged weights as the model's (what `kiln eval` and `kiln export` read) and the
 //   trained ones, with the update count, under this callback's entries; resuming puts the trained ones back,
-//   so a resumed run goes on bit for bit. List it before ModelCheckpoint: callbacks run in order, and an
-//   epoch-end checkpoint written before this callback's epoch-end update would miss that update.
+//   so a resumed run goes on bit for bit, and a resume with other settings is refused. It must come before
+//   ModelCheckpoint among the callbacks (callbacks run in order, and a checkpoint written before this
+//   callback's update at the same step or epoch would miss it): fit refuses the other order.
 // - Batch norm: use_buffers (the default here, as Lightning's EMA) averages the running statistics too; without
 //   it, run optim::update_bn after fit.
 #pragma once
@@ -47,7 +50,9 @@ class WeightAveraging : public Callback {
   void load_checkpoint_state(const CallbackState& state) override;
 
   void setup(Trainer& trainer, TrainModule& module, Stage stage) override;
-  void on_before_zero_grad(Trainer& trainer, TrainModule& module, optim::Optimizer& optimizer) override;
+  void on_train_start(Trainer& trainer, TrainModule& module) override;
+  void on_train_batch_end(Trainer& trainer, TrainModule& module, const Tensor& loss, const data::Batch& batch,
+                          int64_t batch_idx) override;
   void on_train_epoch_end(Trainer& trainer, TrainModule& module) override;
   void on_validation_start(Trainer& trainer, TrainModule& module) override;
   void on_validation_end(Trainer& trainer, TrainModule& module) override;
@@ -58,11 +63,13 @@ class WeightAveraging : public Callback {
 
  private:
   void update(Trainer& trainer, TrainModule& module);
+  std::string settings() const;
 
   WeightAveragingOptions options_;
   std::unique_ptr<optim::AveragedWeights> average_;
   int64_t loaded_updates_ = 0;  // from load_checkpoint_state, applied in on_load_checkpoint
   bool swapped_ = false;        // the module holds the averages, average_ its trained weights
+  int64_t steps_seen_ = 0;      // the global step of the last EMA update (or of the run's start)
 };
 
 }  // namespace kiln::trainer

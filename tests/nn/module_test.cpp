@@ -161,8 +161,6 @@ TEST(Module, ContainersIndexAndName) {
 }
 
 
-// parameters_to_vector and vector_to_parameters: the order, a round trip that keeps each tensor's identity (an
-// optimizer built before sees the new values), gradients through the vector, and the errors.
 // A parametrization that counts its calls and gives the member scale * w.
 struct Scaled : nn::Module::Parametrization {
   Tensor w;
@@ -201,6 +199,8 @@ TEST(Module, BoundMembersFollowRemovalRegistrationAndParametrization) {
   expect_error([&] { m.register_parametrization("bias_scale", p); }, {"Linear has no member bound to \"bias_scale\""});
 }
 
+// parameters_to_vector and vector_to_parameters: the order, a round trip that keeps each tensor's identity (an
+// optimizer built before sees the new values), gradients through the vector, and the errors.
 TEST(ParamVector, FlattensInOrderAndWritesBackInPlace) {
   nn::Sequential net(nn::Linear(3, 2), nn::ReLU(), nn::Linear(2, 1));
   const std::vector<Tensor> params = net->parameters();

@@ -202,12 +202,17 @@ TEST(WeightNorm, AttentionInsideATransformerLayerIsRefreshed) {
   nn::TransformerEncoderLayer layer(8, 2);
   layer->to(kFloat64);
   nn::weight_norm(*layer->self_attn, "in_proj_weight");
-  const Tensor g = own(*layer->self_attn, "in_proj_weight_g");
+  nn::weight_norm(*layer->self_attn->out_proj);  // read by the attention directly, not called
+  const Tensor g = own(*layer->self_attn, "in_proj_weight_g"), out_g = own(*layer->self_attn->out_proj, "weight_g");
   overwrite(g, randn64({24, 1}, 14));
+  overwrite(out_g, randn64({8, 1}, 16));
   layer(randn64({3, 2, 8}, 15));  // the layer calls its attention with several arguments
   const std::vector<double> want =
       weight_norm_reference(values(g), values(own(*layer->self_attn, "in_proj_weight_v")), {24, 8}, 0);
   expect_all_near(values(layer->self_attn->in_proj_weight), want, 1e-12);
+  expect_all_near(values(layer->self_attn->out_proj->weight),
+                  weight_norm_reference(values(out_g), values(own(*layer->self_attn->out_proj, "weight_v")), {8, 8}, 0),
+                  1e-12);
 }
 
 struct Unbound : nn::Module {
@@ -222,7 +227,7 @@ TEST(WeightNorm, RefusesWhatItCannotReparametrize) {
   expect_error([&] { nn::weight_norm(*lin); }, {"weight_norm", "\"weight\" of Linear", "reparametrized already"});
   expect_error([&] { nn::weight_norm(*lin, "gamma"); }, {"weight_norm", "Linear has no parameter \"gamma\""});
   nn::Linear other(3, 2);
-  expect_error([&] { nn::weight_norm(*other, "weight", -1); }, {"dim -1", "negative dims are refused"});
+  expect_error([&] { nn::weight_norm(*other, "weight", -1); }, {"dim -1", "no dim for the whole tensor", "negative dims are refused"});
   expect_error([&] { nn::weight_norm(*other, "weight", 2); }, {"dim 2", "(2, 3)", "expected 0 to 1"});
   Unbound unbound;
   expect_error([&] { nn::weight_norm(unbound, "w"); }, {"Unbound does not read \"w\" through a bound member"});
@@ -353,6 +358,8 @@ TEST(SpectralNorm, RemoveKeepsTheNormalizedWeightAndRefusesBadInput) {
   EXPECT_TRUE(lin->named_buffers().empty());
   expect_all_near(values(own(*lin, "weight")), w, 1e-12);
   expect_error([&] { nn::spectral_norm(*lin, "weight", 0); }, {"n_power_iterations must be positive, got 0"});
+  expect_error([&] { nn::spectral_norm(*lin, "weight", 1, 1e-12, 2); },
+               {"spectral_norm: dim 2", "or no dim for the default (1 for transposed convolutions, else 0)"});
   nn::spectral_norm(*lin);
   expect_error([&] { nn::weight_norm(*lin); }, {"reparametrized already"});
   expect_error([&] { nn::remove_weight_norm(*lin); }, {"has no weight_norm"});

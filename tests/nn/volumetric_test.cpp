@@ -455,6 +455,15 @@ TEST(Pool3d, IndicesFindTheFirstMaximumAndUnpoolWritesThere) {
       written[static_cast<size_t>(static_cast<int64_t>(o) / outs * vol + first[o])] = yv[o];
     EXPECT_EQ(u.to_vector<double>(), written);
   }
+  // A box of -inf only (the padding ties with it): the index is the box's first position inside the input.
+  {
+    const Tensor lows = full({1, 1, 3, 3, 3}, -std::numeric_limits<double>::infinity(), kFloat64);
+    Shape shape;
+    std::vector<int64_t> first;
+    pool3d_loops(lows, {PoolDim{3, 3, 2, 1, 1}, PoolDim{3, 3, 2, 1, 1}, PoolDim{3, 3, 2, 1, 1}}, false, true, true,
+                 std::nullopt, &shape, &first);
+    EXPECT_EQ(F::max_pool3d_with_indices(lows, 3, 2, 1).second.to_vector<int64_t>(), first);
+  }
   // Random values: the gradient of the values reaches the maxima, and unpooling's gathers back.
   const Tensor x = randn64({1, 2, 4, 4, 6}, 680);
   auto [y, idx] = F::max_pool3d_with_indices(x, 2);

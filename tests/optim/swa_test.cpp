@@ -137,14 +137,32 @@ TEST(SWALR, FollowsPyTorchsSchedule) {
       EXPECT_NEAR(opt.param_groups()[1].lr(), want1[k], 1e-15) << "step " << k;
       sched.step();
     }
-    // Resuming: a scheduler built on a fresh optimizer takes the state and goes on alike.
-    optim::SGD other({w}, {.lr = 3.0});
-    other.add_param_group({v}, optim::SGDOptions{.lr = 3.0});
+    // Resuming: a scheduler built on a fresh optimizer, given the state and the groups' lrs (the optimizer's
+    // state holds those), goes on alike.
+    optim::SGD other({w}, {.lr = opt.param_groups()[0].lr()});
+    other.add_param_group({v}, optim::SGDOptions{.lr = opt.param_groups()[1].lr()});
     optim::SWALR resumed(other, {0.05, 0.01}, c.anneal, c.strategy);
     resumed.load_state_dict(sched.state_dict());
     sched.step();
     resumed.step();
     EXPECT_EQ(resumed.get_last_lr(), sched.get_last_lr());
+  }
+  // PyTorch's recipe: a cosine schedule until the SWA epochs, then SWALR, which anneals from where the cosine
+  // left the lr, not from the lr it was built with.
+  {
+    Tensor w = zeros({2}).requires_grad_();
+    optim::SGD opt({w}, {.lr = 0.5});
+    optim::CosineAnnealingLR cosine(opt, 10);
+    optim::SWALR swa_lr(opt, 0.05, 3, "linear");
+    EXPECT_DOUBLE_EQ(opt.param_groups()[0].lr(), 0.5);  // building it changes nothing
+    for (int e = 0; e < 4; ++e) cosine.step();
+    const double left = opt.param_groups()[0].lr();
+    ASSERT_LT(left, 0.45);
+    const std::vector<double> want = swalr_reference(left, 0.05, 3, false, 6);
+    for (size_t k = 1; k < want.size(); ++k) {
+      swa_lr.step();
+      EXPECT_NEAR(opt.param_groups()[0].lr(), want[k], 1e-15) << "step " << k;
+    }
   }
   Tensor w = zeros({1}).requires_grad_();
   optim::SGD opt({w}, {.lr = 0.1});

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -326,6 +327,11 @@ TEST(SpatialParity, MaxUnpool3dMatchesLibTorch) {
     expect_same(y, ty, 0, "max_pool3d_with_indices" + mode);
     expect_same(idx, tidx, 0, "3-d indices" + mode);
   }
+  // Boxes of -inf only, with padding before them: the first position inside the input.
+  const Tensor lows = full({1, 1, 3, 4, 5}, -std::numeric_limits<double>::infinity(), kFloat64);
+  expect_same(nn::F::max_pool3d_with_indices(lows, 3, 2, 1).second,
+              std::get<1>(torch::max_pool3d_with_indices(to_torch(lows), {3, 3, 3}, {2, 2, 2}, {1, 1, 1})), 0,
+              "3-d indices of -inf boxes");
   const Tensor x = test::randn64({2, 3, 5, 7, 6}, 98);
   auto [y, idx] = nn::F::max_pool3d_with_indices(x, 2, nn::F::Triple(2, 2, 2), 1);
   auto [ty, tidx] = torch::max_pool3d_with_indices(to_torch(x), {2, 2, 2}, {2, 2, 2}, {1, 1, 1});

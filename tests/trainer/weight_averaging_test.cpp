@@ -12,6 +12,7 @@
 #include "kiln/trainer/callbacks.h"
 #include "kiln/trainer/checkpoint.h"
 #include "kiln/trainer/trainer.h"
+#include "tensor/test_util.h"
 #include "trainer/resume_net.h"
 
 namespace kiln::test {
@@ -77,6 +78,50 @@ TEST(WeightAveraging, EmaFollowsTheStepsValidatesWithItAndEndsInTheModel) {
   EXPECT_EQ(c.get("callbacks.WeightAveraging.num_updates"), "18");
 }
 
+// Manual optimization takes its steps inside training_step; the EMA follows them all the same.
+struct ManualRegressor : trainer::TrainModule {
+  nn::Linear fc{4, 1};
+  ManualRegressor() : TrainModule("ManualRegressor") {
+    register_module("fc", fc);
+    set_automatic_optimization(false);
+  }
+  Tensor forward(const Tensor& x) override { return fc(x); }
+  Tensor training_step(const data::Batch& b, int64_t) override {
+    auto opt = optimizers()[0];
+    Tensor loss = nn::F::mse_loss(fc(b[0]), b[1]);
+    opt.zero_grad();
+    manual_backward(loss);
+    opt.step();
+    return loss;
+  }
+  trainer::OptimizerSetup configure_optimizers() override {
+    return std::make_shared<optim::SGD>(parameters(), optim::SGDOptions{.lr = 0.05});
+  }
+};
+
+struct BatchEndRecorder : trainer::Callback {
+  std::vector<Weights> seen;
+  std::string state_key() const override { return "BatchEndRecorder"; }
+  void on_train_batch_end(trainer::Trainer&, trainer::TrainModule& m, const Tensor&, const data::Batch&,
+                          int64_t) override {
+    seen.push_back(weights_of(m));
+  }
+};
+
+TEST(WeightAveraging, EmaFollowsManualOptimizationSteps) {
+  TempDir dir;
+  manual_seed(3);
+  ManualRegressor m;
+  auto data = loader(regression_data(48), 8);
+  auto o = quiet(dir.str());
+  o.max_epochs = 2;
+  auto recorder = std::make_shared<BatchEndRecorder>();
+  o.callbacks = {std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{.decay = 0.5}), recorder};
+  trainer::Trainer(o).fit(m, *data);
+  ASSERT_EQ(recorder->seen.size(), 12u);
+  expect_near_weights(weights_of(m), ema_of(recorder->seen, 12, 0.5), "after fit");
+}
+
 struct CrashAtBatch : trainer::Callback {
   int64_t at, seen = 0;
   explicit CrashAtBatch(int64_t a) : at(a) {}
@@ -116,6 +161,28 @@ TEST(WeightAveraging, AResumedRunEndsBitForBitAsOneNeverStopped) {
       EXPECT_EQ(averaged_run(dir.str(), run, wa, 0, ckpt), want) << "crashed at batch " << crash_at;
     }
   }
+}
+
+TEST(WeightAveraging, RefusesACheckpointCallbackBeforeItAndOtherSettingsOnResume) {
+  const ResumeRun run;
+  TempDir dir;
+  {
+    manual_seed(42);
+    ResumeNet m;
+    auto train = resume_train_loader(run);
+    auto o = resume_options(dir.str(), run);
+    o.enable_checkpointing = true;
+    o.callbacks = {std::make_shared<trainer::ModelCheckpoint>(),
+                   std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{.decay = 0.9})};
+    test::expect_error([&] { trainer::Trainer(o).fit(m, *train); },
+                       {"WeightAveraging: a ModelCheckpoint comes before it", "list WeightAveraging first"});
+  }
+  const std::string ckpt = dir / "last.ckpt";
+  averaged_run(dir.str(), run, {.decay = 0.9}, 0, "");
+  ASSERT_TRUE(std::filesystem::exists(ckpt));
+  test::expect_error([&] { averaged_run(dir.str(), run, {.decay = 0.99}, 0, ckpt); },
+                     {"the checkpoint's average was made with decay=0.9 start_epoch=0 use_buffers=1",
+                      "this run asks for decay=0.99"});
 }
 
 }  // namespace
