@@ -560,6 +560,24 @@ TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
                       1e-12, what, 504);
       }
   }
+  // Bicubic, images only: each of its 16 taps padded on its own. LibTorch 1.13's C++ options have no bicubic
+  // mode; its grid_sampler op takes the mode as a number (2: bicubic), the padding too (0 zeros, 1 border,
+  // 2 reflection).
+  for (bool align : {false, true})
+    for (int64_t padding_code : {0, 1, 2}) {
+      const std::string padding = padding_code == 0 ? "zeros" : padding_code == 1 ? "border" : "reflection";
+      const std::string what = "grid_sample bicubic " + padding + (align ? " align_corners" : "");
+      const nn::F::GridSampleOptions o{.mode = "bicubic", .padding_mode = padding, .align_corners = align};
+      expect_parity({x, theta, noise},
+                    [&](const std::vector<Tensor>& t) {
+                      return nn::F::grid_sample(t[0], nn::F::affine_grid(t[1], {2, 3, 4, 7}, align) + t[2], o);
+                    },
+                    [&](const std::vector<torch::Tensor>& t) {
+                      return torch::grid_sampler(t[0], tf::affine_grid(t[1], {2, 3, 4, 7}, align) + t[2], 2,
+                                                 padding_code, align);
+                    },
+                    1e-12, what, 509);
+    }
   // Volumes: trilinear and nearest through a (N, 3, 4) affine grid plus noise.
   const Tensor v = test::randn64({2, 2, 4, 5, 3}, 505), theta3 = test::randn64({2, 3, 4}, 506),
                noise3 = test::randn64({2, 3, 4, 2, 3}, 507) * 0.3;
