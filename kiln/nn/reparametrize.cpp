@@ -1,5 +1,6 @@
 #include "kiln/nn/reparametrize.h"
 
+#include <initializer_list>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -105,6 +106,16 @@ class SpectralNorm final : public Module::Parametrization {
   int64_t dim_;
 };
 
+// Ends a reparametrization of name: `weight` becomes its plain parameter again (the bound member follows it),
+// and the parameters and buffers it was computed from go.
+void restore_plain(Module& m, const std::string& name, const Tensor& weight, std::initializer_list<const char*> params,
+                   std::initializer_list<const char*> buffers) {
+  m.remove_parametrization(name);
+  for (const char* suffix : params) m.remove_parameter(name + suffix);
+  for (const char* suffix : buffers) m.remove_buffer(name + suffix);
+  m.register_parameter(name, weight.detach());
+}
+
 }  // namespace
 
 void weight_norm(Module& module, const std::string& name, std::optional<int64_t> dim) {
@@ -125,15 +136,8 @@ void weight_norm(Module& module, const std::string& name, std::optional<int64_t>
 void remove_weight_norm(Module& module, const std::string& name) {
   auto* p = dynamic_cast<WeightNorm*>(module.parametrization(name));
   KILN_CHECK(p, "remove_weight_norm: \"", name, "\" of ", module.type_name(), " has no weight_norm");
-  Tensor weight;
-  {
-    NoGradGuard no_grad;
-    weight = p->compute(module);
-  }
-  module.remove_parametrization(name);
-  module.remove_parameter(name + "_g");
-  module.remove_parameter(name + "_v");
-  module.register_parameter(name, weight);
+  NoGradGuard no_grad;
+  restore_plain(module, name, p->compute(module), {"_g", "_v"}, {});
 }
 
 void spectral_norm(Module& module, const std::string& name, int64_t n_power_iterations, double eps,
@@ -165,16 +169,8 @@ void spectral_norm(Module& module, const std::string& name, int64_t n_power_iter
 void remove_spectral_norm(Module& module, const std::string& name) {
   auto* p = dynamic_cast<SpectralNorm*>(module.parametrization(name));
   KILN_CHECK(p, "remove_spectral_norm: \"", name, "\" of ", module.type_name(), " has no spectral_norm");
-  Tensor weight;
-  {
-    NoGradGuard no_grad;
-    weight = p->weight(false);
-  }
-  module.remove_parametrization(name);
-  module.remove_parameter(name + "_orig");
-  module.remove_buffer(name + "_u");
-  module.remove_buffer(name + "_v");
-  module.register_parameter(name, weight.detach());
+  NoGradGuard no_grad;
+  restore_plain(module, name, p->weight(false), {"_orig"}, {"_u", "_v"});
 }
 
 }  // namespace kiln::nn

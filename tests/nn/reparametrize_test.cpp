@@ -19,6 +19,7 @@ namespace kiln {
 namespace {
 
 using test::expect_error;
+using test::own_tensor;
 using test::randn64;
 using test::values;
 
@@ -28,14 +29,6 @@ std::vector<std::string> reparam_names(const std::vector<std::pair<std::string, 
   return out;
 }
 
-Tensor own(const nn::Module& m, const std::string& name) {
-  for (const auto& [n, t] : m.named_parameters(false))
-    if (n == name) return t;
-  for (const auto& [n, t] : m.named_buffers(false))
-    if (n == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return {};
-}
 
 void overwrite(const Tensor& t, const Tensor& values) {
   NoGradGuard no_grad;
@@ -96,8 +89,8 @@ TEST(WeightNorm, KeepsTheOutputAndTakesPyTorchsNames) {
   const Tensor before = lin(x).detach();
   nn::weight_norm(*lin);
   EXPECT_EQ(reparam_names(lin->named_parameters()), (std::vector<std::string>{"bias", "weight_g", "weight_v"}));
-  EXPECT_EQ(own(*lin, "weight_g").sizes(), (Shape{3, 1}));
-  EXPECT_EQ(own(*lin, "weight_v").sizes(), (Shape{3, 5}));
+  EXPECT_EQ(own_tensor(*lin, "weight_g").sizes(), (Shape{3, 1}));
+  EXPECT_EQ(own_tensor(*lin, "weight_v").sizes(), (Shape{3, 5}));
   expect_all_near(values(lin(x)), values(before), 1e-12);
   const nn::StateDict state = lin->state_dict();
   EXPECT_TRUE(state.count("weight_g") && state.count("weight_v") && !state.count("weight"));
@@ -113,7 +106,7 @@ TEST(WeightNorm, WeightIsGTimesTheUnitDirectionAlongEachDim) {
     nn::Conv2d conv(2, 6, 3);
     conv->to(kFloat64);
     nn::weight_norm(*conv, "weight", c.dim);
-    const Tensor g = own(*conv, "weight_g"), v = own(*conv, "weight_v");
+    const Tensor g = own_tensor(*conv, "weight_g"), v = own_tensor(*conv, "weight_v");
     ASSERT_EQ(g.sizes(), c.g_shape);
     overwrite(g, randn64(c.g_shape, 5));
     overwrite(v, randn64({6, 2, 3, 3}, 6));
@@ -133,8 +126,8 @@ TEST(WeightNorm, GradientsReachGAndVAndMatchDifferences) {
   nn::weight_norm(*lin);
   const Tensor x = randn64({5, 4}, 8), r = randn64({5, 3}, 9);
   auto loss = [&] { return (lin(x) * r).sum(); };
-  expect_gradient_matches_differences(own(*lin, "weight_g"), loss);
-  expect_gradient_matches_differences(own(*lin, "weight_v"), loss);
+  expect_gradient_matches_differences(own_tensor(*lin, "weight_g"), loss);
+  expect_gradient_matches_differences(own_tensor(*lin, "weight_v"), loss);
 }
 
 TEST(WeightNorm, TrainsThroughSequentialAndAnOptimizer) {
@@ -144,7 +137,7 @@ TEST(WeightNorm, TrainsThroughSequentialAndAnOptimizer) {
   nn::Sequential net(lin, nn::ReLU());
   optim::SGD opt(net->parameters(), {.lr = 0.5});
   const Tensor x = randn({8, 4}), target = randn({8, 2});
-  const Tensor g_before = own(*lin, "weight_g").clone(), w_before = lin->weight.detach().clone();
+  const Tensor g_before = own_tensor(*lin, "weight_g").clone(), w_before = lin->weight.detach().clone();
   const double first = nn::functional::mse_loss(net(x), target).item<double>();
   for (int step = 0; step < 20; ++step) {
     opt.zero_grad();
@@ -152,7 +145,7 @@ TEST(WeightNorm, TrainsThroughSequentialAndAnOptimizer) {
     opt.step();
   }
   EXPECT_LT(nn::functional::mse_loss(net(x), target).item<double>(), first);
-  EXPECT_FALSE(own(*lin, "weight_g").equal(g_before));
+  EXPECT_FALSE(own_tensor(*lin, "weight_g").equal(g_before));
   EXPECT_FALSE(lin->weight.detach().equal(w_before));  // the member follows g and v
 }
 
@@ -161,12 +154,12 @@ TEST(WeightNorm, RemoveLeavesAPlainBoundParameter) {
   nn::Linear lin(3, 2);
   lin->to(kFloat64);
   nn::weight_norm(*lin, "weight", 1);
-  overwrite(own(*lin, "weight_g"), randn64({1, 3}, 10));
+  overwrite(own_tensor(*lin, "weight_g"), randn64({1, 3}, 10));
   const std::vector<double> want =
-      weight_norm_reference(values(own(*lin, "weight_g")), values(own(*lin, "weight_v")), {2, 3}, 1);
+      weight_norm_reference(values(own_tensor(*lin, "weight_g")), values(own_tensor(*lin, "weight_v")), {2, 3}, 1);
   nn::remove_weight_norm(*lin);
   EXPECT_EQ(reparam_names(lin->named_parameters()), (std::vector<std::string>{"bias", "weight"}));
-  const Tensor w = own(*lin, "weight");
+  const Tensor w = own_tensor(*lin, "weight");
   expect_all_near(values(w), want, 1e-12);
   EXPECT_TRUE(w.requires_grad() && w.is_leaf());
   EXPECT_EQ(lin->weight.impl(), w.impl());  // the member is the parameter again
@@ -179,7 +172,7 @@ TEST(WeightNorm, StateDictLoadsIntoAFreshNormalizedLayer) {
   nn::Conv1d a(3, 4, 3), b(3, 4, 3);
   nn::weight_norm(*a);
   nn::weight_norm(*b);
-  overwrite(own(*a, "weight_g"), randn({4, 1, 1}));
+  overwrite(own_tensor(*a, "weight_g"), randn({4, 1, 1}));
   b->load_state_dict(a->state_dict());
   const Tensor x = randn({2, 3, 9});
   EXPECT_TRUE(a(x).equal(b(x)));
@@ -190,10 +183,10 @@ TEST(WeightNorm, RecurrentWeightsAreBoundToo) {
   nn::LSTM lstm(3, 4, nn::RNNOptions{.num_layers = 2});
   lstm->to(kFloat64);
   nn::weight_norm(*lstm, "weight_hh_l1");
-  overwrite(own(*lstm, "weight_hh_l1_g"), randn64({16, 1}, 12));
+  overwrite(own_tensor(*lstm, "weight_hh_l1_g"), randn64({16, 1}, 12));
   lstm(randn64({5, 2, 3}, 13), nn::RNNState{});  // a call with several arguments refreshes it as well
-  const std::vector<double> want = weight_norm_reference(values(own(*lstm, "weight_hh_l1_g")),
-                                                         values(own(*lstm, "weight_hh_l1_v")), {16, 4}, 0);
+  const std::vector<double> want = weight_norm_reference(values(own_tensor(*lstm, "weight_hh_l1_g")),
+                                                         values(own_tensor(*lstm, "weight_hh_l1_v")), {16, 4}, 0);
   expect_all_near(values(lstm->weights(1, 0).w_hh), want, 1e-12);
 }
 
@@ -203,15 +196,15 @@ TEST(WeightNorm, AttentionInsideATransformerLayerIsRefreshed) {
   layer->to(kFloat64);
   nn::weight_norm(*layer->self_attn, "in_proj_weight");
   nn::weight_norm(*layer->self_attn->out_proj);  // read by the attention directly, not called
-  const Tensor g = own(*layer->self_attn, "in_proj_weight_g"), out_g = own(*layer->self_attn->out_proj, "weight_g");
+  const Tensor g = own_tensor(*layer->self_attn, "in_proj_weight_g"), out_g = own_tensor(*layer->self_attn->out_proj, "weight_g");
   overwrite(g, randn64({24, 1}, 14));
   overwrite(out_g, randn64({8, 1}, 16));
   layer(randn64({3, 2, 8}, 15));  // the layer calls its attention with several arguments
   const std::vector<double> want =
-      weight_norm_reference(values(g), values(own(*layer->self_attn, "in_proj_weight_v")), {24, 8}, 0);
+      weight_norm_reference(values(g), values(own_tensor(*layer->self_attn, "in_proj_weight_v")), {24, 8}, 0);
   expect_all_near(values(layer->self_attn->in_proj_weight), want, 1e-12);
   expect_all_near(values(layer->self_attn->out_proj->weight),
-                  weight_norm_reference(values(out_g), values(own(*layer->self_attn->out_proj, "weight_v")), {8, 8}, 0),
+                  weight_norm_reference(values(out_g), values(own_tensor(*layer->self_attn->out_proj, "weight_v")), {8, 8}, 0),
                   1e-12);
 }
 
@@ -276,13 +269,13 @@ TEST(SpectralNorm, RegistersTheOriginalAndTwoUnitVectors) {
   nn::spectral_norm(*lin);
   EXPECT_EQ(reparam_names(lin->named_parameters()), (std::vector<std::string>{"bias", "weight_orig"}));
   EXPECT_EQ(reparam_names(lin->named_buffers()), (std::vector<std::string>{"weight_u", "weight_v"}));
-  EXPECT_EQ(own(*lin, "weight_orig").impl(), weight.impl());  // the weight itself, as in PyTorch
-  EXPECT_NEAR(dot(values(own(*lin, "weight_u")), values(own(*lin, "weight_u"))), 1.0, 1e-6);
-  EXPECT_EQ(own(*lin, "weight_v").sizes(), (Shape{8}));
+  EXPECT_EQ(own_tensor(*lin, "weight_orig").impl(), weight.impl());  // the weight itself, as in PyTorch
+  EXPECT_NEAR(dot(values(own_tensor(*lin, "weight_u")), values(own_tensor(*lin, "weight_u"))), 1.0, 1e-6);
+  EXPECT_EQ(own_tensor(*lin, "weight_v").sizes(), (Shape{8}));
   nn::ConvTranspose2d up(4, 6, 3);
   nn::spectral_norm(*up);  // (in, out, k, k): normalized along its output channels
-  EXPECT_EQ(own(*up, "weight_u").sizes(), (Shape{6}));
-  EXPECT_EQ(own(*up, "weight_v").sizes(), (Shape{36}));
+  EXPECT_EQ(own_tensor(*up, "weight_u").sizes(), (Shape{6}));
+  EXPECT_EQ(own_tensor(*up, "weight_v").sizes(), (Shape{36}));
 }
 
 TEST(SpectralNorm, ATrainingCallIsOnePowerStepThenADivision) {
@@ -290,8 +283,8 @@ TEST(SpectralNorm, ATrainingCallIsOnePowerStepThenADivision) {
   nn::Conv2d conv(3, 5, 2);
   conv->to(kFloat64);
   nn::spectral_norm(*conv, "weight", 2);
-  const std::vector<double> w = values(own(*conv, "weight_orig"));
-  std::vector<double> u = values(own(*conv, "weight_u")), v;
+  const std::vector<double> w = values(own_tensor(*conv, "weight_orig"));
+  std::vector<double> u = values(own_tensor(*conv, "weight_u")), v;
   for (int i = 0; i < 2; ++i) {
     v = unit(mat_vec(w, u, 5, true));
     u = unit(mat_vec(w, v, 5, false));
@@ -301,8 +294,8 @@ TEST(SpectralNorm, ATrainingCallIsOnePowerStepThenADivision) {
   std::vector<double> want(w.size());
   for (size_t i = 0; i < w.size(); ++i) want[i] = w[i] / sigma;
   expect_all_near(values(conv->weight), want, 1e-12);
-  expect_all_near(values(own(*conv, "weight_u")), u, 1e-12);
-  expect_all_near(values(own(*conv, "weight_v")), v, 1e-12);
+  expect_all_near(values(own_tensor(*conv, "weight_u")), u, 1e-12);
+  expect_all_near(values(own_tensor(*conv, "weight_v")), v, 1e-12);
 }
 
 TEST(SpectralNorm, ConvergesToTheLargestSingularValueAndEvalFreezesIt) {
@@ -313,16 +306,16 @@ TEST(SpectralNorm, ConvergesToTheLargestSingularValueAndEvalFreezesIt) {
   const Tensor x = randn64({1, 6, 5}, 15);
   for (int i = 0; i < 300; ++i) up(x);
   // The weight (6, 4, 3) as a matrix over dim 1: (4, 18).
-  const std::vector<double> m = values(own(*up, "weight_orig").permute({1, 0, 2}).contiguous());
+  const std::vector<double> m = values(own_tensor(*up, "weight_orig").permute({1, 0, 2}).contiguous());
   const double sigma = largest_singular_value(m, 4);
-  const std::vector<double> w = values(own(*up, "weight_orig"));
+  const std::vector<double> w = values(own_tensor(*up, "weight_orig"));
   std::vector<double> want(w.size());
   for (size_t i = 0; i < w.size(); ++i) want[i] = w[i] / sigma;
   expect_all_near(values(up->weight), want, 1e-9);
   up->eval();
-  const Tensor u = own(*up, "weight_u").clone();
+  const Tensor u = own_tensor(*up, "weight_u").clone();
   up(x);
-  EXPECT_TRUE(own(*up, "weight_u").equal(u));
+  EXPECT_TRUE(own_tensor(*up, "weight_u").equal(u));
 }
 
 TEST(SpectralNorm, EvalGradientMatchesDifferences) {
@@ -332,7 +325,7 @@ TEST(SpectralNorm, EvalGradientMatchesDifferences) {
   nn::spectral_norm(*lin);
   lin->eval();  // u and v fixed: the output is a function of weight_orig alone
   const Tensor x = randn64({5, 4}, 16), r = randn64({5, 3}, 17);
-  expect_gradient_matches_differences(own(*lin, "weight_orig"), [&] { return (lin(x) * r).sum(); });
+  expect_gradient_matches_differences(own_tensor(*lin, "weight_orig"), [&] { return (lin(x) * r).sum(); });
 }
 
 TEST(SpectralNorm, TrainingCallsKeepTheirGraphsApart) {
@@ -343,7 +336,7 @@ TEST(SpectralNorm, TrainingCallsKeepTheirGraphsApart) {
   const Tensor x = randn({2, 4});
   const Tensor y1 = lin(x), y2 = lin(x);
   (y1.sum() + y2.sum()).backward();
-  EXPECT_TRUE(own(*lin, "weight_orig").grad().defined());
+  EXPECT_TRUE(own_tensor(*lin, "weight_orig").grad().defined());
 }
 
 TEST(SpectralNorm, RemoveKeepsTheNormalizedWeightAndRefusesBadInput) {
@@ -356,7 +349,7 @@ TEST(SpectralNorm, RemoveKeepsTheNormalizedWeightAndRefusesBadInput) {
   nn::remove_spectral_norm(*lin);
   EXPECT_EQ(reparam_names(lin->named_parameters()), (std::vector<std::string>{"bias", "weight"}));
   EXPECT_TRUE(lin->named_buffers().empty());
-  expect_all_near(values(own(*lin, "weight")), w, 1e-12);
+  expect_all_near(values(own_tensor(*lin, "weight")), w, 1e-12);
   expect_error([&] { nn::spectral_norm(*lin, "weight", 0); }, {"n_power_iterations must be positive, got 0"});
   expect_error([&] { nn::spectral_norm(*lin, "weight", 1, 1e-12, 2); },
                {"spectral_norm: dim 2", "or no dim for the default (1 for transposed convolutions, else 0)"});

@@ -13,15 +13,6 @@
 namespace kiln::parity {
 namespace {
 
-Tensor registered(const nn::Module& m, const std::string& name) {
-  for (const auto& [n, t] : m.named_parameters(false))
-    if (n == name) return t;
-  for (const auto& [n, t] : m.named_buffers(false))
-    if (n == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return {};
-}
-
 TEST(ReparametrizeParity, WeightNormMatchesLibTorch) {
   for (std::optional<int64_t> dim : {std::optional<int64_t>(0), std::optional<int64_t>(2), std::optional<int64_t>()}) {
     const std::string what = "weight_norm, dim " + (dim ? std::to_string(*dim) : std::string("none"));
@@ -29,7 +20,7 @@ TEST(ReparametrizeParity, WeightNormMatchesLibTorch) {
     nn::Conv1d conv(3, 5, 3);
     conv->to(kFloat64);
     nn::weight_norm(*conv, "weight", dim);
-    const Tensor g = registered(*conv, "weight_g"), v = registered(*conv, "weight_v");
+    const Tensor g = test::own_tensor(*conv, "weight_g"), v = test::own_tensor(*conv, "weight_v");
     {
       NoGradGuard no_grad;
       g.copy_(test::randn64(g.sizes(), 42));
@@ -56,16 +47,16 @@ TEST(ReparametrizeParity, SpectralNormMatchesLibTorch) {
   nn::Conv2d conv(4, 6, 3);
   conv->to(kFloat64);
   nn::spectral_norm(*conv);
-  const torch::Tensor w = to_torch(registered(*conv, "weight_orig")).reshape({6, -1});
-  const torch::Tensor u0 = to_torch(registered(*conv, "weight_u"));
+  const torch::Tensor w = to_torch(test::own_tensor(*conv, "weight_orig")).reshape({6, -1});
+  const torch::Tensor u0 = to_torch(test::own_tensor(*conv, "weight_u"));
   namespace tf = torch::nn::functional;
   const auto unit = tf::NormalizeFuncOptions().dim(0).eps(1e-12);
   const torch::Tensor v1 = tf::normalize(torch::mv(w.t(), u0), unit), u1 = tf::normalize(torch::mv(w, v1), unit);
   const torch::Tensor sigma = torch::dot(u1, torch::mv(w, v1));
   const Tensor x = test::randn64({1, 4, 5, 5}, 47);
   conv(x);
-  expect_same(registered(*conv, "weight_u"), u1, 1e-14, "spectral_norm: u after one step");
-  expect_same(registered(*conv, "weight_v"), v1, 1e-14, "spectral_norm: v after one step");
+  expect_same(test::own_tensor(*conv, "weight_u"), u1, 1e-14, "spectral_norm: u after one step");
+  expect_same(test::own_tensor(*conv, "weight_v"), v1, 1e-14, "spectral_norm: v after one step");
   expect_same(conv->weight.reshape({6, -1}), w / sigma, 1e-14, "spectral_norm: weight after one step");
   for (int i = 0; i < 300; ++i) conv(x);
   const torch::Tensor largest = torch::linalg_svdvals(w)[0];

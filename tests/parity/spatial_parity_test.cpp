@@ -532,37 +532,55 @@ TEST(SpatialParity, FoldUnfoldAndLocalResponseNormMatchLibTorch) {
 
 // grid_sample in every mode, padding mode and corner convention, on a grid from affine_grid plus noise that
 // reaches outside the image: outputs and the gradients of the image, the grid and theta.
+// LibTorch's options for kiln's mode and padding (bilinear and nearest: its C++ options have no bicubic).
+torch::nn::functional::GridSampleFuncOptions torch_grid_options(const std::string& mode, const std::string& padding,
+                                                                bool align) {
+  torch::nn::functional::GridSampleFuncOptions o;
+  o.align_corners(align);
+  if (mode == "nearest") o.mode(torch::kNearest);
+  if (padding == "border") o.padding_mode(torch::kBorder);
+  if (padding == "reflection") o.padding_mode(torch::kReflection);
+  return o;
+}
+
 TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
   namespace tf = torch::nn::functional;
   const Tensor x = test::randn64({2, 3, 5, 6}, 500), theta = test::randn64({2, 2, 3}, 501),
                noise = test::randn64({2, 4, 7, 2}, 502);
-  for (bool align : {false, true}) {
+  for (bool align : {false, true})
     expect_parity({theta},
                   [&](const std::vector<Tensor>& t) { return nn::F::affine_grid(t[0], {2, 3, 4, 7}, align); },
                   [&](const std::vector<torch::Tensor>& t) { return tf::affine_grid(t[0], {2, 3, 4, 7}, align); },
                   1e-14, std::string("affine_grid") + (align ? " align_corners" : ""), 503);
-    for (const std::string mode : {"bilinear", "nearest"})
-      for (const std::string padding : {"zeros", "border", "reflection"}) {
-        const std::string what = "grid_sample " + mode + " " + padding + (align ? " align_corners" : "");
-        const nn::F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
-        tf::GridSampleFuncOptions t_options;
-        t_options.align_corners(align);
-        if (mode == "nearest") t_options.mode(torch::kNearest);
-        if (padding == "border") t_options.padding_mode(torch::kBorder);
-        if (padding == "reflection") t_options.padding_mode(torch::kReflection);
-        expect_parity({x, theta, noise},
-                      [&](const std::vector<Tensor>& t) {
-                        return nn::F::grid_sample(t[0], nn::F::affine_grid(t[1], {2, 3, 4, 7}, align) + t[2], o);
-                      },
-                      [&](const std::vector<torch::Tensor>& t) {
-                        return tf::grid_sample(t[0], tf::affine_grid(t[1], {2, 3, 4, 7}, align) + t[2], t_options);
-                      },
-                      1e-12, what, 504);
-      }
-  }
-  // Bicubic, images only: each of its 16 taps padded on its own. LibTorch 1.13's C++ options have no bicubic
-  // mode; its grid_sampler op takes the mode as a number (2: bicubic), the padding too (0 zeros, 1 border,
-  // 2 reflection).
+  // Images and volumes (trilinear), each through an affine grid plus noise, in every mode and padding.
+  struct Case {
+    const char* name;
+    Tensor input, theta, noise;
+    std::vector<int64_t> size;
+  };
+  const std::vector<Case> cases = {
+      {"", x, theta, noise, {2, 3, 4, 7}},
+      {"3-d ", test::randn64({2, 2, 4, 5, 3}, 505), test::randn64({2, 3, 4}, 506),
+       test::randn64({2, 3, 4, 2, 3}, 507) * 0.3, {2, 2, 3, 4, 2}}};
+  for (const Case& c : cases)
+    for (bool align : {false, true})
+      for (const std::string mode : {"bilinear", "nearest"})
+        for (const std::string padding : {"zeros", "border", "reflection"}) {
+          const std::string what =
+              std::string("grid_sample ") + c.name + mode + " " + padding + (align ? " align_corners" : "");
+          const nn::F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
+          expect_parity({c.input, c.theta, c.noise},
+                        [&](const std::vector<Tensor>& t) {
+                          return nn::F::grid_sample(t[0], nn::F::affine_grid(t[1], c.size, align) + t[2], o);
+                        },
+                        [&](const std::vector<torch::Tensor>& t) {
+                          return tf::grid_sample(t[0], tf::affine_grid(t[1], c.size, align) + t[2],
+                                                 torch_grid_options(mode, padding, align));
+                        },
+                        1e-12, what, 504);
+        }
+  // Bicubic, images only: each of its 16 taps padded on its own. LibTorch's grid_sampler op takes the mode as
+  // a number (2: bicubic), the padding too (0 zeros, 1 border, 2 reflection).
   for (bool align : {false, true})
     for (int64_t padding_code : {0, 1, 2}) {
       const std::string padding = padding_code == 0 ? "zeros" : padding_code == 1 ? "border" : "reflection";
@@ -578,30 +596,7 @@ TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
                     },
                     1e-12, what, 509);
     }
-  // Volumes: trilinear and nearest through a (N, 3, 4) affine grid plus noise.
-  const Tensor v = test::randn64({2, 2, 4, 5, 3}, 505), theta3 = test::randn64({2, 3, 4}, 506),
-               noise3 = test::randn64({2, 3, 4, 2, 3}, 507) * 0.3;
-  for (bool align : {false, true})
-    for (const std::string mode : {"bilinear", "nearest"})
-      for (const std::string padding : {"zeros", "border", "reflection"}) {
-        const std::string what = "grid_sample 3-d " + mode + " " + padding + (align ? " align_corners" : "");
-        const nn::F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
-        tf::GridSampleFuncOptions t_options;
-        t_options.align_corners(align);
-        if (mode == "nearest") t_options.mode(torch::kNearest);
-        if (padding == "border") t_options.padding_mode(torch::kBorder);
-        if (padding == "reflection") t_options.padding_mode(torch::kReflection);
-        expect_parity({v, theta3, noise3},
-                      [&](const std::vector<Tensor>& t) {
-                        return nn::F::grid_sample(t[0], nn::F::affine_grid(t[1], {2, 2, 3, 4, 2}, align) + t[2], o);
-                      },
-                      [&](const std::vector<torch::Tensor>& t) {
-                        return tf::grid_sample(t[0], tf::affine_grid(t[1], {2, 2, 3, 4, 2}, align) + t[2], t_options);
-                      },
-                      1e-12, what, 508);
-      }
 }
-
 
 // The LP pools (values and gradients, ceil_mode too) and the channel shuffle; alpha dropout draws differ, so its
 // three constants are read off each library's output: the value every dropped element takes, and the line

@@ -130,6 +130,14 @@ class Cli : public ::testing::Test {
   std::string root() const { return dir_ / "runs"; }
   fs::path run_dir(int version = 0) const { return fs::path(root()) / "kiln" / ("version_" + std::to_string(version)); }
   fs::path last_ckpt() const { return run_dir() / "checkpoints" / "last.ckpt"; }
+  // The run's one checkpoint besides last.ckpt: ModelCheckpoint's best (save_top_k 1).
+  std::string best_ckpt() const {
+    std::string best;
+    for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints")) {
+      if (e.path().filename() != "last.ckpt") best = e.path().string();
+    }
+    return best;
+  }
 
   // `kiln train --config run.yaml <extra...>`, which must succeed.
   CliResult train(const std::vector<std::string>& extra = {}) {
@@ -364,10 +372,7 @@ TEST_F(Cli, EvalReportsTheAccuracyOfTheCheckpointsWeights) {
   EXPECT_EQ(reported(batched.out, "test/acc"), reported(last.out, "test/acc"));
 
   // On the best checkpoint eval repeats what train reported.
-  std::string best;
-  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints")) {
-    if (e.path().filename() != "last.ckpt") best = e.path().string();
-  }
+  const std::string best = best_ckpt();
   const CliResult again = run_kiln({"eval", "--ckpt", best});
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(reported(again.out, "test/acc"), reported(trained.out, "test/acc"));
@@ -383,10 +388,7 @@ TEST_F(Cli, EvalReportsTheAccuracyOfTheCheckpointsWeights) {
 TEST_F(Cli, WeightAveragingCheckpointsTheAveragedWeights) {
   const CliResult trained =
       train({"--set", "callbacks.weight_averaging.enabled=true", "--set", "callbacks.weight_averaging.decay=0.9"});
-  std::string best;
-  for (const auto& e : fs::directory_iterator(run_dir() / "checkpoints")) {
-    if (e.path().filename() != "last.ckpt") best = e.path().string();
-  }
+  const std::string best = best_ckpt();
   const CliResult again = run_kiln({"eval", "--ckpt", best});
   ASSERT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(reported(again.out, "test/acc"), reported(trained.out, "test/acc"));
