@@ -4,6 +4,7 @@
 // Shapes follow PyTorch: N batch, C classes or channels, D features.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -286,6 +287,15 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// Sums a float64 tensor in place over the processes that share batch statistics (each gets the same bits).
+using CrossProcessSum = std::function<void(Tensor&)>;
+// batch_norm in training over the batches of several processes (PyTorch's SyncBatchNorm): each process passes
+// its own x (N_r, C, ...; N_r may differ, even be 0), and the statistics are those of all of them together.
+// One `sum` of 2C + 1 float64 values forward, one of 2C backward (when x needs a gradient), so every process
+// must make the same calls. The gradients of weight and bias are this process's own sums, as PyTorch's: DDP
+// averages them. First-order only (no create_graph through it).
+Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, double momentum, double eps, const CrossProcessSum& sum);
 // x: (N, C, ...): normalizes each of num_groups groups of C / num_groups channels (with all their positions).
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = {}, const Tensor& bias = {},
                   double eps = 1e-5);

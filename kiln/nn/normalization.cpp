@@ -43,6 +43,8 @@ Tensor BatchNormImpl::forward(const Tensor& x) {
     ops::add_(n, 1);
     if (!options_.momentum) momentum = 1.0 / static_cast<double>(n.item<int64_t>());
   }
+  if (sync_ && is_training())
+    return functional::sync_batch_norm(x, running_mean, running_var, weight, bias, momentum, options_.eps, sync_);
   return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, options_.eps);
 }
 
@@ -59,7 +61,8 @@ std::string BatchNormImpl::extra_repr() const {
   return detail::concat(C, ", eps=", options_.eps, ", momentum=",
                         options_.momentum ? detail::concat(*options_.momentum) : std::string("None"),
                         ", affine=", options_.affine ? "true" : "false",
-                        ", track_running_stats=", options_.track_running_stats ? "true" : "false");
+                        ", track_running_stats=", options_.track_running_stats ? "true" : "false",
+                        sync_ ? ", synchronized across processes" : "");
 }
 
 InstanceNormImpl::InstanceNormImpl(const char* type_name, int64_t num_features, InstanceNormOptions options,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "kiln/nn/functional.h"
 #include "kiln/nn/module.h"
@@ -31,10 +32,17 @@ class BatchNormImpl : public Module {
   BatchNormOptions& options() { return options_; }
   // Running mean 0, variance 1, no batches tracked, as PyTorch's reset_running_stats.
   void reset_running_stats();
+  // Batch statistics over several processes (PyTorch's SyncBatchNorm, functional::sync_batch_norm): in training
+  // the layer normalizes with the mean and variance of every process's batch, `sum` adding them up across the
+  // processes. distributed::convert_sync_batchnorm sets it on every batch norm of a model; an empty function
+  // makes the layer local again. Eval mode is local either way (the running statistics).
+  void set_cross_process_sum(functional::CrossProcessSum sum) { sync_ = std::move(sum); }
+  bool is_synchronized() const { return static_cast<bool>(sync_); }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
   BatchNormOptions options_;
+  functional::CrossProcessSum sync_;
   int64_t dims_lo_, dims_hi_;
 };
 

@@ -113,6 +113,7 @@ trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
   o.strategy = t.strategy;
   o.ddp_backend = t.ddp_backend;
   o.ddp_find_unused_parameters = t.ddp_find_unused_parameters;
+  o.sync_batchnorm = t.sync_batchnorm;
   o.ps.servers = static_cast<int>(t.ps.servers);
   o.ps.mode = t.ps.mode;
   o.ps.staleness = static_cast<int>(t.ps.staleness);

@@ -26,6 +26,7 @@ void declare_trainer(Schema<R>& s) {
   t.add("ddp_backend", &T::ddp_backend, "the process-group backend under strategy ddp: tcp, or gloo or mpi when built");
   t.add("ddp_find_unused_parameters", &T::ddp_find_unused_parameters,
         "under ddp, let a step leave parameters without a gradient (else an error names them)");
+  t.add("sync_batchnorm", &T::sync_batchnorm, "under ddp, batch norms use the statistics of every rank's batch");
   t.add_enum("precision", &T::precision, {"32", "16-mixed", "bf16-mixed"}, "float32, or mixed precision with float16/bfloat16");
   t.add("accumulate_grad_batches", &T::accumulate_grad_batches, "batches whose gradients add up before each optimizer step")
       .at_least(1);

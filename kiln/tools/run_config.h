@@ -31,6 +31,7 @@ struct RunConfig {
     std::string strategy = "auto";  // auto | single | ddp | parameter_server
     std::string ddp_backend = "tcp";  // tcp | gloo | mpi (those built): the process group under ddp
     bool ddp_find_unused_parameters = false;  // DDPOptions::find_unused_parameters
+    bool sync_batchnorm = false;  // TrainerOptions::sync_batchnorm
     std::string precision = "32";  // 32 | 16-mixed | bf16-mixed
     int64_t accumulate_grad_batches = 1;
     double gradient_clip_val = 0.0;  // 0: no clipping

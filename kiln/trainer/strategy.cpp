@@ -12,6 +12,7 @@
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/ps/parameter_server.h"
 #include "kiln/distributed/store.h"
+#include "kiln/distributed/sync_batch_norm.h"
 #include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
@@ -100,7 +101,8 @@ class DDPStrategy : public GroupStrategy {
   explicit DDPStrategy(const TrainerOptions& options)
       : timeout_(static_cast<int64_t>(options.process_group_timeout * 1000)),
         backend_(options.ddp_backend),
-        find_unused_(options.ddp_find_unused_parameters) {
+        find_unused_(options.ddp_find_unused_parameters),
+        sync_batchnorm_(options.sync_batchnorm) {
     auto info = distributed::rank_info_from_env();
     KILN_CHECK(info.has_value(), "Trainer: strategy 'ddp' runs one process per rank, and this process has no "
                "rank: start the program with `kiln launch --nproc N -- PROGRAM ...` (or torchrun, mpirun, srun)");
@@ -129,6 +131,7 @@ class DDPStrategy : public GroupStrategy {
     std::shared_ptr<nn::Module> view(std::shared_ptr<nn::Module>(), &module);
     if (ddp_ == nullptr || ddp_->module().get() != &module) {
       ddp_.reset();
+      if (sync_batchnorm_) distributed::convert_sync_batchnorm(module, group_);
       ddp_ = std::make_unique<distributed::DistributedDataParallel>(
           view, group_, distributed::DDPOptions{.find_unused_parameters = find_unused_});
     }
@@ -167,6 +170,7 @@ class DDPStrategy : public GroupStrategy {
   distributed::Duration timeout_;
   std::string backend_;  // TrainerOptions::ddp_backend
   bool find_unused_;     // TrainerOptions::ddp_find_unused_parameters
+  bool sync_batchnorm_;  // TrainerOptions::sync_batchnorm
   distributed::RankInfo info_;
   std::shared_ptr<distributed::Store> store_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
@@ -347,7 +351,11 @@ class ParameterServerStrategy : public GroupStrategy {
 
 std::unique_ptr<Strategy> make_strategy(const TrainerOptions& options) {
   if (options.strategy == "ddp") return std::make_unique<DDPStrategy>(options);
-  if (options.strategy == "parameter_server") return std::make_unique<ParameterServerStrategy>(options);
+  if (options.strategy == "parameter_server") {
+    KILN_CHECK(!options.sync_batchnorm, "Trainer: sync_batchnorm needs strategy 'ddp' (the parameter server's "
+               "workers do not run their forward passes in step); got strategy 'parameter_server'");
+    return std::make_unique<ParameterServerStrategy>(options);
+  }
   return std::make_unique<SingleStrategy>();
 }
 

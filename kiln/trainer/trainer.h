@@ -65,6 +65,10 @@ struct TrainerOptions {
   // (DDPOptions::find_unused_parameters); needed by models that use part of their parameters per step, such as
   // a GAN's manual optimization, where each optimizer's loss reaches only its own network.
   bool ddp_find_unused_parameters = false;
+  // ddp: batch norms take their training statistics over every rank's batch (distributed::convert_sync_batchnorm,
+  // Lightning's sync_batchnorm). One process needs nothing (its batch is the whole batch); the parameter server
+  // refuses it (its workers do not run in step).
+  bool sync_batchnorm = false;
   ParameterServerOptions ps;
   // "32"; or mixed precision: "bf16-mixed" (forward passes under autocast with bfloat16) and "16-mixed"
   // (float16, with a GradScaler scaling the loss and skipping the steps whose gradients overflow; its state is

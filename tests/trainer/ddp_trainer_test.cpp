@@ -6,6 +6,8 @@
 // the workers must train the same thing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -198,6 +200,103 @@ TEST(TrainerDDP, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
     const auto want = read_numbers(dir / ("want." + std::to_string(rank)));
     ASSERT_FALSE(want.empty());
     EXPECT_EQ(read_numbers(dir / ("got." + std::to_string(rank))), want) << "rank " << rank;
+  }
+}
+
+// A regressor with a batch norm between its layers: what sync_batchnorm changes.
+struct BnRegressor : trainer::TrainModule {
+  nn::Linear fc1{4, 6};
+  nn::BatchNorm1d bn{6};
+  nn::Linear fc2{6, 1};
+  BnRegressor() : TrainModule("BnRegressor") {
+    register_module("fc1", fc1);
+    register_module("bn", bn);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor& x) override { return fc2(relu(bn(fc1(x)))); }
+  Tensor training_step(const data::Batch& b, int64_t) override {
+    Tensor loss = nn::F::mse_loss(forward(b[0]), b[1]);
+    log("train/loss", loss);
+    return loss;
+  }
+  Tensor validation_step(const data::Batch& b, int64_t) override {
+    log("val/loss", nn::F::mse_loss(forward(b[0]), b[1]));
+    return {};
+  }
+  trainer::OptimizerSetup configure_optimizers() override {
+    return std::make_shared<optim::SGD>(parameters(), optim::SGDOptions{.lr = 0.05});
+  }
+};
+
+// Every float32 parameter and buffer (the running statistics), flattened in state_dict order.
+std::vector<double> state_numbers(const nn::Module& m) {
+  std::vector<double> out;
+  for (const auto& [name, t] : m.state_dict())
+    if (t.dtype() == kFloat32)
+      for (double v : t.to_vector<double>()) out.push_back(v);
+  return out;
+}
+
+// With sync_batchnorm, two ranks with batches of 4 train (weights and running statistics) and validate what
+// one process does with batches of 8; without it each rank's batch norm sees only its 4 examples, and the
+// running statistics come out different (so the comparison can fail).
+TEST(TrainerDDP, SyncBatchnormTrainsWhatOneProcessTrainsOnTheWholeBatch) {
+  TempDir dir;
+  manual_seed(3);
+  BnRegressor single;
+  auto train8 = loader(regression_data(32), 8);
+  auto val8 = loader(regression_data(16, 9), 8);
+  trainer::TrainerOptions o = quiet(dir / "single");
+  o.max_epochs = 2;
+  trainer::Trainer t(o);
+  t.fit(single, *train8, val8.get());
+  const std::vector<double> want = state_numbers(single);
+  const double want_val = t.callback_metrics().at("val/loss");
+
+  for (bool sync : {true, false}) {
+    const std::string out = dir / (sync ? "sync" : "local");
+    const uint16_t port = distributed::find_free_port();
+    const auto results = run_ranks(2, [&](int rank) {
+      set_rank_env(rank, 2, port);
+      manual_seed(3);
+      BnRegressor m;
+      auto train4 = loader(regression_data(32), 4);
+      auto val4 = loader(regression_data(16, 9), 4);
+      trainer::TrainerOptions d = ddp_options(out);
+      d.sync_batchnorm = sync;
+      trainer::Trainer tr(d);
+      tr.fit(m, *train4, val4.get());
+      std::filesystem::create_directories(out);
+      write_numbers(out + "/state." + std::to_string(rank), state_numbers(m));
+      write_numbers(out + "/val." + std::to_string(rank), {tr.callback_metrics().at("val/loss")});
+    }, std::chrono::seconds(60));
+    expect_all_ok(results);
+    for (int rank : {0, 1}) {
+      const auto got = read_numbers(out + "/state." + std::to_string(rank));
+      ASSERT_EQ(got.size(), want.size());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]) / (1 + std::abs(want[i])));
+      const double val = read_numbers(out + "/val." + std::to_string(rank)).at(0);
+      if (sync) {
+        EXPECT_LT(worst, 1e-5) << "rank " << rank;
+        EXPECT_NEAR(val, want_val, 1e-5 * (1 + want_val)) << "rank " << rank;
+      } else {
+        EXPECT_GT(worst, 1e-3) << "rank " << rank << ": local batch norms matched the whole batch's";
+      }
+    }
+  }
+}
+
+TEST(TrainerDDP, SyncBatchnormNeedsStrategyDdp) {
+  TempDir dir;
+  trainer::TrainerOptions o = quiet(dir.str());
+  o.strategy = "parameter_server";
+  o.sync_batchnorm = true;
+  try {
+    trainer::Trainer t(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sync_batchnorm needs strategy 'ddp'"), std::string::npos) << e.what();
   }
 }
 
