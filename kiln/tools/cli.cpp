@@ -134,6 +134,7 @@ trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
   if (t.seed) o.seed = static_cast<uint64_t>(*t.seed);
   o.default_root_dir = t.default_root_dir;
   o.fast_dev_run = t.fast_dev_run;
+  o.detect_anomaly = t.detect_anomaly;
   o.profiler = t.profiler;
   o.enable_progress_bar = t.enable_progress_bar;
   o.enable_checkpointing = t.enable_checkpointing;

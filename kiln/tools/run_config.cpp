@@ -54,6 +54,7 @@ void declare_trainer(Schema<R>& s) {
   t.add("fast_dev_run", &T::fast_dev_run, "run this many batches of each loop, no logs or checkpoints (true: 1)")
       .accept_bool()
       .at_least(0);
+  t.add("detect_anomaly", &T::detect_anomaly, "stop at the first NaN or Inf gradient, naming the op (slow; debugging)");
   t.add("ckpt_path", &T::ckpt_path, "resume from this checkpoint file, or \"last\" (null: start afresh)");
   auto ps = t.section("ps", &T::ps, "the parameter server, under strategy parameter_server");
   using P = T::PS;

@@ -53,6 +53,7 @@ struct RunConfig {
     bool enable_checkpointing = true;
     bool enable_model_summary = true;
     int64_t fast_dev_run = 0;  // true means 1, false 0
+    bool detect_anomaly = false;  // TrainerOptions::detect_anomaly
     std::optional<std::string> ckpt_path;  // a checkpoint file, or "last"
     struct PS {
       int64_t servers = 0;               // 0: as many as `kiln launch --servers` started

@@ -229,6 +229,8 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
   for (size_t k = 0; k < user_vals.size(); ++k) {
     KILN_CHECK(user_vals[k] != nullptr, "Trainer: fit(): validation loader ", k, " is null");
   }
+  std::optional<autograd::DetectAnomalyGuard> anomaly;  // Lightning's detect_anomaly: for the whole fit
+  if (options_.detect_anomaly) anomaly.emplace(true);
   attach(module, Stage::Fit);
   data::DataLoader* train = nullptr;
   try {

@@ -90,6 +90,9 @@ struct TrainerOptions {
   // accumulate with atomics (index_add, scatter_add, embedding's backward) are not, and this flag does not
   // change them yet.
   bool deterministic = false;
+  // fit() runs in autograd's anomaly mode (DetectAnomalyGuard): a NaN or Inf in any gradient stops it with an
+  // error naming the op and where forward made it. Slow (every node keeps a stack trace); for debugging.
+  bool detect_anomaly = false;
   std::optional<uint64_t> seed;  // seeds the default generator when fit() starts
   std::string default_root_dir = ".";
   // Run n batches of training, validation and test (1 epoch, no loggers, no checkpoints): a smoke test.

@@ -115,7 +115,8 @@ TEST(RunConfig, Overrides) {
                  "trainer.limit_train_batches=10", "trainer.val_check_interval=0.5", "trainer.seed=42", "trainer.precision=16-mixed",
                  "callbacks.early_stopping.enabled=true", "callbacks.timer.duration=90", "trainer.ckpt_path=last",
                  "data.path=null", "trainer.strategy=ddp", "trainer.ddp_backend=gloo",
-                 "trainer.ddp_find_unused_parameters=true", "trainer.sync_batchnorm=true"});
+                 "trainer.ddp_find_unused_parameters=true", "trainer.sync_batchnorm=true",
+                 "trainer.detect_anomaly=true"});
   EXPECT_EQ(c.trainer.max_epochs, 5);
   EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{256, 128}));
   EXPECT_EQ(c.trainer.max_time, 3600.0);
@@ -132,6 +133,7 @@ TEST(RunConfig, Overrides) {
   EXPECT_EQ(c.trainer.ddp_backend, "gloo");
   EXPECT_TRUE(c.trainer.ddp_find_unused_parameters);
   EXPECT_TRUE(c.trainer.sync_batchnorm);
+  EXPECT_TRUE(c.trainer.detect_anomaly);
   EXPECT_EQ(c.callbacks.checkpoint.monitor, "val/acc");  // untouched keys keep the file's values
 }
 

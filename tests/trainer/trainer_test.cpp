@@ -512,5 +512,37 @@ TEST(TrainerErrors, CudaWithoutADeviceIsAClearError) {
   }
 }
 
+// A step whose loss is sqrt(0): sqrt's gradient there is Inf, and every weight's turns NaN.
+struct InfGradientRegressor : Regressor {
+  Tensor training_step(const data::Batch& b, int64_t) override { return (fc(b[0]) * 0.0).sqrt().sum(); }
+};
+
+// detect_anomaly stops the fit at the first bad gradient, naming the op; without it the fit runs on (and the
+// weights turn NaN, which is what the flag is for finding).
+TEST(Trainer, DetectAnomalyStopsAtTheFirstBadGradientNamingTheOp) {
+  TempDir dir;
+  for (bool detect : {false, true}) {
+    InfGradientRegressor m;
+    auto train = loader(regression_data(8), 4);
+    trainer::TrainerOptions o = quiet(dir.str());
+    o.max_epochs = 1;
+    o.detect_anomaly = detect;
+    Trainer t(o);
+    if (!detect) {
+      t.fit(m, *train);
+      EXPECT_TRUE(std::isnan(weights_of(m)[0][0]));
+      continue;
+    }
+    try {
+      t.fit(m, *train);
+      FAIL() << "expected the anomaly error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("anomaly: sqrt"), std::string::npos) << what;
+    }
+    EXPECT_FALSE(autograd::AnomalyMode::is_enabled());  // the fit's guard is gone with it
+  }
+}
+
 }  // namespace
 }  // namespace kiln::test
