@@ -88,6 +88,59 @@ Tensor& Module::buffer(const std::string& name) {
   detail::throw_error(detail::concat(type_name_, ": no buffer \"", name, "\""));
 }
 
+Module& Module::get_submodule(const std::string& path) {
+  Module* m = this;
+  std::string walked;  // the part of the path found so far
+  for (size_t begin = 0; begin < path.size();) {
+    const size_t dot = std::min(path.find('.', begin), path.size());
+    const std::string name = path.substr(begin, dot - begin);
+    Module* next = nullptr;
+    std::string there;
+    for (const auto& [n, child] : m->children_) {
+      if (n == name) next = child.get();
+      there += (there.empty() ? "" : ", ") + n;
+    }
+    KILN_CHECK(next != nullptr, type_name_, ": no submodule \"", path, "\": ", walked.empty() ? type_name_ : walked,
+               " (", m->type_name_, ") has no child \"", name, "\" (its children: ",
+               there.empty() ? "none" : there, ")");
+    walked += (walked.empty() ? "" : ".") + name;
+    m = next;
+    begin = dot + 1;
+  }
+  return *m;
+}
+
+namespace {
+// Splits "a.b.c" into the owner's path "a.b" and the tensor's name "c".
+std::pair<std::string, std::string> owner_and_name(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  if (dot == std::string::npos) return {"", path};
+  return {path.substr(0, dot), path.substr(dot + 1)};
+}
+}  // namespace
+
+Tensor Module::get_parameter(const std::string& path) {
+  const auto [owner, name] = owner_and_name(path);
+  Module& m = get_submodule(owner);
+  for (const auto& [n, t] : m.parameters_)
+    if (n == name) return t;
+  std::string there;
+  for (const auto& [n, t] : m.parameters_) there += (there.empty() ? "" : ", ") + n;
+  detail::throw_error(detail::concat(type_name_, ": no parameter \"", path, "\" (", m.type_name_, "'s parameters: ",
+                                     there.empty() ? "none" : there, ")"));
+}
+
+Tensor Module::get_buffer(const std::string& path) {
+  const auto [owner, name] = owner_and_name(path);
+  Module& m = get_submodule(owner);
+  for (const auto& [n, b] : m.buffers_)
+    if (n == name) return b.value;
+  std::string there;
+  for (const auto& [n, b] : m.buffers_) there += (there.empty() ? "" : ", ") + n;
+  detail::throw_error(detail::concat(type_name_, ": no buffer \"", path, "\" (", m.type_name_, "'s buffers: ",
+                                     there.empty() ? "none" : there, ")"));
+}
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out(parameters_.begin(), parameters_.end());
   if (recurse)

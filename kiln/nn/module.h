@@ -83,6 +83,13 @@ class Module : public std::enable_shared_from_this<Module> {
   // This module first (named ""), then every descendant depth-first, as PyTorch's named_modules.
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
   std::vector<std::shared_ptr<Module>> modules();
+  // By dotted name, as PyTorch's get_submodule / get_parameter / get_buffer: get_submodule("encoder.layers.0")
+  // ("" is this module), get_parameter("encoder.layers.0.weight"), get_buffer("bn.running_mean"). The tensor
+  // is the registered handle (in-place changes reach the module). A missing name is an error that says which
+  // part of the path was not found and what was there instead.
+  Module& get_submodule(const std::string& path);
+  Tensor get_parameter(const std::string& path);
+  Tensor get_buffer(const std::string& path);
   // Calls fn on every module of the tree, children first, then this one (PyTorch's apply order).
   void apply(const std::function<void(Module&)>& fn);
   int64_t num_parameters(bool trainable_only = false) const;

@@ -53,6 +53,25 @@ TEST(Module, DottedNamesInRegistrationOrder) {
   for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.requires_grad());
 }
 
+// Every name of named_modules / named_parameters / named_buffers reaches the same object through the dotted
+// lookups; a missing part of a path is an error naming that part and what is there.
+TEST(Module, LookupByDottedName) {
+  auto net = std::make_shared<Net>();
+  for (auto& [n, m] : net->named_modules()) EXPECT_EQ(&net->get_submodule(n), m.get()) << n;
+  for (auto& [n, p] : net->named_parameters()) EXPECT_EQ(net->get_parameter(n).impl(), p.impl()) << n;
+  for (auto& [n, b] : net->named_buffers()) EXPECT_EQ(net->get_buffer(n).impl(), b.impl()) << n;
+  net->get_parameter("head.0.bias").detach().fill_(7.0);  // the registered tensor itself
+  EXPECT_EQ(net->head->children()[0]->named_parameters()[1].second.to_vector<float>(), (std::vector<float>{7, 7}));
+  EXPECT_EQ(&net->block->get_submodule("fc"), net->block->fc.ptr().get());
+
+  expect_error([&] { net->get_submodule("block.conv"); }, {"Block) has no child \"conv\" (its children: fc, drop)"});
+  expect_error([&] { net->get_submodule("head.0.x"); }, {"head.0 (Linear) has no child \"x\" (its children: none)"});
+  expect_error([&] { net->get_parameter("block.fc.scale"); }, {"Linear's parameters: weight, bias"});
+  expect_error([&] { net->get_parameter("block.steps"); }, {"no parameter \"block.steps\""});
+  expect_error([&] { net->get_buffer("block.fc.weight"); }, {"Linear's buffers: none"});
+  expect_error([&] { net->get_buffer("nothing.steps"); }, {"Net (Net) has no child \"nothing\""});
+}
+
 TEST(Module, StateDictRoundTripAndErrors) {
   auto a = std::make_shared<Net>(), b = std::make_shared<Net>();
   nn::StateDict state = a->state_dict();
