@@ -271,7 +271,6 @@ int64_t logger_version(const RunConfig& cfg, const std::string& ckpt_path) {
 
 void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
   const auto& c = cfg.callbacks;
-  // First: ModelCheckpoint's epoch-end checkpoint must include this epoch's averaging update.
   if (c.weight_averaging.enabled) {
     const auto& w = c.weight_averaging;
     o.callbacks.push_back(std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{

@@ -1,6 +1,7 @@
 // add_default_callbacks, LearningRateMonitor and Timer: the built-in callbacks small enough to share a file.
 #include "kiln/trainer/callbacks.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
@@ -32,6 +33,11 @@ void add_default_callbacks(const TrainerOptions& options, std::vector<std::share
   if (options.enable_model_summary && !has(static_cast<ModelSummary*>(nullptr))) {
     callbacks.push_back(std::make_shared<ModelSummary>());
   }
+  // Checkpoints last, in their own order, as Lightning orders them: a file written at a step or an epoch's end
+  // then holds what every other callback did there (an averaging update, an early-stopping count).
+  std::stable_partition(callbacks.begin(), callbacks.end(), [](const std::shared_ptr<Callback>& cb) {
+    return dynamic_cast<const ModelCheckpoint*>(cb.get()) == nullptr;
+  });
 }
 
 // ---- LearningRateMonitor ----

@@ -3,7 +3,6 @@
 #include <string>
 
 #include "kiln/trainer/checkpoint.h"
-#include "kiln/trainer/model_checkpoint.h"
 #include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
@@ -45,15 +44,10 @@ void WeightAveraging::load_checkpoint_state(const CallbackState& state) {
              "made with ", saved->second, ", this run asks for ", settings(), "; resume with the same settings");
 }
 
-void WeightAveraging::setup(Trainer& trainer, TrainModule& module, Stage stage) {
+void WeightAveraging::setup(Trainer&, TrainModule& module, Stage stage) {
   if (stage != Stage::Fit) return;
-  // ModelCheckpoint's epoch-end and step checkpoints must come after this callback's updates at those points.
-  for (const auto& cb : trainer.callbacks()) {
-    if (cb.get() == this) break;
-    KILN_CHECK(dynamic_cast<const ModelCheckpoint*>(cb.get()) == nullptr, "WeightAveraging: a ModelCheckpoint "
-               "comes before it among the callbacks; list WeightAveraging first, so that checkpoints include the "
-               "averaging update of the step or epoch they are taken at");
-  }
+  // (ModelCheckpoint's checkpoints include this callback's update of their step or epoch: the Trainer runs
+  // checkpoint callbacks last.)
   average_ = std::make_unique<optim::AveragedWeights>(
       module, optim::AveragedWeightsOptions{.decay = options_.decay, .use_buffers = options_.use_buffers});
   swapped_ = false;

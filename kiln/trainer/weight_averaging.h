@@ -11,9 +11,9 @@
 //   metrics and the checkpoints ModelCheckpoint keeps are the averaged model's.
 // - A checkpoint holds the averaged weights as the model's (what `kiln eval` and `kiln export` read) and the
 //   trained ones, with the update count, under this callback's entries; resuming puts the trained ones back,
-//   so a resumed run goes on bit for bit, and a resume with other settings is refused. It must come before
-//   ModelCheckpoint among the callbacks (callbacks run in order, and a checkpoint written before this
-//   callback's update at the same step or epoch would miss it): fit refuses the other order.
+//   so a resumed run goes on bit for bit, and a resume with other settings is refused. The Trainer runs
+//   checkpoint callbacks after all others, so a checkpoint holds this callback's update of its step or epoch
+//   whatever the order they were listed in.
 // - Batch norm: use_buffers (the default here, as Lightning's EMA) averages the running statistics too; without
 //   it, run optim::update_bn after fit.
 #pragma once

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/trainer/busy_cores.h"
+#include "kiln/trainer/model_checkpoint.h"
 #include "trainer/trainer_test_util.h"
 
 namespace kiln::test {
@@ -510,6 +511,22 @@ TEST(TrainerErrors, CudaWithoutADeviceIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
   }
+}
+
+// Checkpoint callbacks run after all the others, in their own order (Lightning's order); the rest keep theirs.
+TEST(TrainerHooks, CheckpointCallbacksRunLast) {
+  TempDir dir;
+  auto first = std::make_shared<trainer::ModelCheckpoint>(), second = std::make_shared<trainer::ModelCheckpoint>();
+  auto a = std::make_shared<Callback>(), b = std::make_shared<Callback>();
+  trainer::TrainerOptions o = quiet(dir.str());
+  o.enable_checkpointing = true;
+  o.callbacks = {first, a, second, b};
+  Trainer t(o);
+  ASSERT_EQ(t.callbacks().size(), 4u);
+  EXPECT_EQ(t.callbacks()[0], a);
+  EXPECT_EQ(t.callbacks()[1], b);
+  EXPECT_EQ(t.callbacks()[2], first);
+  EXPECT_EQ(t.callbacks()[3], second);
 }
 
 // A step whose loss is sqrt(0): sqrt's gradient there is Inf, and every weight's turns NaN.
