@@ -64,6 +64,8 @@ Args parse_args(const std::vector<std::string>& args, size_t first, const std::v
     if (flag == "--temperature") a.temperature = value;
     if (flag == "--top-k") a.top_k = value;
     if (flag == "--seed") a.seed = value;
+    if (flag == "--min-lr") a.min_lr = value;
+    if (flag == "--max-lr") a.max_lr = value;
   }
   if (a.split != "test" && a.split != "val") usage_error("--split '" + a.split + "': expected test or val");
   return a;
@@ -191,6 +193,7 @@ constexpr const char* kUsage =
     "           or a parameter server: kiln launch --servers S --workers W -- COMMAND [ARGS...]\n"
     "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
     "  bench    time the training step: kiln bench [--config run.yaml] [--set ...] [--steps N] [--profile]\n"
+    "  lr-find  the learning-rate range test: kiln lr-find [--config run.yaml] [--set ...] [--steps N]\n"
     "  generate text from a language model's checkpoint: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N]\n"
     "  info     version and build features\n"
     "\n"
@@ -513,6 +516,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (command == "info") return cmd_info();
     if (command == "export") return cmd_export(args);
     if (command == "bench") return cmd_bench(args);
+    if (command == "lr-find") return cmd_lr_find(args);
     if (command == "generate") return cmd_generate(args);
     if (command == "launch") return cmd_launch(args);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);

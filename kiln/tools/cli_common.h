@@ -1,6 +1,7 @@
 // What the `kiln` commands share (kiln/tools/cli.cpp defines it): their argument parser, and the one mapping of
 // a RunConfig onto kiln objects (data, model, loaders, Trainer options). train, eval, predict, launch and info
-// live in cli.cpp; export, bench and generate, which work on a model outside a training run, in cli_model.cpp.
+// live in cli.cpp; export, bench, lr-find and generate, which work on a model outside a training run, in
+// cli_model.cpp.
 #pragma once
 
 #include <map>
@@ -21,6 +22,7 @@ namespace kiln::tools::cli {
 struct Args {
   std::string config, ckpt, split = "test", output, dtype, steps, warmup;
   std::string prompt, tokens, temperature, top_k, seed;  // kiln generate
+  std::string min_lr, max_lr;                            // kiln lr-find
   std::vector<std::string> sets;
   bool help = false, profile = false;
 };
@@ -48,6 +50,7 @@ std::string format_metrics(const std::map<std::string, double>& metrics);
 // The commands of cli_model.cpp.
 int cmd_export(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_lr_find(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 
 }  // namespace kiln::tools::cli

@@ -1,6 +1,7 @@
 // The commands that work on a model outside a training run: export (a checkpoint's network weights as
 // safetensors for PyTorch or nn::load), bench (the configured run's training step, timed on this machine
-// through the same Trainer kiln train runs) and generate (text from a gpt-mini or lstm-lm checkpoint).
+// through the same Trainer kiln train runs), lr-find (the learning-rate range test on the configured run) and
+// generate (text from a gpt-mini or lstm-lm checkpoint).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "kiln/tensor/profiler.h"
 #include "kiln/tools/cli_common.h"
 #include "kiln/tools/generate.h"
+#include "kiln/trainer/lr_finder.h"
 
 namespace kiln::tools::cli {
 
@@ -232,6 +234,66 @@ int cmd_bench(const std::vector<std::string>& args) {
   }
   std::printf("\n");
   if (const profiler::Profiler* prof = timer->profile()) std::printf("\n%s", prof->table(25).c_str());
+  return 0;
+}
+
+constexpr const char* kLrFindHelp =
+    "usage: kiln lr-find [--config run.yaml] [--set key=value ...] [--steps N] [--min-lr X] [--max-lr Y]\n"
+    "                    [--output lr_find.csv]\n"
+    "\n"
+    "The learning-rate range test (Lightning's lr_find) on the configured run: N optimizer steps (default 100)\n"
+    "at rates growing exponentially from X (default 1e-8) to Y (default 1), the smoothed training loss after\n"
+    "each, and the rate where that loss falls fastest, a value for optimizer.lr. Stops early once the loss\n"
+    "diverges (4 times its best). The learning-rate schedule is left out. Writes each step's rate and loss to\n"
+    "the CSV file (default lr_find.csv); nothing else (no logs, checkpoints or validation).\n";
+
+int cmd_lr_find(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--config", "--set", "--steps", "--min-lr", "--max-lr", "--output"});
+  if (a.help) {
+    std::printf("%s", kLrFindHelp);
+    return 0;
+  }
+  auto positive = [](const std::string& flag, const std::string& value, double fallback) {
+    if (value.empty()) return fallback;
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
+      usage_error(flag + " '" + value + "': expected a positive number");
+    return v;
+  };
+  trainer::LRFinderOptions f;
+  f.num_training = a.steps.empty() ? 100 : parse_int_flag("--steps", a.steps, 2, 1'000'000);
+  f.min_lr = positive("--min-lr", a.min_lr, f.min_lr);
+  f.max_lr = positive("--max-lr", a.max_lr, f.max_lr);
+  if (f.max_lr <= f.min_lr) usage_error("--max-lr must be larger than --min-lr");
+  const std::string output = a.output.empty() ? "lr_find.csv" : a.output;
+  RunConfig cfg =
+      a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
+  cfg.scheduler = RunConfig::Scheduler{};  // sized for the whole run; the test sets every step's rate itself
+  Run run = build_run(cfg);
+  const trainer::LRFinderResult r = trainer::lr_find(*run.module, *run.train, trainer_options(cfg), f);
+
+  std::ofstream csv(output);
+  csv.precision(10);
+  csv << "step,lr,loss\n";
+  for (size_t i = 0; i < r.lrs.size(); ++i) csv << i << "," << r.lrs[i] << "," << r.losses[i] << "\n";
+  KILN_CHECK(csv.good(), "lr-find: could not write ", output);
+  const auto best = r.suggestion_index();
+  std::printf("lr-find: model %s, %zu of %lld steps from %.3g to %.3g (smoothed training loss)\n",
+              cfg.model.name.c_str(), r.lrs.size(), static_cast<long long>(f.num_training), f.min_lr, f.max_lr);
+  const size_t every = std::max<size_t>(1, (r.lrs.size() + 11) / 12);
+  for (size_t i = 0; i < r.lrs.size(); ++i) {
+    if (i % every != 0 && i + 1 != r.lrs.size() && (!best || i != *best)) continue;
+    std::printf("  step %4zu  lr %-10.3g loss %.5g%s\n", i, r.lrs[i], r.losses[i],
+                best && i == *best ? "   <- steepest descent" : "");
+  }
+  std::printf("wrote %s\n", output.c_str());
+  if (!best) {
+    std::printf("no suggestion: too few finite losses after leaving out the first 10 steps and the last; run more "
+                "steps (--steps)\n");
+    return 1;
+  }
+  std::printf("suggested lr: %.3g (--set optimizer.lr=%.3g)\n", r.lrs[*best], r.lrs[*best]);
   return 0;
 }
 

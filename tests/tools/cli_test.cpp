@@ -21,6 +21,7 @@
 #include "kiln/tools/models.h"
 #include "kiln/tools/run_config.h"
 #include "kiln/trainer/checkpoint.h"
+#include "kiln/trainer/lr_finder.h"
 #include "kiln/trainer/yaml.h"
 #include "tools/tools_test_util.h"
 #include "trainer/profile_table.h"
@@ -306,6 +307,36 @@ TEST_F(Cli, BenchTimesTheTrainingStepAndWritesNothing) {
   EXPECT_EQ(test::profile_calls(two.out, "range", "training_step"), 20) << two.out;
 
   expect_failure({"bench", "--config", config_, "--steps", "0"}, 2, {"--steps '0'", "1.."});
+}
+
+// kiln lr-find runs the range test on the configured run, writes its CSV and prints a suggestion from it.
+TEST_F(Cli, LrFindWritesTheRangeAndSuggestsARate) {
+  const std::string csv = dir_ / "range.csv";
+  const CliResult r = run_kiln({"lr-find", "--config", config_, "--steps", "30", "--min-lr", "1e-5", "--max-lr",
+                                "0.5", "--output", csv});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("lr-find: model mlp"), std::string::npos) << r.out;
+  std::ifstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  EXPECT_EQ(header, "step,lr,loss");
+  std::vector<double> lrs, losses;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(','), b = line.find(',', a + 1);
+    lrs.push_back(std::stod(line.substr(a + 1, b - a - 1)));
+    losses.push_back(std::stod(line.substr(b + 1)));
+  }
+  ASSERT_GE(lrs.size(), 12u);
+  EXPECT_NEAR(lrs.front(), 1e-5, 1e-12);
+  // The suggestion printed is the rule's on the rows written.
+  trainer::LRFinderResult written{lrs, losses};
+  const size_t at = r.out.find("suggested lr: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(at + 14)), *written.suggestion(), 5e-3 * *written.suggestion()) << r.out;  // 3 digits
+  EXPECT_FALSE(fs::exists(root()));  // no run folder
+
+  expect_failure({"lr-find", "--config", config_, "--min-lr", "0"}, 2, {"--min-lr '0'", "positive"});
+  expect_failure({"lr-find", "--config", config_, "--min-lr", "1", "--max-lr", "0.1"}, 2, {"larger than --min-lr"});
 }
 
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run
