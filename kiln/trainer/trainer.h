@@ -131,7 +131,8 @@ class Trainer {
   void fit(TrainModule& module, data::DataLoader& train, const std::vector<data::DataLoader*>& val,
            const std::string& ckpt_path = "");
   // One pass of validation_step / test_step over `loader` (or over each of `loaders`, as fit's); returns the
-  // epoch metrics logged. ckpt_path loads the weights of a checkpoint first.
+  // epoch metrics logged. ckpt_path loads the weights of a checkpoint first: a file, "last", or "best" (the
+  // best_model_path of the first ModelCheckpoint, which must have a monitor and have saved, as Lightning's).
   std::map<std::string, double> validate(TrainModule& module, data::DataLoader& loader,
                                          const std::string& ckpt_path = "");
   std::map<std::string, double> validate(TrainModule& module, const std::vector<data::DataLoader*>& loaders,

@@ -6,11 +6,25 @@
 #include <filesystem>
 
 #include "kiln/tensor/rng.h"
+#include "kiln/trainer/model_checkpoint.h"
 #include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
 
 std::string Trainer::resolve_ckpt_path(const std::string& path) const {
+  if (path == "best") {
+    for (const auto& cb : callbacks_) {
+      const auto* mc = dynamic_cast<const ModelCheckpoint*>(cb.get());
+      if (mc == nullptr) continue;
+      KILN_CHECK(!mc->options().monitor.empty(), "Trainer: ckpt_path \"best\": the ModelCheckpoint has no monitor, "
+                 "so no checkpoint is the best; give it a monitor, or pass \"last\" or a file");
+      KILN_CHECK(!mc->best_model_path().empty(), "Trainer: ckpt_path \"best\": the ModelCheckpoint (monitor '",
+                 mc->options().monitor, "') has saved no checkpoint yet; run fit first");
+      return mc->best_model_path();
+    }
+    detail::throw_error("Trainer: ckpt_path \"best\" needs a ModelCheckpoint among the callbacks (enable_checkpointing "
+                        "adds one; give it a monitor)");
+  }
   if (path != "last") {
     KILN_CHECK(std::filesystem::exists(path), "Trainer: ckpt_path '", path, "' does not exist");
     return path;

@@ -57,6 +57,33 @@ TEST(CallbacksModelCheckpoint, TopKMinKeepsExactlyTheBestFiles) {
   EXPECT_EQ(ckpt->best_k_models().at((ckdir / "epoch=1-val_score=0.30.ckpt").string()), 0.3);
 }
 
+// validate / test with ckpt_path "best" load the weights of the monitored best checkpoint (epoch 3 here), not
+// the final ones; without a monitor, a ModelCheckpoint or a saved file it is an error that says so.
+TEST(CallbacksModelCheckpoint, CkptPathBestLoadsTheBestCheckpointsWeights) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  Data d;
+  Regression m;
+  m.val_scores = {0.5, 0.3, 0.4, 0.2, 0.6};
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = ckdir.string(), .monitor = "val/score"});
+  Trainer t(quiet(dir, 5, {ckpt}));
+  expect_error([&] { t.validate(m, *d.val, "best"); }, {"has saved no checkpoint yet"});
+  t.fit(m, *d.train, d.val.get());
+  const Tensor final_weight = m.fc->weight.detach().clone();
+  const Tensor best_weight = load_checkpoint((ckdir / "epoch=3-step=8.ckpt").string()).tensor_section("model").at("fc.weight");
+  ASSERT_FALSE(best_weight.equal(final_weight));
+  t.test(m, *d.val, "best");
+  EXPECT_TRUE(m.fc->weight.equal(best_weight));
+
+  TempDir other;
+  Trainer no_monitor(quiet(other, 1, {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{.dirpath = (other.path / "ck").string()})}));
+  expect_error([&] { no_monitor.test(m, *d.val, "best"); }, {"has no monitor"});
+  TrainerOptions none = quiet(other, 1, {});
+  none.enable_checkpointing = false;
+  Trainer without(none);
+  expect_error([&] { without.test(m, *d.val, "best"); }, {"needs a ModelCheckpoint"});
+}
+
 TEST(CallbacksModelCheckpoint, TopKMaxRanksNaNWorst) {
   TempDir dir;
   const fs::path ckdir = dir.path / "ck";
