@@ -157,6 +157,29 @@ LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lambdas)
 
 double LambdaLR::lr_at(int64_t epoch, size_t group) const { return base_lrs_[group] * lambdas_[group](epoch); }
 
+MultiplicativeLR::MultiplicativeLR(Optimizer& optimizer, Lambda lambda)
+    : MultiplicativeLR(optimizer, std::vector<Lambda>(optimizer.param_groups().size(), std::move(lambda))) {}
+
+MultiplicativeLR::MultiplicativeLR(Optimizer& optimizer, std::vector<Lambda> lambdas)
+    : LRScheduler(optimizer), lambdas_(std::move(lambdas)), products_(lambdas_.size(), std::vector<double>{1.0}) {
+  KILN_CHECK(lambdas_.size() == base_lrs_.size(), "MultiplicativeLR: got ", lambdas_.size(), " functions for ",
+             base_lrs_.size(), " parameter groups; expected one, or one per group");
+  for (size_t g = 0; g < lambdas_.size(); ++g) {
+    KILN_CHECK(lambdas_[g] != nullptr, "MultiplicativeLR: function ", g, " is empty");
+  }
+  initial_step();
+}
+
+double MultiplicativeLR::lr_at(int64_t epoch, size_t group) const {
+  KILN_CHECK(epoch >= 0, "MultiplicativeLR: epoch ", epoch, " is negative");
+  std::vector<double>& p = products_[group];
+  while (static_cast<int64_t>(p.size()) <= epoch) {
+    const auto e = static_cast<int64_t>(p.size());
+    p.push_back(p.back() * lambdas_[group](e));
+  }
+  return base_lrs_[group] * p[static_cast<size_t>(epoch)];
+}
+
 CosineAnnealingWarmRestarts::CosineAnnealingWarmRestarts(Optimizer& optimizer, int64_t T_0, int64_t T_mult,
                                                          double eta_min)
     : LRScheduler(optimizer), T_0_(T_0), T_mult_(T_mult), eta_min_(eta_min) {

@@ -157,6 +157,22 @@ class LambdaLR : public LRScheduler {
   std::vector<Lambda> lambdas_;
 };
 
+// lr = base * lambda(1) * lambda(2) * ... * lambda(epoch), as torch's MultiplicativeLR (which multiplies the
+// lr by lambda(epoch) at each step from epoch 1 on). The products are kept as they are first asked for, so a
+// per-batch schedule costs one multiplication a step.
+class MultiplicativeLR : public LRScheduler {
+ public:
+  using Lambda = std::function<double(int64_t epoch)>;
+  MultiplicativeLR(Optimizer& optimizer, Lambda lambda);
+  MultiplicativeLR(Optimizer& optimizer, std::vector<Lambda> lambdas);
+  double lr_at(int64_t epoch, size_t group) const override;
+  const char* name() const override { return "MultiplicativeLR"; }
+
+ private:
+  std::vector<Lambda> lambdas_;
+  mutable std::vector<std::vector<double>> products_;  // per group: the product up to each epoch (0: 1)
+};
+
 // SGDR (Loshchilov & Hutter), as torch's CosineAnnealingWarmRestarts: cosine annealing from base to eta_min
 // over T_i epochs, then a restart at base; T_0 the first period, each next one T_mult times longer.
 //   lr = eta_min + (base - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2

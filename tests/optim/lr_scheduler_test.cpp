@@ -95,6 +95,33 @@ TEST(LRScheduler, ConstantPolynomialAndLambda) {
                {"LambdaLR", "1 functions for 2 parameter groups"});
 }
 
+// Against PyTorch's recursive form: from epoch 1 on each step multiplies the lr by lambda(epoch); resumed from a
+// state dict, the products are rebuilt from the functions.
+TEST(LRScheduler, MultiplicativeLRMatchesTheRecursiveForm) {
+  Fixture f;
+  const optim::MultiplicativeLR::Lambda decay = [](int64_t e) { return e % 3 == 0 ? 0.5 : 0.95; };
+  optim::MultiplicativeLR s(f.opt, decay);
+  std::vector<double> recursive[2] = {{1.0}, {0.1}};  // each group's lr, one step after another
+  for (auto& lrs : recursive)
+    for (int e = 1; e <= 30; ++e) lrs.push_back(lrs.back() * decay(e));
+  expect_schedule(s, f.opt, [&](int e, double b) { return recursive[b == 1.0 ? 0 : 1][static_cast<size_t>(e)]; }, 30,
+                  "MultiplicativeLR");
+  Fixture g;
+  optim::MultiplicativeLR two(g.opt, std::vector<optim::MultiplicativeLR::Lambda>{[](int64_t) { return 0.9; },
+                                                                                  [](int64_t) { return 1.1; }});
+  for (int e = 1; e <= 4; ++e) two.step();
+  EXPECT_NEAR(g.opt.param_groups()[0].lr(), std::pow(0.9, 4), 1e-15);
+  EXPECT_NEAR(g.opt.param_groups()[1].lr(), 0.1 * std::pow(1.1, 4), 1e-15);
+  Fixture h;
+  optim::MultiplicativeLR resumed(h.opt, decay);
+  resumed.load_state_dict(s.state_dict());
+  resumed.step();
+  s.step();
+  EXPECT_NEAR(h.opt.param_groups()[0].lr(), f.opt.param_groups()[0].lr(), 1e-15);
+  expect_error([&] { optim::MultiplicativeLR(h.opt, std::vector<optim::MultiplicativeLR::Lambda>{decay}); },
+               {"MultiplicativeLR", "1 functions for 2 parameter groups"});
+}
+
 // Against PyTorch's recursive form of the schedule: T_cur counts up by one each epoch and, on reaching T_i,
 // wraps to 0 while T_i grows T_mult times; the scheduler computes the same from the epoch alone.
 TEST(LRScheduler, CosineAnnealingWarmRestartsMatchesTheRecursiveForm) {
