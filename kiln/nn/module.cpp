@@ -88,6 +88,11 @@ Tensor& Module::buffer(const std::string& name) {
   detail::throw_error(detail::concat(type_name_, ": no buffer \"", name, "\""));
 }
 
+Module& Module::requires_grad_(bool requires_grad) {
+  for (auto& [name, p] : named_parameters()) p.requires_grad_(requires_grad);
+  return *this;
+}
+
 Module& Module::get_submodule(const std::string& path) {
   Module* m = this;
   std::string walked;  // the part of the path found so far

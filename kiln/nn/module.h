@@ -104,6 +104,10 @@ class Module : public std::enable_shared_from_this<Module> {
   void to(DType dtype);
   void to(Device device, DType dtype);
   void zero_grad(bool set_to_none = true);
+  // Sets requires_grad on every parameter of the tree, as PyTorch's Module.requires_grad_: false freezes it
+  // (backward leaves its parameters without gradients, and optimizers skip them), e.g. a pretrained backbone:
+  // model->get_submodule("backbone").requires_grad_(false).
+  Module& requires_grad_(bool requires_grad = true);
 
   // ---- state ----
   StateDict state_dict() const;

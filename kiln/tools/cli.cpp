@@ -128,6 +128,7 @@ trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
   o.check_val_every_n_epoch = t.check_val_every_n_epoch;
   o.limit_train_batches = t.limit_train_batches;
   o.limit_val_batches = t.limit_val_batches;
+  o.overfit_batches = t.overfit_batches;
   o.limit_test_batches = t.limit_test_batches;
   o.limit_predict_batches = t.limit_predict_batches;
   o.num_sanity_val_steps = t.num_sanity_val_steps;

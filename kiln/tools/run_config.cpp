@@ -37,6 +37,8 @@ void declare_trainer(Schema<R>& s) {
         "validate every this many training batches, or this fraction of an epoch");
   t.add("check_val_every_n_epoch", &T::check_val_every_n_epoch, "validate every this many epochs").at_least(1);
   t.add("limit_train_batches", &T::limit_train_batches, "training batches per epoch: a count, or a fraction of the loader");
+  t.add("overfit_batches", &T::overfit_batches,
+        "train and validate on only these batches, in order (a count or a fraction; 0: off): a debugging check");
   t.add("limit_val_batches", &T::limit_val_batches, "validation batches per run: a count or a fraction");
   t.add("limit_test_batches", &T::limit_test_batches, "test batches: a count or a fraction");
   t.add("limit_predict_batches", &T::limit_predict_batches, "prediction batches: a count or a fraction");

@@ -39,6 +39,7 @@ struct RunConfig {
     BatchLimit val_check_interval = BatchLimit::of_fraction(1.0);
     int64_t check_val_every_n_epoch = 1;
     BatchLimit limit_train_batches = BatchLimit::of_fraction(1.0);
+    BatchLimit overfit_batches = BatchLimit::of_fraction(0.0);  // 0: off
     BatchLimit limit_val_batches = BatchLimit::of_fraction(1.0);
     BatchLimit limit_test_batches = BatchLimit::of_fraction(1.0);
     BatchLimit limit_predict_batches = BatchLimit::of_fraction(1.0);

@@ -122,6 +122,17 @@ class TrainModule : public nn::Module, public Callback {
   // its device.
   virtual OptimizerSetup configure_optimizers() = 0;
 
+  // Lightning's freeze / unfreeze: every parameter stops (or starts) requiring grad, and the module goes to
+  // eval (or train) mode. For using a trained module for inference, or as a fixed part of another.
+  void freeze() {
+    requires_grad_(false);
+    eval();
+  }
+  void unfreeze() {
+    requires_grad_(true);
+    train();
+  }
+
   // Records a scalar metric (a one-element tensor, detached, or a number) under `name`.
   void log(const std::string& name, const Tensor& value, LogOptions options = {});
   void log(const std::string& name, double value, LogOptions options = {});

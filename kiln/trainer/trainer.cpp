@@ -104,6 +104,12 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   check_limit(o.limit_test_batches, "limit_test_batches");
   check_limit(o.limit_predict_batches, "limit_predict_batches");
   check_limit(o.val_check_interval, "val_check_interval");
+  check_limit(o.overfit_batches, "overfit_batches");
+  if (o.overfit_batches.is_count ? o.overfit_batches.count > 0 : o.overfit_batches.fraction > 0) {
+    o.limit_train_batches = o.limit_val_batches = o.overfit_batches;
+  } else {
+    o.overfit_batches = 0.0;  // off, however it was written
+  }
   KILN_CHECK(o.val_check_interval.is_count ? o.val_check_interval.count > 0 : o.val_check_interval.fraction > 0,
              "Trainer: val_check_interval must be positive");
 
@@ -234,8 +240,17 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
   attach(module, Stage::Fit);
   data::DataLoader* train = nullptr;
   try {
+    // overfit_batches: the same first batches every epoch.
+    data::DataLoader* unshuffled = &user_train;
+    overfit_train_.reset();
+    if (options_.overfit_batches != BatchLimit(0.0) && !user_train.is_iterable() && user_train.options().shuffle) {
+      data::DataLoaderOptions o = user_train.options();
+      o.shuffle = false;
+      overfit_train_ = std::make_unique<data::DataLoader>(user_train.dataset(), o);
+      unshuffled = overfit_train_.get();
+    }
     // This rank's shards of the data (the user's loaders themselves on one process).
-    train = &strategy_->train_loader(user_train);
+    train = &strategy_->train_loader(*unshuffled);
     val_loaders_.clear(), val_limits_.clear();
     for (data::DataLoader* v : user_vals) {
       val_loaders_.push_back(strategy_->eval_loader(v));

@@ -97,6 +97,10 @@ struct TrainerOptions {
   std::string default_root_dir = ".";
   // Run n batches of training, validation and test (1 epoch, no loggers, no checkpoints): a smoke test.
   int64_t fast_dev_run = 0;
+  // Lightning's overfit_batches: train and validate on only this many batches (a count, or a fraction of each
+  // loader), the training ones in order (the training loader's shuffle is turned off), every epoch the same:
+  // a model that cannot drive their loss to near zero has a bug. 0 (or 0.0): off.
+  BatchLimit overfit_batches = 0.0;
 
   // Where the time goes (kiln/tensor/profiler.h): "none"; "simple": the Trainer's actions (training_step,
   // backward, optimizer_step, the loaders' next batch, ...) and every hook of every callback; "ops": those and
@@ -320,6 +324,7 @@ class Trainer {
   std::vector<int64_t> val_limits_;             // and how many batches of each a validation runs
   int64_t val_every_ = 0;  // validate after every this many training batches (0: at epoch end only)
   data::DataLoader* train_loader_ = nullptr;
+  std::unique_ptr<data::DataLoader> overfit_train_;  // the user's training loader without shuffling
 
   std::vector<std::shared_ptr<Callback>> callbacks_;
   std::vector<std::shared_ptr<Logger>> loggers_;

@@ -72,6 +72,22 @@ TEST(Module, LookupByDottedName) {
   expect_error([&] { net->get_buffer("nothing.steps"); }, {"Net (Net) has no child \"nothing\""});
 }
 
+// requires_grad_ on a subtree freezes only its parameters: backward gives the rest gradients and leaves the
+// frozen ones without, and unfreezing brings them back.
+TEST(Module, RequiresGradFreezesASubtree) {
+  auto net = std::make_shared<Net>();
+  net->eval();  // (dropout off)
+  EXPECT_EQ(&net->block->requires_grad_(false), net->block.ptr().get());
+  for (auto& [n, p] : net->named_parameters()) EXPECT_EQ(p.requires_grad(), n.rfind("block.", 0) != 0) << n;
+  net->forward(randn({2, 4})).sum().backward();
+  for (auto& [n, p] : net->named_parameters()) EXPECT_EQ(p.grad().defined(), n.rfind("block.", 0) != 0) << n;
+  net->requires_grad_();
+  for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.requires_grad());
+  net->zero_grad();
+  net->forward(randn({2, 4})).sum().backward();
+  for (const Tensor& p : net->parameters()) EXPECT_TRUE(p.grad().defined());
+}
+
 TEST(Module, StateDictRoundTripAndErrors) {
   auto a = std::make_shared<Net>(), b = std::make_shared<Net>();
   nn::StateDict state = a->state_dict();

@@ -116,7 +116,8 @@ TEST(RunConfig, Overrides) {
                  "callbacks.early_stopping.enabled=true", "callbacks.timer.duration=90", "trainer.ckpt_path=last",
                  "data.path=null", "trainer.strategy=ddp", "trainer.ddp_backend=gloo",
                  "trainer.ddp_find_unused_parameters=true", "trainer.sync_batchnorm=true",
-                 "trainer.detect_anomaly=true"});
+                 "trainer.detect_anomaly=true",
+                 "trainer.overfit_batches=3"});
   EXPECT_EQ(c.trainer.max_epochs, 5);
   EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{256, 128}));
   EXPECT_EQ(c.trainer.max_time, 3600.0);
@@ -134,6 +135,7 @@ TEST(RunConfig, Overrides) {
   EXPECT_TRUE(c.trainer.ddp_find_unused_parameters);
   EXPECT_TRUE(c.trainer.sync_batchnorm);
   EXPECT_TRUE(c.trainer.detect_anomaly);
+  EXPECT_EQ(c.trainer.overfit_batches, BatchLimit::of_count(3));
   EXPECT_EQ(c.callbacks.checkpoint.monitor, "val/acc");  // untouched keys keep the file's values
 }
 

@@ -529,6 +529,48 @@ TEST(TrainerHooks, CheckpointCallbacksRunLast) {
   EXPECT_EQ(t.callbacks()[3], second);
 }
 
+// Records the first field of every training batch.
+struct BatchRecorder : Callback {
+  std::vector<Tensor> seen;
+  void on_train_batch_start(Trainer&, TrainModule&, const data::Batch& b, int64_t) override {
+    seen.push_back(b[0].clone());
+  }
+};
+
+// overfit_batches trains on the loader's first batches in order every epoch, even from a shuffled loader, and
+// validates on as many; as a count and as a fraction.
+TEST(TrainerOptions, OverfitBatchesRepeatsTheFirstBatchesInOrder) {
+  TempDir dir;
+  auto data = regression_data(32);
+  const Tensor x = data->tensors()[0];
+  for (const trainer::BatchLimit& limit : {trainer::BatchLimit(2), trainer::BatchLimit(0.25)}) {
+    Regressor m;
+    auto train = loader(data, 4, /*shuffle=*/true);
+    auto val = loader(regression_data(16, 9), 4);
+    auto recorder = std::make_shared<BatchRecorder>();
+    trainer::TrainerOptions o = quiet(dir.str());
+    o.max_epochs = 3;
+    o.overfit_batches = limit;
+    o.callbacks = {recorder};
+    Trainer t(o);
+    t.fit(m, *train, val.get());
+    ASSERT_EQ(recorder->seen.size(), 6u);
+    for (size_t k = 0; k < 6; ++k)
+      EXPECT_TRUE(recorder->seen[k].equal(x.narrow(0, static_cast<int64_t>(k % 2) * 4, 4))) << "batch " << k;
+    EXPECT_EQ(m.val_steps, limit.is_count ? 6 : 3);  // a quarter of the 4 validation batches is 1
+  }
+}
+
+TEST(TrainModule, FreezeAndUnfreeze) {
+  Regressor m;
+  m.freeze();
+  EXPECT_FALSE(m.is_training());
+  for (const Tensor& p : m.parameters()) EXPECT_FALSE(p.requires_grad());
+  m.unfreeze();
+  EXPECT_TRUE(m.is_training());
+  for (const Tensor& p : m.parameters()) EXPECT_TRUE(p.requires_grad());
+}
+
 // A step whose loss is sqrt(0): sqrt's gradient there is Inf, and every weight's turns NaN.
 struct InfGradientRegressor : Regressor {
   Tensor training_step(const data::Batch& b, int64_t) override { return (fc(b[0]) * 0.0).sqrt().sum(); }
