@@ -142,16 +142,21 @@ double PolynomialLR::lr_at(int64_t epoch, size_t group) const {
   return base_lrs_[group] * std::pow(left, power_);
 }
 
+namespace {
+// LambdaLR's and MultiplicativeLR's functions: one per parameter group, none empty.
+void check_functions(const char* who, const std::vector<std::function<double(int64_t)>>& fns, size_t groups) {
+  KILN_CHECK(fns.size() == groups, who, ": got ", fns.size(), " functions for ", groups,
+             " parameter groups; expected one, or one per group");
+  for (size_t g = 0; g < fns.size(); ++g) KILN_CHECK(fns[g] != nullptr, who, ": function ", g, " is empty");
+}
+}  // namespace
+
 LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lambda)
     : LambdaLR(optimizer, std::vector<Lambda>(optimizer.param_groups().size(), std::move(lambda))) {}
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lambdas)
     : LRScheduler(optimizer), lambdas_(std::move(lambdas)) {
-  KILN_CHECK(lambdas_.size() == base_lrs_.size(), "LambdaLR: got ", lambdas_.size(), " functions for ",
-             base_lrs_.size(), " parameter groups; expected one, or one per group");
-  for (size_t g = 0; g < lambdas_.size(); ++g) {
-    KILN_CHECK(lambdas_[g] != nullptr, "LambdaLR: function ", g, " is empty");
-  }
+  check_functions("LambdaLR", lambdas_, base_lrs_.size());
   initial_step();
 }
 
@@ -162,11 +167,7 @@ MultiplicativeLR::MultiplicativeLR(Optimizer& optimizer, Lambda lambda)
 
 MultiplicativeLR::MultiplicativeLR(Optimizer& optimizer, std::vector<Lambda> lambdas)
     : LRScheduler(optimizer), lambdas_(std::move(lambdas)), products_(lambdas_.size(), std::vector<double>{1.0}) {
-  KILN_CHECK(lambdas_.size() == base_lrs_.size(), "MultiplicativeLR: got ", lambdas_.size(), " functions for ",
-             base_lrs_.size(), " parameter groups; expected one, or one per group");
-  for (size_t g = 0; g < lambdas_.size(); ++g) {
-    KILN_CHECK(lambdas_[g] != nullptr, "MultiplicativeLR: function ", g, " is empty");
-  }
+  check_functions("MultiplicativeLR", lambdas_, base_lrs_.size());
   initial_step();
 }
 
