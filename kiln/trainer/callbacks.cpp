@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <type_traits>
 
 #include "kiln/trainer/trainer.h"
@@ -38,6 +39,36 @@ void add_default_callbacks(const TrainerOptions& options, std::vector<std::share
   std::stable_partition(callbacks.begin(), callbacks.end(), [](const std::shared_ptr<Callback>& cb) {
     return dynamic_cast<const ModelCheckpoint*>(cb.get()) == nullptr;
   });
+}
+
+// ---- GradientAccumulationScheduler ----
+
+GradientAccumulationScheduler::GradientAccumulationScheduler(std::map<int64_t, int64_t> scheduling)
+    : scheduling_(std::move(scheduling)) {
+  KILN_CHECK(!scheduling_.empty(), "GradientAccumulationScheduler: the scheduling is empty; give at least one "
+             "{epoch, factor}");
+  for (const auto& [epoch, n] : scheduling_) {
+    KILN_CHECK(epoch >= 0, "GradientAccumulationScheduler: epoch ", epoch, " is negative");
+    KILN_CHECK(n >= 1, "GradientAccumulationScheduler: factor ", n, " for epoch ", epoch, ": expected >= 1");
+  }
+}
+
+int64_t GradientAccumulationScheduler::factor(int64_t epoch) const {
+  auto it = scheduling_.upper_bound(epoch);  // the first key after epoch: the one before it applies
+  return it == scheduling_.begin() ? 1 : std::prev(it)->second;
+}
+
+void GradientAccumulationScheduler::setup(Trainer& trainer, TrainModule& module, Stage stage) {
+  if (stage != Stage::Fit) return;
+  KILN_CHECK(trainer.options().accumulate_grad_batches == 1, "GradientAccumulationScheduler: the Trainer's "
+             "accumulate_grad_batches is ", trainer.options().accumulate_grad_batches, "; leave it at 1 and put the "
+             "factors in the scheduling");
+  KILN_CHECK(module.automatic_optimization(), "GradientAccumulationScheduler: the module uses manual "
+             "optimization, which accumulates in training_step itself");
+}
+
+void GradientAccumulationScheduler::on_train_epoch_start(Trainer& trainer, TrainModule&) {
+  trainer.set_accumulate_grad_batches(factor(trainer.current_epoch()));
 }
 
 // ---- LearningRateMonitor ----

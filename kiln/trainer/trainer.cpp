@@ -148,6 +148,15 @@ double Trainer::elapsed_seconds() const {
   return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
 }
 
+void Trainer::set_accumulate_grad_batches(int64_t n) {
+  KILN_CHECK(n >= 1, "Trainer: accumulate_grad_batches = ", n, ": expected >= 1");
+  KILN_CHECK(accumulated_ == 0, "Trainer: set_accumulate_grad_batches(", n, ") with ", accumulated_,
+             " backward passes accumulated towards the next step; change it between steps (at an epoch's start)");
+  KILN_CHECK(n == 1 || module_ == nullptr || module_->automatic_optimization(), "Trainer: accumulate_grad_batches = ",
+             n, " under manual optimization; accumulate in training_step instead");
+  accumulate_ = n;
+}
+
 int64_t Trainer::estimated_stepping_batches() const {
   if (num_training_batches_ < 0) return options_.max_steps;  // epochs of unknown length
   const int64_t acc = options_.accumulate_grad_batches;
@@ -259,6 +268,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     start_time_ = std::chrono::steady_clock::now();
     elapsed_before_ = 0;
     epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
+    accumulate_ = options_.accumulate_grad_batches;
     should_stop_ = epoch_finished_ = false;
     callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
     train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
@@ -536,7 +546,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
   }
   if (loss.defined() && automatic && !by_closure) {
     check_training_loss(loss, batch_idx);
-    const int64_t acc = options_.accumulate_grad_batches;
+    const int64_t acc = accumulate_;
     // NOTE: dividing by the window keeps an accumulated step equal to one on a batch acc times larger (for
     // losses that are means over the batch).
     Tensor scaled = acc > 1 ? loss / static_cast<double>(acc) : loss;
@@ -555,7 +565,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t batch_idx, bool last
   }
   // Under manual optimization training_step stepped (or not) itself, and by a closure closure_batch stepped;
   // accumulated_ stays 0.
-  if (accumulated_ > 0 && (accumulated_ >= options_.accumulate_grad_batches || last_in_epoch)) optimizer_step();
+  if (accumulated_ > 0 && (accumulated_ >= accumulate_ || last_in_epoch)) optimizer_step();
   batch_in_epoch_ = batch_idx + 1;
   {
     HookScope scope(*this, LogContext::TrainStep);

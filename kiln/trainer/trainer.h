@@ -153,6 +153,11 @@ class Trainer {
   bool sanity_checking() const { return sanity_checking_; }
   int64_t current_epoch() const { return epoch_; }
   int64_t global_step() const { return global_step_; }
+  // The backward passes each optimizer step accumulates: TrainerOptions::accumulate_grad_batches, unless a
+  // callback (GradientAccumulationScheduler) changed it. Set it between optimizer steps only, under automatic
+  // optimization (an epoch's start is such a point).
+  int64_t accumulate_grad_batches() const { return accumulate_; }
+  void set_accumulate_grad_batches(int64_t n);
   // The training epoch's batches so far (the index of the next batch).
   int64_t batch_in_epoch() const { return batch_in_epoch_; }
   // -1 where the training loader reads a stream (an iterable dataset): its epochs end where the stream does.
@@ -324,6 +329,7 @@ class Trainer {
   std::vector<int64_t> val_limits_;             // and how many batches of each a validation runs
   int64_t val_every_ = 0;  // validate after every this many training batches (0: at epoch end only)
   data::DataLoader* train_loader_ = nullptr;
+  int64_t accumulate_ = 1;  // accumulate_grad_batches() now
   std::unique_ptr<data::DataLoader> overfit_train_;  // the user's training loader without shuffling
 
   std::vector<std::shared_ptr<Callback>> callbacks_;

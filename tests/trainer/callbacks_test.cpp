@@ -432,5 +432,40 @@ TEST(CallbacksDefaults, AddedAndRefusedAsTheOptionsSay) {
   expect_error([&] { Trainer t(o); }, {"enable_checkpointing = false"});
 }
 
+// ---- GradientAccumulationScheduler ----
+
+// Records, at each epoch's end, the optimizer steps so far and the accumulation factor in force.
+struct StepRecorder : Callback {
+  std::vector<int64_t> steps, factors;
+  void on_train_epoch_end(Trainer& t, TrainModule&) override {
+    steps.push_back(t.global_step());
+    factors.push_back(t.accumulate_grad_batches());
+  }
+};
+
+TEST(CallbacksGradientAccumulationScheduler, SetsEachEpochsFactor) {
+  GradientAccumulationScheduler schedule(std::map<int64_t, int64_t>{{2, 2}, {5, 4}});
+  const int64_t want[] = {1, 1, 2, 2, 2, 4, 4};  // before the first key: 1
+  for (int64_t e = 0; e < 7; ++e) EXPECT_EQ(schedule.factor(e), want[e]) << e;
+
+  // 2 batches an epoch: epochs 0-1 step twice, epochs 2-3 once (both batches in one step).
+  TempDir dir;
+  Data d;
+  Regression m;
+  auto recorder = std::make_shared<StepRecorder>();
+  Trainer t(quiet(dir, 4, {std::make_shared<GradientAccumulationScheduler>(std::map<int64_t, int64_t>{{2, 2}}),
+                           recorder}));
+  t.fit(m, *d.train, d.val.get());
+  EXPECT_EQ(recorder->steps, (std::vector<int64_t>{2, 4, 5, 6}));
+  EXPECT_EQ(recorder->factors, (std::vector<int64_t>{1, 1, 2, 2}));
+
+  expect_error([] { GradientAccumulationScheduler(std::map<int64_t, int64_t>{}); }, {"the scheduling is empty"});
+  expect_error([] { GradientAccumulationScheduler(std::map<int64_t, int64_t>{{1, 0}}); }, {"factor 0 for epoch 1"});
+  TrainerOptions both = quiet(dir, 1, {std::make_shared<GradientAccumulationScheduler>(std::map<int64_t, int64_t>{{0, 2}})});
+  both.accumulate_grad_batches = 2;
+  Regression other;
+  expect_error([&] { Trainer(both).fit(other, *d.train); }, {"accumulate_grad_batches is 2", "leave it at 1"});
+}
+
 }  // namespace
 }  // namespace kiln::trainer
