@@ -32,7 +32,60 @@ Tensor additive_mask(const Tensor& mask, const char* name, const Tensor& query) 
   return mask.to(query.dtype());
 }
 
+// softmax(scores + mask) over the last dim, mask additive and broadcastable to scores.
+// NOTE: a row with every key masked would be a softmax of -inf only: NaN, and NaN gradients through
+// softmax's backward even where the row is overwritten later. Those rows get finite scores before the
+// softmax and zero weights after it (see attention.h).
+Tensor masked_softmax(const Tensor& scores, const Tensor& mask) {
+  Tensor masked = scores + mask;
+  Tensor dead = all(eq(mask, -std::numeric_limits<double>::infinity()), {-1}, /*keepdim=*/true);
+  return where(dead, 0.0, softmax(where(dead, 0.0, masked), -1));
+}
+
 }  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  KILN_CHECK(query.defined() && key.defined() && value.defined(), op, ": query, key and value must be defined");
+  KILN_CHECK(query.dim() >= 2 && key.dim() >= 2 && value.dim() >= 2, op, ": query (..., L, E), key (..., S, E) "
+             "and value (..., S, Ev) need at least 2 dims, got ", shape_str(query.sizes()), ", ",
+             shape_str(key.sizes()), " and ", shape_str(value.sizes()));
+  KILN_CHECK(query.is_floating_point(), op, ": query must be floating, got dtype ", query.dtype());
+  KILN_CHECK(key.size(-1) == query.size(-1), op, ": key ", shape_str(key.sizes()), " must end in the query's E = ",
+             query.size(-1), " (query ", shape_str(query.sizes()), ")");
+  KILN_CHECK(value.size(-2) == key.size(-2), op, ": value ", shape_str(value.sizes()), " must have as many rows S as "
+             "key ", shape_str(key.sizes()));
+  KILN_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
+  KILN_CHECK(!(attn_mask.defined() && is_causal), op, ": give attn_mask or is_causal, not both (as PyTorch)");
+  const int64_t L = query.size(-2), S = key.size(-2);
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  Tensor scores = matmul(query * s, key.transpose(-2, -1));  // (..., L, S)
+  Tensor mask;
+  const double inf = std::numeric_limits<double>::infinity();
+  if (attn_mask.defined()) {
+    KILN_CHECK(attn_mask.device() == query.device(), op, ": attn_mask is on ", attn_mask.device(), " but query is on ",
+               query.device());
+    KILN_CHECK(attn_mask.dim() >= 2 && (attn_mask.size(-2) == L || attn_mask.size(-2) == 1) &&
+                   (attn_mask.size(-1) == S || attn_mask.size(-1) == 1),
+               op, ": attn_mask ", shape_str(attn_mask.sizes()), " must broadcast to (..., L, S) = (..., ", L, ", ", S,
+               ")");
+    if (attn_mask.dtype() == kBool) {  // true: takes part (the opposite of MultiheadAttention's masks)
+      mask = where(attn_mask, zeros(attn_mask.sizes(), TensorOptions(query.dtype()).device(query.device())), -inf);
+    } else {
+      KILN_CHECK(attn_mask.is_floating_point(), op, ": attn_mask must be bool (true = attend) or floating (added to "
+                 "the scores), got dtype ", attn_mask.dtype());
+      mask = attn_mask.to(query.dtype());
+    }
+  } else if (is_causal) {
+    // query i sees keys 0..i (the top-left triangle, also when L != S, as PyTorch)
+    mask = triu(full({L, S}, -inf, TensorOptions(query.dtype()).device(query.device())), 1);
+  }
+  Tensor attn = mask.defined() ? masked_softmax(scores, mask) : softmax(scores, -1);
+  if (dropout_p > 0) attn = dropout(attn, dropout_p, /*training=*/true);
+  return matmul(attn, value);
+}
 
 AttentionOutput multi_head_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                              int64_t num_heads, const Tensor& in_proj_weight,
@@ -126,17 +179,8 @@ AttentionOutput multi_head_attention_forward(const Tensor& query, const Tensor& 
   }
 
   // ---- softmax over the keys ----
-  Tensor attn;
-  if (mask.defined()) {
-    Tensor masked = scores.view({N, H, L, S}) + mask;
-    // NOTE: a row with every key masked would be a softmax of -inf only: NaN, and NaN gradients through
-    // softmax's backward even where the row is overwritten later. Those rows get finite scores before the
-    // softmax and zero weights after it (see attention.h).
-    Tensor dead = all(eq(mask, -std::numeric_limits<double>::infinity()), {-1}, /*keepdim=*/true);
-    attn = where(dead, 0.0, softmax(where(dead, 0.0, masked), -1)).view({N * H, L, S});
-  } else {
-    attn = softmax(scores, -1);
-  }
+  Tensor attn =
+      mask.defined() ? masked_softmax(scores.view({N, H, L, S}), mask).view({N * H, L, S}) : softmax(scores, -1);
   attn = dropout(attn, args.dropout_p, args.training);
 
   // ---- weighted values, heads joined, output projection ----

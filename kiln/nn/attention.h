@@ -13,6 +13,8 @@
 // output is 0 (so the module's output is out_proj's bias) and no gradient flows through it.
 #pragma once
 
+#include <optional>
+
 #include "kiln/nn/linear.h"
 #include "kiln/nn/module.h"
 
@@ -52,6 +54,17 @@ AttentionOutput multi_head_attention_forward(const Tensor& query, const Tensor& 
                                              int64_t num_heads, const Tensor& in_proj_weight,
                                              const Tensor& in_proj_bias, const Tensor& out_proj_weight,
                                              const Tensor& out_proj_bias, const MultiHeadAttentionArgs& args = {});
+
+// PyTorch 2's F.scaled_dot_product_attention: softmax(q k^T * scale + mask) v, with dropout on the weights.
+// query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev); the leading dims broadcast.
+// attn_mask broadcasts to (..., L, S): bool with true = may attend (the opposite of MultiheadAttention's bool
+// masks, as in PyTorch), or floating, added to the scores. is_causal: query i attends keys 0..i (top-left
+// aligned when L != S); not together with attn_mask. scale: 1 / sqrt(E) unless given. dropout_p applies
+// whenever it is positive (pass 0 in evaluation, as in PyTorch). A query with every key masked gets zero
+// weights and a zero output (PyTorch gives NaN there; see the note at the top).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = {}, double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 }  // namespace functional
 
