@@ -8,7 +8,8 @@
 // The layers stay the same objects (a C++ model holds its layers in its own fields, so they are switched over
 // rather than replaced, as PyTorch's convert_sync_batchnorm replaces them): the parameter and buffer names do
 // not change, and checkpoints load either way. Each training forward of a layer makes one all-reduce of 2C + 1
-// float64 values over the group and each backward one of 2C, so every rank must run the same layers in the
+// float64 values over the group and each backward (when the input needs a gradient, as it does under DDP)
+// one of 2C, so every rank must run the same layers in the
 // same order (as DDP already requires); eval mode uses the running statistics and no communication. The group
 // is held weakly: once it is gone, a synchronized layer's training forward is an error, not a silent local
 // batch norm (revert_sync_batchnorm makes the layers local again).

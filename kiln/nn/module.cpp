@@ -94,6 +94,8 @@ Module& Module::requires_grad_(bool requires_grad) {
 }
 
 Module& Module::get_submodule(const std::string& path) {
+  KILN_CHECK(path.empty() || path.back() != '.', type_name_, ": no submodule \"", path, "\": a path does not end in "
+             "'.'");
   Module* m = this;
   std::string walked;  // the part of the path found so far
   for (size_t begin = 0; begin < path.size();) {

@@ -37,15 +37,18 @@ Tensor BatchNormImpl::forward(const Tensor& x) {
   KILN_CHECK(x.size(1) == C, type_name(), ": expected ", C, " channels in dim 1, got shape ", shape_str(x.sizes()));
   bool use_batch = is_training() || !running_mean.defined();
   double momentum = options_.momentum.value_or(0.0);
-  if (is_training() && num_batches_tracked.defined()) {
+  const bool counts = is_training() && num_batches_tracked.defined();
+  // momentum unset: the plain mean, 1 / (the count with this batch)
+  if (counts && !options_.momentum) momentum = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>() + 1);
+  Tensor y = sync_ && is_training()
+                 ? functional::sync_batch_norm(x, running_mean, running_var, weight, bias, momentum, options_.eps, sync_)
+                 : functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, options_.eps);
+  if (counts) {  // counted once the batch went through (a failed all-reduce leaves the count as it was)
     NoGradGuard no_grad;
     Tensor n = num_batches_tracked;
     ops::add_(n, 1);
-    if (!options_.momentum) momentum = 1.0 / static_cast<double>(n.item<int64_t>());
   }
-  if (sync_ && is_training())
-    return functional::sync_batch_norm(x, running_mean, running_var, weight, bias, momentum, options_.eps, sync_);
-  return functional::batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, options_.eps);
+  return y;
 }
 
 void BatchNormImpl::reset_running_stats() {

@@ -1,9 +1,10 @@
 // Batch norm whose statistics span several processes (functional::sync_batch_norm; BatchNormImpl calls it
 // once distributed::convert_sync_batchnorm gave it a CrossProcessSum).
 //
-// Forward, each process r holds x_r (N_r, C, S). It sums, per channel and in float64, its count n_r, its
-// n_r mean_r and its M2_r + n_r mean_r^2 (M2_r: squares about its own mean, so the float32 part is centered),
-// and one cross-process sum of those 2C + 1 values gives the totals: mean = sum / n, var = sumsq / n - mean^2.
+// Forward, each process r holds x_r (N_r, C, S). Per channel it takes its mean_r and M2_r (the squares about
+// its own mean, so the sum in the input's dtype is of centered values), turns them into float64 sums (n_r,
+// n_r mean_r, M2_r + n_r mean_r^2), and one cross-process sum of those 2C + 1 values gives the totals:
+// mean = sum / n, var = sumsq / n - mean^2, in float64.
 // Every process then normalizes its own rows with the same mean and 1 / sqrt(var + eps).
 //
 // Backward, with xhat the normalized input and dy the gradient of y = w xhat + b:
@@ -64,6 +65,8 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
   }
 
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
+    KILN_CHECK(!autograd::GradMode::is_enabled(), "sync_batch_norm: backward with create_graph (a second derivative) is not "
+               "supported; its backward is first-order only");
     auto saved = ctx->get_saved_variables();
     const Tensor &xhat = saved[0], &invstd = saved[1], &weight = saved[2];
     const int64_t C = xhat.size(1);

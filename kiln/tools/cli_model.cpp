@@ -262,7 +262,8 @@ int cmd_lr_find(const std::vector<std::string>& args) {
     return v;
   };
   trainer::LRFinderOptions f;
-  f.num_training = a.steps.empty() ? 100 : parse_int_flag("--steps", a.steps, 2, 1'000'000);
+  // (the suggestion leaves out the first 10 steps and the last, and needs 2 more)
+  f.num_training = a.steps.empty() ? 100 : parse_int_flag("--steps", a.steps, 13, 1'000'000);
   f.min_lr = positive("--min-lr", a.min_lr, f.min_lr);
   f.max_lr = positive("--max-lr", a.max_lr, f.max_lr);
   if (f.max_lr <= f.min_lr) usage_error("--max-lr must be larger than --min-lr");

@@ -56,13 +56,11 @@ class LearningRateMonitor : public Callback {
   int64_t last_step_logged_ = -1;  // the steps of one accumulation window share a global step: log it once
 };
 
-// Timer: stops training once it has run `duration` seconds, checked after every step or every epoch. The time
 // Lightning's GradientAccumulationScheduler: accumulate_grad_batches by epoch, from a map of first epochs to
 // factors (std::map<int64_t, int64_t>{{0, 8}, {4, 4}, {8, 1}}: 8 backward passes a step in epochs 0-3, 4 in
-// 4-7, then 1). Epochs before
-// the first key accumulate 1. It sets the Trainer's factor at each epoch's start, so TrainerOptions::
-// accumulate_grad_batches must stay 1; a resume picks the epoch's factor up again. (estimated_stepping_batches
-// does not see the schedule.)
+// 4-7, then 1). Epochs before the first key accumulate 1. It sets the Trainer's factor at each epoch's start,
+// so TrainerOptions::accumulate_grad_batches must stay 1; a resume picks the epoch's factor up again.
+// (estimated_stepping_batches does not see the schedule.)
 class GradientAccumulationScheduler : public Callback {
  public:
   explicit GradientAccumulationScheduler(std::map<int64_t, int64_t> scheduling);
@@ -76,6 +74,7 @@ class GradientAccumulationScheduler : public Callback {
   std::map<int64_t, int64_t> scheduling_;
 };
 
+// Timer: stops training once it has run `duration` seconds, checked after every step or every epoch. The time
 // counts from the training loop's start and carries over a resume (it is in checkpoint_state), so a run
 // resumed twice still gets one budget in all.
 struct TimerOptions {

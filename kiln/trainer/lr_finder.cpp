@@ -23,7 +23,16 @@ class LRFinderCallback : public Callback {
     return options_.min_lr * std::pow(options_.max_lr / options_.min_lr, r);
   }
 
-  void on_train_start(Trainer& trainer, TrainModule&) override { steps_seen_ = trainer.global_step(); }
+  void on_train_start(Trainer& trainer, TrainModule&) override {
+    steps_seen_ = trainer.global_step();
+    trainer.drop_schedulers();  // each step's rate is set here; a plateau scheduler would wait for validation
+  }
+  void on_train_epoch_start(Trainer& trainer, TrainModule&) override { epoch_start_step_ = trainer.global_step(); }
+  // An epoch without a step would repeat forever: no batches, or none that returned a loss.
+  void on_train_epoch_end(Trainer& trainer, TrainModule&) override {
+    KILN_CHECK(trainer.global_step() > epoch_start_step_, "lr_find: a whole epoch of the training loader took no "
+               "optimizer step (an empty loader, limit_train_batches 0, or training_step returning no loss)");
+  }
 
   void on_before_optimizer_step(Trainer& trainer, TrainModule&, optim::Optimizer& optimizer) override {
     for (optim::ParamGroup& group : optimizer.param_groups()) group.set_lr(lr_at(trainer.global_step()));
@@ -41,9 +50,10 @@ class LRFinderCallback : public Callback {
     const size_t count = result_.losses.size() + 1;  // steps recorded with this one
     avg_ = options_.beta * avg_ + (1 - options_.beta) * current;
     const double smoothed = avg_ / (1 - std::pow(options_.beta, static_cast<double>(count)));
-    // Diverged: the rest of the range would only blow up further (NaN compares false: stop on it too).
+    // Diverged: the rest of the range would only blow up further. Measured from the best by |best|, so that a
+    // negative loss (a likelihood) does not stop at once; NaN compares false, and stops too.
     if (options_.early_stop_threshold > 0 && count > 1 &&
-        !(smoothed <= options_.early_stop_threshold * best_))
+        !(smoothed - best_ <= (options_.early_stop_threshold - 1) * std::abs(best_)))
       trainer.set_should_stop(true);
     if (count == 1 || smoothed < best_) best_ = smoothed;
     result_.lrs.push_back(lr_at(steps_seen_ - 1));
@@ -53,7 +63,7 @@ class LRFinderCallback : public Callback {
  private:
   LRFinderOptions options_;
   LRFinderResult& result_;
-  int64_t steps_seen_ = 0;
+  int64_t steps_seen_ = 0, epoch_start_step_ = 0;
   double window_sum_ = 0;
   int64_t window_count_ = 0;
   double avg_ = 0, best_ = 0;
@@ -127,7 +137,7 @@ LRFinderResult lr_find(TrainModule& module, data::DataLoader& train, TrainerOpti
   LRFinderResult result;
   result.exponential = f.mode == "exponential";
   o.max_steps = f.num_training;
-  o.max_epochs = -1;
+  o.max_epochs = f.num_training;  // a bound: each epoch takes at least one step (checked)
   o.min_epochs = 0;
   o.max_time = 0;
   o.fast_dev_run = 0;

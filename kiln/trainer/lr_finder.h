@@ -9,8 +9,8 @@
 // The module's weights and buffers and the default generator's state are put back afterwards, so the fit that
 // follows starts where it would have without the test. The run uses the options' precision, accumulation,
 // clipping and seed, but no validation, loggers, checkpoints or other callbacks, in one process. Whatever
-// configure_optimizers returns is stepped with every group's lr set to the tested rate before each step
-// (schedulers are overridden). `kiln lr-find --config run.yaml` runs it from the command line.
+// configure_optimizers returns is stepped with every group's lr set to the tested rate before each step; its
+// schedulers are dropped. `kiln lr-find --config run.yaml` runs it from the command line.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,8 @@ struct LRFinderOptions {
   int64_t num_training = 100;  // optimizer steps, each at the next rate
   // "exponential": min_lr (max_lr / min_lr)^(i / (n - 1)); "linear": evenly spaced.
   std::string mode = "exponential";
-  // Stop once the smoothed loss exceeds this times the best so far (the loss has diverged); 0: never.
+  // Stop once the smoothed loss exceeds the best so far by (this - 1) times |best| (for a positive loss: this
+  // times the best; the loss has diverged); 0: never.
   double early_stop_threshold = 4.0;
   double beta = 0.98;  // the smoothing: an exponential moving average with bias correction
 };

@@ -131,10 +131,18 @@ class DDPStrategy : public GroupStrategy {
     std::shared_ptr<nn::Module> view(std::shared_ptr<nn::Module>(), &module);
     if (ddp_ == nullptr || ddp_->module().get() != &module) {
       ddp_.reset();
-      if (sync_batchnorm_) distributed::convert_sync_batchnorm(module, group_);
       ddp_ = std::make_unique<distributed::DistributedDataParallel>(
           view, group_, distributed::DDPOptions{.find_unused_parameters = find_unused_});
     }
+  }
+
+  // sync_batchnorm: the module's batch norms use the group for the fit only, and are local again after it
+  // (the group goes with this Trainer; the module may train elsewhere later).
+  void fit_starting() override {
+    if (sync_batchnorm_) distributed::convert_sync_batchnorm(*ddp_->module(), group_);
+  }
+  void fit_ended(const std::string&) override {
+    if (sync_batchnorm_ && ddp_ != nullptr) distributed::revert_sync_batchnorm(*ddp_->module());
   }
 
   void before_training_step() override { ddp_->before_forward(); }

@@ -65,9 +65,9 @@ struct TrainerOptions {
   // (DDPOptions::find_unused_parameters); needed by models that use part of their parameters per step, such as
   // a GAN's manual optimization, where each optimizer's loss reaches only its own network.
   bool ddp_find_unused_parameters = false;
-  // ddp: batch norms take their training statistics over every rank's batch (distributed::convert_sync_batchnorm,
-  // Lightning's sync_batchnorm). One process needs nothing (its batch is the whole batch); the parameter server
-  // refuses it (its workers do not run in step).
+  // ddp: batch norms take their training statistics over every rank's batch during fit
+  // (distributed::convert_sync_batchnorm, Lightning's sync_batchnorm; reverted when fit ends). One process needs
+  // nothing (its batch is the whole batch); the parameter server refuses it (its workers do not run in step).
   bool sync_batchnorm = false;
   ParameterServerOptions ps;
   // "32"; or mixed precision: "bf16-mixed" (forward passes under autocast with bfloat16) and "16-mixed"
@@ -136,7 +136,8 @@ class Trainer {
            const std::string& ckpt_path = "");
   // One pass of validation_step / test_step over `loader` (or over each of `loaders`, as fit's); returns the
   // epoch metrics logged. ckpt_path loads the weights of a checkpoint first: a file, "last", or "best" (the
-  // best_model_path of the first ModelCheckpoint, which must have a monitor and have saved, as Lightning's).
+  // best_model_path of the first ModelCheckpoint, as Lightning's: its best by the monitor, or without one its
+  // latest; an error before it saved any).
   std::map<std::string, double> validate(TrainModule& module, data::DataLoader& loader,
                                          const std::string& ckpt_path = "");
   std::map<std::string, double> validate(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
@@ -158,6 +159,9 @@ class Trainer {
   // optimization (an epoch's start is such a point).
   int64_t accumulate_grad_batches() const { return accumulate_; }
   void set_accumulate_grad_batches(int64_t n);
+  // Drops the schedulers configure_optimizers returned, for the rest of this fit (the LR finder sets every
+  // step's rate itself).
+  void drop_schedulers() { schedulers_.clear(); }
   // The training epoch's batches so far (the index of the next batch).
   int64_t batch_in_epoch() const { return batch_in_epoch_; }
   // -1 where the training loader reads a stream (an iterable dataset): its epochs end where the stream does.

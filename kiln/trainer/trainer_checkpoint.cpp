@@ -16,10 +16,8 @@ std::string Trainer::resolve_ckpt_path(const std::string& path) const {
     for (const auto& cb : callbacks_) {
       const auto* mc = dynamic_cast<const ModelCheckpoint*>(cb.get());
       if (mc == nullptr) continue;
-      KILN_CHECK(!mc->options().monitor.empty(), "Trainer: ckpt_path \"best\": the ModelCheckpoint has no monitor, "
-                 "so no checkpoint is the best; give it a monitor, or pass \"last\" or a file");
       KILN_CHECK(!mc->best_model_path().empty(), "Trainer: ckpt_path \"best\": the ModelCheckpoint (monitor '",
-                 mc->options().monitor, "') has saved no checkpoint yet; run fit first");
+                 mc->options().monitor, "') of this Trainer has saved no checkpoint yet (a fit saves them)");
       return mc->best_model_path();
     }
     detail::throw_error("Trainer: ckpt_path \"best\" needs a ModelCheckpoint among the callbacks (enable_checkpointing "

@@ -94,6 +94,19 @@ TEST(SyncBatchNorm, OneProcessIsBatchNormByDefinition) {
   }
 }
 
+// Its backward is first-order: a second derivative is an error, not a silently wrong number.
+TEST(SyncBatchNorm, CreateGraphIsAnError) {
+  const F::CrossProcessSum alone = [](Tensor&) {};
+  Tensor x = randn({4, 3}, kFloat64).requires_grad_(true);
+  Tensor y = F::sync_batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5, alone);
+  try {
+    autograd::grad({(y * y * y).sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("create_graph"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SyncBatchNorm, GradcheckInFloat64) {
   const F::CrossProcessSum alone = [](Tensor&) {};
   manual_seed(6);
@@ -247,14 +260,17 @@ TEST(SyncBatchNorm, AGoneGroupIsAnErrorAndRevertMakesTheLayersLocal) {
     EXPECT_NE(net->bn2->extra_repr().find("synchronized"), std::string::npos);
     with_group = net->forward(x);  // a group of one: the batch's own statistics
   }
+  const Tensor counted = net->bn2->num_batches_tracked.clone();
   try {
     net->forward(x);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("no longer exists"), std::string::npos) << what;
+    EXPECT_NE(what.find("synchronized batch norm bn2 (BatchNorm2d): its process group no longer exists"),
+              std::string::npos) << what;
     EXPECT_NE(what.find("revert_sync_batchnorm"), std::string::npos) << what;
   }
+  EXPECT_TRUE(net->bn2->num_batches_tracked.equal(counted));  // the failed batch is not counted
   net->eval();
   EXPECT_NO_THROW(net->forward(x));
   net->train();

@@ -70,6 +70,7 @@ TEST(Module, LookupByDottedName) {
   expect_error([&] { net->get_parameter("block.steps"); }, {"no parameter \"block.steps\""});
   expect_error([&] { net->get_buffer("block.fc.weight"); }, {"Linear's buffers: none"});
   expect_error([&] { net->get_buffer("nothing.steps"); }, {"Net (Net) has no child \"nothing\""});
+  expect_error([&] { net->get_submodule("block."); }, {"a path does not end in '.'"});
 }
 
 // requires_grad_ on a subtree freezes only its parameters: backward gives the rest gradients and leaves the

@@ -336,6 +336,7 @@ TEST_F(Cli, LrFindWritesTheRangeAndSuggestsARate) {
   EXPECT_FALSE(fs::exists(root()));  // no run folder
 
   expect_failure({"lr-find", "--config", config_, "--min-lr", "0"}, 2, {"--min-lr '0'", "positive"});
+  expect_failure({"lr-find", "--config", config_, "--steps", "5"}, 2, {"--steps '5'", "13.."});  // no suggestion
   expect_failure({"lr-find", "--config", config_, "--min-lr", "1", "--max-lr", "0.1"}, 2, {"larger than --min-lr"});
 }
 

@@ -266,6 +266,7 @@ TEST(TrainerDDP, SyncBatchnormTrainsWhatOneProcessTrainsOnTheWholeBatch) {
       d.sync_batchnorm = sync;
       trainer::Trainer tr(d);
       tr.fit(m, *train4, val4.get());
+      rank_check(!m.bn->is_synchronized(), "the batch norm is still synchronized after fit");
       std::filesystem::create_directories(out);
       write_numbers(out + "/state." + std::to_string(rank), state_numbers(m));
       write_numbers(out + "/val." + std::to_string(rank), {tr.callback_metrics().at("val/loss")});

@@ -134,6 +134,33 @@ TEST(LRFinder, StopsOnceTheLossDiverges) {
   EXPECT_LT(*r.suggestion(), r.lrs.back());
 }
 
+// A loss below zero (a likelihood) does not look diverged at its second step; a schedule that waits for a
+// validation metric is dropped rather than failing; an epoch without a step is an error, not an endless loop.
+TEST(LRFinder, NegativeLossesPlateauSchedulersAndStepLessEpochs) {
+  TempDir dir;
+  Regressor shifted;
+  auto train = loader(regression_data(32), 4);
+  struct Negative : Regressor {
+    Tensor training_step(const data::Batch& b, int64_t) override { return nn::F::mse_loss(fc(b[0]), b[1]) - 100.0; }
+  } negative;
+  const auto r = trainer::lr_find(negative, *train, quiet(dir.str()), {.min_lr = 1e-5, .max_lr = 1e-3, .num_training = 15});
+  EXPECT_EQ(r.lrs.size(), 15u);
+
+  shifted.make_optim = [](Regressor& m) {
+    auto opt = std::make_shared<optim::SGD>(m.parameters(), optim::SGDOptions{.lr = 0.1});
+    trainer::OptimizerSetup setup(opt);
+    setup.schedulers.push_back(
+        {.plateau = std::make_shared<optim::ReduceLROnPlateau>(*opt), .monitor = "val/loss"});
+    return setup;
+  };
+  EXPECT_EQ(trainer::lr_find(shifted, *train, quiet(dir.str()), {.num_training = 12}).lrs.size(), 12u);
+
+  struct Silent : Regressor {
+    Tensor training_step(const data::Batch&, int64_t) override { return {}; }
+  } silent;
+  expect_error([&] { trainer::lr_find(silent, *train, quiet(dir.str()), {}); }, {"took no optimizer step"});
+}
+
 TEST(LRFinder, BadOptionsAreErrors) {
   TempDir dir;
   Regressor m;
