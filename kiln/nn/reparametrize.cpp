@@ -173,4 +173,29 @@ void remove_spectral_norm(Module& module, const std::string& name) {
   restore_plain(module, name, p->weight(false), {"_orig"}, {"_u", "_v"});
 }
 
+StateDict from_pytorch_parametrizations(const StateDict& state) {
+  static const std::string kMark = "parametrizations.";
+  StateDict out;
+  for (const auto& [key, value] : state) {
+    const size_t at = key.rfind(kMark);
+    if (at == std::string::npos || (at > 0 && key[at - 1] != '.')) {
+      KILN_CHECK(out.emplace(key, value).second, "from_pytorch_parametrizations: two keys become \"", key, "\"");
+      continue;
+    }
+    const std::string prefix = key.substr(0, at), rest = key.substr(at + kMark.size());  // "<name>.<entry>"
+    const size_t dot = rest.find('.');
+    const std::string name = rest.substr(0, dot), entry = dot == std::string::npos ? "" : rest.substr(dot + 1);
+    std::string suffix;
+    if (entry == "original0") suffix = "_g";
+    else if (entry == "original1" || entry == "0._v") suffix = "_v";
+    else if (entry == "original") suffix = "_orig";
+    else if (entry == "0._u") suffix = "_u";
+    KILN_CHECK(!name.empty() && !suffix.empty(), "from_pytorch_parametrizations: \"", key, "\" is not a weight_norm "
+               "(original0, original1) or spectral_norm (original, 0._u, 0._v) entry");
+    KILN_CHECK(out.emplace(prefix + name + suffix, value).second, "from_pytorch_parametrizations: two keys become \"",
+               prefix + name + suffix, "\"");
+  }
+  return out;
+}
+
 }  // namespace kiln::nn

@@ -39,4 +39,15 @@ void spectral_norm(Module& module, const std::string& name = "weight", int64_t n
 // Makes name a plain parameter again, holding W / sigma with the current u and v (no further iteration).
 void remove_spectral_norm(Module& module, const std::string& name = "weight");
 
+// A state dict saved from PyTorch 2's torch.nn.utils.parametrizations.weight_norm / spectral_norm, renamed to
+// the names above, so it loads into a kiln model with nn::weight_norm / nn::spectral_norm applied:
+//   <p>parametrizations.<name>.original0 -> <p><name>_g      (weight_norm)
+//   <p>parametrizations.<name>.original1 -> <p><name>_v
+//   <p>parametrizations.<name>.original  -> <p><name>_orig   (spectral_norm)
+//   <p>parametrizations.<name>.0._u      -> <p><name>_u
+//   <p>parametrizations.<name>.0._v      -> <p><name>_v
+// Other keys pass unchanged. A parametrizations entry of any other form is an error naming it (a
+// parametrization kiln does not have).
+StateDict from_pytorch_parametrizations(const StateDict& state);
+
 }  // namespace kiln::nn

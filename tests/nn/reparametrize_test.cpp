@@ -178,6 +178,39 @@ TEST(WeightNorm, StateDictLoadsIntoAFreshNormalizedLayer) {
   EXPECT_TRUE(a(x).equal(b(x)));
 }
 
+// A state dict under PyTorch 2's parametrize names (written out here as PyTorch 2 saves them) loads into kiln's
+// reparametrized layers after renaming: every value lands on the tensor it belongs to.
+TEST(WeightNorm, PyTorch2ParametrizeNamesLoadAfterRenaming) {
+  manual_seed(10);
+  nn::Sequential net{nn::Conv1d(3, 4, 3), nn::ReLU(), nn::Linear(4, 2)};
+  nn::weight_norm(*net->children()[0]);
+  nn::spectral_norm(*net->children()[2]);
+  auto draw = [](IntArrayRef shape) { return randn(shape); };
+  const nn::StateDict pytorch2{{"0.bias", draw({4})},
+                               {"0.parametrizations.weight.original0", draw({4, 1, 1})},
+                               {"0.parametrizations.weight.original1", draw({4, 3, 3})},
+                               {"2.bias", draw({2})},
+                               {"2.parametrizations.weight.original", draw({2, 4})},
+                               {"2.parametrizations.weight.0._u", draw({2})},
+                               {"2.parametrizations.weight.0._v", draw({4})}};
+  const nn::StateDict renamed = nn::from_pytorch_parametrizations(pytorch2);
+  net->load_state_dict(renamed);  // strict: every key of the model found
+  const std::pair<const char*, const char*> where[] = {
+      {"0.bias", "0.bias"},          {"0.weight_g", "0.parametrizations.weight.original0"},
+      {"0.weight_v", "0.parametrizations.weight.original1"},  {"2.bias", "2.bias"},
+      {"2.weight_orig", "2.parametrizations.weight.original"}, {"2.weight_u", "2.parametrizations.weight.0._u"},
+      {"2.weight_v", "2.parametrizations.weight.0._v"}};
+  const nn::StateDict got = net->state_dict();
+  EXPECT_EQ(got.size(), std::size(where));
+  for (const auto& [kiln_key, torch_key] : where) EXPECT_TRUE(got.at(kiln_key).equal(pytorch2.at(torch_key))) << kiln_key;
+
+  expect_error([] { nn::from_pytorch_parametrizations({{"0.parametrizations.weight.original2", zeros({1})}}); },
+               {"\"0.parametrizations.weight.original2\" is not a weight_norm"});
+  expect_error([] {
+    nn::from_pytorch_parametrizations({{"0.weight_g", zeros({1})}, {"0.parametrizations.weight.original0", zeros({1})}});
+  }, {"two keys become \"0.weight_g\""});
+}
+
 TEST(WeightNorm, RecurrentWeightsAreBoundToo) {
   manual_seed(9);
   nn::LSTM lstm(3, 4, nn::RNNOptions{.num_layers = 2});
