@@ -40,12 +40,12 @@ struct LRFinderResult {
   std::vector<double> losses;  // the smoothed training loss after it
   bool exponential = true;     // the range's mode: the suggestion differentiates against log(lr) then
   // The rate where the loss falls fastest along the range: the most negative derivative of the loss against
-  // log(lr) (exponential mode) or lr (linear), as Lightning's first rule took it over the evenly spaced steps.
-  // The first skip_begin and last skip_end points and the non-finite losses are left out; nullopt when fewer
-  // than 2 points remain.
-  // NOTE: Lightning 2 differentiates against lr itself in both modes; on an exponential range that favours the
-  // tiny rates at its start, where steps are closest, and on Fashion-MNIST it suggested 6e-8 where the loss
-  // had not moved (the rule here gave 1.0e-3, inside the loss's fall).
+  // log(lr) (exponential mode) or lr (linear). That is Lightning's rule, which differentiates over the steps
+  // (evenly spaced in the range's own mode); taking the derivative against the rates themselves keeps the
+  // points left out for being non-finite from shifting it. The first skip_begin and last skip_end points and
+  // the non-finite losses are left out; nullopt when fewer than 2 points remain.
+  // NOTE: against lr itself, an exponential range's tiny first rates (where the steps are closest) would win:
+  // on the main job's CNN that picked 6e-8, where the loss had not moved; this rule picks 1.0e-3.
   std::optional<double> suggestion(int64_t skip_begin = 10, int64_t skip_end = 1) const;
   std::optional<size_t> suggestion_index(int64_t skip_begin = 10, int64_t skip_end = 1) const;
 };
