@@ -142,6 +142,7 @@ LRFinderResult lr_find(TrainModule& module, data::DataLoader& train, TrainerOpti
   o.max_time = 0;
   o.fast_dev_run = 0;
   o.limit_val_batches = 0;
+  o.val_check_interval = 1.0;  // no validation runs; a count longer than the loader would be refused
   o.num_sanity_val_steps = 0;
   o.enable_checkpointing = false;
   o.enable_progress_bar = false;

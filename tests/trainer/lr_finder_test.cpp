@@ -155,6 +155,11 @@ TEST(LRFinder, NegativeLossesPlateauSchedulersAndStepLessEpochs) {
   };
   EXPECT_EQ(trainer::lr_find(shifted, *train, quiet(dir.str()), {.num_training = 12}).lrs.size(), 12u);
 
+  // The run's own validation cadence does not apply: a count longer than this 8-batch loader is no error.
+  trainer::TrainerOptions cadence = quiet(dir.str());
+  cadence.val_check_interval = 50;
+  EXPECT_EQ(trainer::lr_find(shifted, *train, cadence, {.num_training = 12}).lrs.size(), 12u);
+
   struct Silent : Regressor {
     Tensor training_step(const data::Batch&, int64_t) override { return {}; }
   } silent;
