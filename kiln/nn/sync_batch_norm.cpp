@@ -1,50 +1,46 @@
 // Batch norm whose statistics span several processes (functional::sync_batch_norm; BatchNormImpl calls it
 // once distributed::convert_sync_batchnorm gave it a CrossProcessSum).
 //
-// Forward, each process r holds x_r (N_r, C, S). Per channel it takes its mean_r and M2_r (the squares about
-// its own mean, so the sum in the input's dtype is of centered values), turns them into float64 sums (n_r,
-// n_r mean_r, M2_r + n_r mean_r^2), and one cross-process sum of those 2C + 1 values gives the totals:
-// mean = sum / n, var = sumsq / n - mean^2, in float64.
-// Every process then normalizes its own rows with the same mean and 1 / sqrt(var + eps).
+// Forward, each process r holds x_r (N_r, C, S). Per channel the fused kernels give its mean_r and biased var_r
+// (ops::batch_norm_stats: sums in double on the CPU, about the rank's own mean), turned into float64 sums
+// (n_r, n_r mean_r, n_r (var_r + mean_r^2)); one cross-process sum of those 2C + 1 values gives the totals:
+// mean = sum / n, var = sumsq / n - mean^2, in float64. Every process then normalizes its own rows with that
+// mean and var through the eval-mode batch norm kernel, one pass.
 //
 // Backward, with xhat the normalized input and dy the gradient of y = w xhat + b:
 //   grad x = w invstd (dy - mean(dy) - xhat mean(dy xhat)),
-// the two means taken over all processes' rows: one more sum of 2C values. The loss on each process is its own
-// (DDP averages the parameters' gradients afterwards), so grad w and grad b are this process's sums alone.
+// the two means taken over all processes' rows: the eval-mode backward kernel gives this process's sum dy and
+// sum dy xhat (which are also its grad b and grad w), one more cross-process sum of those 2C values gives the
+// totals, and ops::batch_norm_backward_input applies them in one pass. The loss on each process is its own (DDP
+// averages the parameters' gradients afterwards), so grad w and grad b are this process's sums alone.
+//
+// That is the passes of a single process's fused batch norm (three over x forward, two backward) and two
+// all-reduces a layer.
 #include <utility>
 #include <vector>
 
 #include "kiln/autograd/function.h"
 #include "kiln/nn/functional.h"
+#include "kiln/tensor/ops/normalization.h"
 
 namespace kiln::nn::functional {
 
 namespace {
 
-// Per-channel (C) view of a statistic against (N, C, S) rows.
-Tensor per_channel(const Tensor& t, int64_t C) { return t.view({1, C, 1}); }
-
-// The process's sums over (N, 0 and 2) of a, and of a * b, packed in float64: [sum a (C), sum a b (C)].
-Tensor local_sums(const Tensor& a, const Tensor& b) {
-  return kiln::cat({a.sum({0, 2}).to(kFloat64), (a * b).sum({0, 2}).to(kFloat64)}, 0);
-}
-
 struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
   static constexpr const char* name = "SyncBatchNormBackward";
 
-  // x: (N, C, S). Returns y and hands the global mean and biased variance (float64) and the total count back
-  // through `stats` for the running statistics.
+  // x: (N, C, S) contiguous. Returns y and hands the global mean and biased variance (float64) and the total
+  // count back through `stats` for the running statistics.
   static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         double eps, const CrossProcessSum* sum, std::pair<Tensor, Tensor>* stats, double* count) {
     const int64_t C = x.size(1);
     const double n_local = static_cast<double>(x.size(0) * x.size(2));
-    // This process's mean and squares about it; an empty shard (N_r = 0) adds nothing.
-    Tensor mean_r = n_local > 0 ? x.mean({0, 2}) : zeros({C}, TensorOptions(x.dtype()).device(x.device()));
-    Tensor centered = x - per_channel(mean_r, C);
-    Tensor m2_r = (centered * centered).sum({0, 2}).to(kFloat64);
-    Tensor mean64 = mean_r.to(kFloat64);
+    ops::BatchNormStats local = ops::batch_norm_stats(x);  // zeros for an empty shard, which adds nothing
+    const DType stats_dtype = local.mean.dtype();
+    Tensor mean64 = local.mean.to(kFloat64);
     Tensor packed = kiln::cat({full({1}, n_local, TensorOptions(kFloat64).device(x.device())), mean64 * n_local,
-                               m2_r + mean64 * mean64 * n_local},
+                               (local.var.to(kFloat64) + mean64 * mean64) * n_local},
                               0);
     (*sum)(packed);
     const double n = packed.narrow(0, 0, 1).cpu().item<double>();
@@ -52,15 +48,14 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
                n, " (this process's input ", shape_str(x.sizes()), ")");
     Tensor mean = packed.narrow(0, 1, C) / n;
     Tensor var = (packed.narrow(0, 1 + C, C) / n - mean * mean).clamp(0.0, std::nullopt);
-    Tensor invstd = (var + eps).rsqrt().to(x.dtype());
-    Tensor xhat = (x - per_channel(mean.to(x.dtype()), C)) * per_channel(invstd, C);
-    Tensor y = weight.defined() ? xhat * per_channel(weight, C) : xhat;
-    if (bias.defined()) y = y + per_channel(bias, C);
+    Tensor mean_s = mean.to(stats_dtype), var_s = var.to(stats_dtype);
+    Tensor y = ops::batch_norm_forward(x, weight, bias, mean_s, var_s, eps, /*training=*/false).y;
     *stats = {mean, var};
     *count = n;
-    ctx->save_for_backward({xhat, invstd, weight});
+    ctx->save_for_backward({x, weight, mean_s, var_s});
     ctx->saved_data["sum"] = *sum;  // a copy: backward may run after the caller's function is gone
     ctx->saved_data["count"] = n;
+    ctx->saved_data["eps"] = eps;
     return y;
   }
 
@@ -68,22 +63,22 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
     KILN_CHECK(!autograd::GradMode::is_enabled(), "sync_batch_norm: backward with create_graph (a second derivative) is not "
                "supported; its backward is first-order only");
     auto saved = ctx->get_saved_variables();
-    const Tensor &xhat = saved[0], &invstd = saved[1], &weight = saved[2];
-    const int64_t C = xhat.size(1);
-    Tensor dy = grads[0].defined() ? grads[0] : zeros_like(xhat);
-    Tensor sums = local_sums(dy, xhat);  // [sum dy, sum dy xhat] over this process's rows
+    const Tensor &x = saved[0], &weight = saved[1], &mean = saved[2], &var = saved[3];
+    const double eps = std::any_cast<double>(ctx->saved_data["eps"]);
+    const int64_t C = x.size(1);
+    Tensor dy = grads[0].defined() ? grads[0].contiguous() : zeros_like(x);
+    // This process's sum dy xhat and sum dy: the eval-mode backward's weight and bias gradients.
+    ops::BatchNormBackward local = ops::batch_norm_backward(dy, x, mean, var, weight, eps, /*training=*/false,
+                                                            /*want_x=*/false, /*want_weight=*/true, /*want_bias=*/true);
     Tensor grad_weight, grad_bias, grad_x;
-    if (weight.defined() && ctx->needs_input_grad(1)) grad_weight = sums.narrow(0, C, C).to(weight.dtype());
-    if (ctx->needs_input_grad(2)) grad_bias = sums.narrow(0, 0, C).to(xhat.dtype());
+    if (weight.defined() && ctx->needs_input_grad(1)) grad_weight = local.grad_weight;
+    if (ctx->needs_input_grad(2)) grad_bias = local.grad_bias;
     if (ctx->needs_input_grad(0)) {
       const auto& sum = std::any_cast<const CrossProcessSum&>(ctx->saved_data["sum"]);
       const double n = std::any_cast<double>(ctx->saved_data["count"]);
-      Tensor total = sums.clone();
+      Tensor total = kiln::cat({local.grad_bias.to(kFloat64), local.grad_weight.to(kFloat64)}, 0);
       sum(total);
-      Tensor mean_dy = (total.narrow(0, 0, C) / n).to(xhat.dtype());
-      Tensor mean_dy_xhat = (total.narrow(0, C, C) / n).to(xhat.dtype());
-      Tensor scale = weight.defined() ? invstd * weight : invstd;
-      grad_x = (dy - per_channel(mean_dy, C) - xhat * per_channel(mean_dy_xhat, C)) * per_channel(scale, C);
+      grad_x = ops::batch_norm_backward_input(dy, x, mean, var, weight, total.view({2, C}), static_cast<int64_t>(n), eps);
     }
     return {grad_x, grad_weight, grad_bias};
   }

@@ -212,6 +212,17 @@ TEST_F(CudaFused, BatchNormMatchesTheCpu) {
         test::expect_matches_cpu(rg.grad_x, rc.grad_x, what + ": dx", rtol, 8 * rtol);
         test::expect_matches_cpu(rg.grad_weight, rc.grad_weight, what + ": dw", rtol, sum_tol);
         test::expect_matches_cpu(rg.grad_bias, rc.grad_bias, what + ": db", rtol, sum_tol);
+        if (training) {  // sync_batch_norm's pieces: the statistics alone, dx from sums over three times the rows
+          ops::BatchNormStats sc = ops::batch_norm_stats(x), sg = ops::batch_norm_stats(dev(x));
+          test::expect_matches_cpu(sg.mean, sc.mean, what + ": stats mean", dtype == kFloat64 ? 1e-12 : 1e-5, 1e-6);
+          test::expect_matches_cpu(sg.var, sc.var, what + ": stats var", dtype == kFloat64 ? 1e-12 : 1e-5, 1e-6);
+          Tensor sums = cat({rc.grad_bias, rc.grad_weight}, 0).to(kFloat64).view({2, cs.c}) * 2.5;
+          const int64_t count = 3 * cs.n * cs.s;
+          Tensor dc = ops::batch_norm_backward_input(g, x, cpu.mean, cpu.var, w, sums, count, 1e-5);
+          Tensor dg = ops::batch_norm_backward_input(dev(g), dev(x), dev(cpu.mean), dev(cpu.var), dev(w), dev(sums),
+                                                     count, 1e-5);
+          test::expect_matches_cpu(dg, dc, what + ": dx from given sums", rtol, 8 * rtol);
+        }
         if (HasFailure()) return;
       }
     }

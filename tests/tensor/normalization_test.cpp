@@ -2,8 +2,9 @@
 // references computed here from the inputs' stored values: statistics, output and the three gradients, in
 // every float dtype, with and without the affine parameters, on narrow, wide and many rows or channels (layer
 // norm's parameter gradients sum over rows in blocks of 64 columns), batch norm in training and eval mode;
-// then a large common offset (where E[x^2] - E[x]^2 would cancel), the same bits on any thread count, and the
-// errors. (The gradient formulas are checked against central differences in tests/autograd/ops_grad_test.cpp.)
+// then a large common offset (where E[x^2] - E[x]^2 would cancel), the same bits on any thread count, the
+// errors, and the pieces sync_batch_norm is made of (the statistics alone, the input gradient from given sums).
+// (The gradient formulas are checked against central differences in tests/autograd/ops_grad_test.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -269,6 +270,55 @@ TEST(BatchNormKernel, Errors) {
   ops::BatchNormForward f = ops::batch_norm_forward(x, {}, {}, {}, {}, 1e-5, true);
   test::expect_error([&] { ops::batch_norm_backward(randn({4, 3, 6}), x, f.mean, f.var, {}, 1e-5, true, true, false, false); },
                      {"batch_norm_backward", "grad_y", "(4, 3, 5)"});
+}
+
+// The pieces of a batch norm over several processes: the statistics alone, and the input gradient from sums over
+// more rows than the input holds. A batch cut into two shards of rows; each shard's dx from the whole batch's
+// statistics and sums must be that rows' part of the whole batch's training-mode dx.
+TEST(BatchNormKernel, StatisticsAloneAndInputGradientFromGivenSums) {
+  std::mt19937 rng(29);
+  for (DType d : test::kFloatDTypes) {
+    for (int64_t s : {int64_t{1}, int64_t{70}}) {
+      const std::string what = std::string(dtype_name(d)) + " S = " + std::to_string(s);
+      const int64_t n = 7, c = 3, n1 = 2;
+      Tensor x = test::random_tensor({n, c, s}, d, rng, test::Layout::Contiguous, -2, 3);
+      Tensor w = test::random_tensor({c}, d, rng, test::Layout::Contiguous, 0.5, 1.5);
+      Tensor g = test::random_tensor({n, c, s}, d, rng);
+      BnReference whole = bn_reference(x, test::values(w), {}, {}, {}, test::values(g), 1e-5, true);
+      const double tol = test::tolerance(d), stat_tol = d == kFloat64 ? 1e-12 : 1e-5;
+      for (auto [start, len] : {std::pair{int64_t{0}, n1}, std::pair{n1, n - n1}}) {
+        Tensor xs = x.narrow(0, start, len).contiguous();
+        BnReference part = bn_reference(xs, {}, {}, {}, {}, test::values(g.narrow(0, start, len).contiguous()), 1e-5,
+                                        true);
+        ops::BatchNormStats st = ops::batch_norm_stats(xs);
+        test::expect_tensor_near(st.mean, part.mean, {c}, stat_tol, stat_tol, what + ": shard mean");
+        test::expect_tensor_near(st.var, part.var, {c}, stat_tol, stat_tol, what + ": shard var");
+      }
+      const DType sd = d == kFloat64 ? kFloat64 : kFloat32;
+      Tensor mean = test::make_tensor(whole.mean, {c}, sd), var = test::make_tensor(whole.var, {c}, sd);
+      std::vector<double> sums = whole.db;
+      sums.insert(sums.end(), whole.dw.begin(), whole.dw.end());
+      std::vector<Tensor> pieces;
+      for (auto [start, len] : {std::pair{int64_t{0}, n1}, std::pair{n1, n - n1}})
+        pieces.push_back(ops::batch_norm_backward_input(g.narrow(0, start, len), x.narrow(0, start, len), mean, var, w,
+                                                        test::make_tensor(sums, {2, c}, kFloat64), n * s, 1e-5));
+      test::expect_tensor_near(cat(pieces, 0), whole.dx, {n, c, s}, tol, 8 * tol, what + ": dx from the sums");
+    }
+  }
+  // One value per channel is enough for the statistics, and none gives zeros.
+  ops::BatchNormStats one = ops::batch_norm_stats(full({1, 2, 1}, 3.5));
+  EXPECT_EQ(test::values(one.mean), (std::vector<double>{3.5, 3.5}));
+  EXPECT_EQ(test::values(one.var), (std::vector<double>{0, 0}));
+  ops::BatchNormStats none = ops::batch_norm_stats(empty({0, 2, 4}));
+  EXPECT_EQ(test::values(none.mean), (std::vector<double>{0, 0}));
+  EXPECT_EQ(test::values(none.var), (std::vector<double>{0, 0}));
+
+  Tensor x = randn({4, 3, 5}), m = zeros({3}), v = ones({3});
+  test::expect_error([&] { ops::batch_norm_backward_input(randn({4, 3, 5}), x, m, v, {}, zeros({3}), 20, 1e-5); },
+                     {"batch_norm_backward_input", "sums", "(2, 3)", "(3)"});
+  test::expect_error([&] { ops::batch_norm_backward_input(randn({4, 3, 5}), x, m, v, {}, zeros({2, 3}), 19, 1e-5); },
+                     {"batch_norm_backward_input", "count (19)", "20 values"});
+  test::expect_error([&] { ops::batch_norm_stats(randn({4, 3})); }, {"batch_norm_stats", "(N, C, S)", "(4, 3)"});
 }
 
 }  // namespace

@@ -391,6 +391,7 @@ void batch_norm_cuda(const Tensor& y, const Tensor& mean, const Tensor& var, con
           ptr_or_null<M>(var), ptr_or_null<const M>(part), ptr_or_null<const T>(x), c, s, count, chunks);
       KILN_CUDA_CHECK_LAUNCH(op);
     }
+    if (!y.defined()) return;  // the statistics alone (ops::batch_norm_stats)
     bn_apply_kernel<T><<<elementwise_blocks(n), kThreads, 0, stream>>>(
         ptr_or_null<T>(y), ptr_or_null<const T>(x), ptr_or_null<const M>(mean), ptr_or_null<const M>(var),
         ptr_or_null<const T>(weight), ptr_or_null<const T>(bias), n, c, s, static_cast<M>(eps));
@@ -435,12 +436,32 @@ void batch_norm_backward_cuda(const Tensor& grad_x, const Tensor& grad_weight, c
   });
 }
 
+// The training-mode dx with the sums (2, C) given: the rows of several processes (ops::batch_norm_backward_input).
+void batch_norm_backward_input_cuda(const Tensor& grad_x, const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                    const Tensor& var, const Tensor& weight, const Tensor& sums, int64_t count,
+                                    double eps) {
+  const char* op = "batch_norm_backward_input";
+  const int device = x.device().index;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device).handle;
+  const int64_t c = x.size(1), s = x.size(2), n = x.numel();
+  visit_dtype<kFloatingSet>(x.dtype(), op, [&]<typename T>() {
+    using M = opmath_t<T>;
+    bn_backward_input_kernel<T><<<elementwise_blocks(n), kThreads, 0, stream>>>(
+        ptr_or_null<T>(grad_x), ptr_or_null<const T>(grad_y), ptr_or_null<const T>(x), ptr_or_null<const M>(mean),
+        ptr_or_null<const M>(var), ptr_or_null<const T>(weight), ptr_or_null<const M>(sums), n, c, s, count,
+        static_cast<M>(eps), true);
+    KILN_CUDA_CHECK_LAUNCH(op);
+  });
+}
+
 }  // namespace
 
 namespace detail {
 void register_cuda_normalization_kernels() {
   register_kernel<Op::batch_norm>(DeviceType::CUDA, batch_norm_cuda);
   register_kernel<Op::batch_norm_backward>(DeviceType::CUDA, batch_norm_backward_cuda);
+  register_kernel<Op::batch_norm_backward_input>(DeviceType::CUDA, batch_norm_backward_input_cuda);
   register_kernel<Op::layer_norm>(DeviceType::CUDA, layer_norm_cuda);
   register_kernel<Op::layer_norm_backward>(DeviceType::CUDA, layer_norm_backward_cuda);
 }

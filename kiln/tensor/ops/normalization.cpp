@@ -150,4 +150,35 @@ BatchNormBackward batch_norm_backward(const Tensor& grad_y, const Tensor& x, con
   return r;
 }
 
+BatchNormStats batch_norm_stats(const Tensor& x) {
+  check_channels_input("batch_norm_stats", x);
+  TensorOptions so = TensorOptions(stats_dtype(x.dtype())).device(x.device());
+  if (x.numel() == 0) return {zeros({x.size(1)}, so), zeros({x.size(1)}, so)};
+  BatchNormStats r{empty({x.size(1)}, so), empty({x.size(1)}, so)};
+  call_kernel<Op::batch_norm>(x.device(), Tensor(), r.mean, r.var, contiguous(x), Tensor(), Tensor(), 0.0, true);
+  return r;
+}
+
+Tensor batch_norm_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                 const Tensor& weight, const Tensor& sums, int64_t count, double eps) {
+  const char* op = "batch_norm_backward_input";
+  check_channels_input(op, x);
+  KILN_CHECK(grad_y.defined() && grad_y.sizes() == x.sizes() && grad_y.device() == x.device(), op,
+             ": grad_y must have the input's shape ", shape_str(x.sizes()), " on ", x.device());
+  const DType sd = stats_dtype(x.dtype());
+  const int64_t c = x.size(1);
+  Tensor m = check_param(op, "mean", mean, x, sd), v = check_param(op, "var", var, x, sd);
+  Tensor w = check_param(op, "weight", weight, x);
+  KILN_CHECK(sums.defined() && sums.sizes() == (Shape{2, c}) && sums.device() == x.device(), op, ": sums must be (2, ",
+             c, ") on ", x.device(), " ([sum g, sum g xhat] per channel), got ",
+             sums.defined() ? shape_str(sums.sizes()) + " on " + sums.device().str() : std::string("an undefined tensor"));
+  KILN_CHECK(count >= x.size(0) * x.size(2) && count > 0, op, ": the sums' count (", count,
+             ") must be positive and cover this input's ", x.size(0) * x.size(2), " values per channel");
+  Tensor grad_x = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
+  if (x.numel() == 0) return grad_x;
+  call_kernel<Op::batch_norm_backward_input>(x.device(), grad_x, contiguous(to(grad_y, x.dtype())), contiguous(x), m,
+                                             v, w, contiguous(to(sums, sd)), count, eps);
+  return grad_x;
+}
+
 }  // namespace kiln::ops

@@ -57,4 +57,21 @@ BatchNormBackward batch_norm_backward(const Tensor& grad_y, const Tensor& x, con
                                       const Tensor& weight, double eps, bool training, bool want_x, bool want_weight,
                                       bool want_bias);
 
+// The pieces a batch norm whose statistics span several processes is made of (nn::functional::sync_batch_norm):
+// the local statistics, an exchange of sums, then the eval-mode forward above with the totals' mean and var.
+//
+// The per-channel mean and biased var of x (N, C, S) alone, without normalizing: (C) each, in the statistics
+// dtype (float32, float64 for float64 x). One value per channel is enough; with none they are 0.
+struct BatchNormStats {
+  Tensor mean, var;
+};
+BatchNormStats batch_norm_stats(const Tensor& x);
+
+// The training-mode input gradient with the two sums given instead of taken from this x:
+//   dL/dx = w rstd (g - sums[0] / count - xhat sums[1] / count),
+// sums (2, C) in the statistics dtype holding sum g and sum g xhat over `count` values (the rows of every process;
+// this x's are some of them). mean and var: the ones that normalized x. Returns (N, C, S) in x's dtype.
+Tensor batch_norm_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                 const Tensor& weight, const Tensor& sums, int64_t count, double eps);
+
 }  // namespace kiln::ops

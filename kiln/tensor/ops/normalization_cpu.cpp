@@ -273,7 +273,6 @@ void batch_norm_forward_impl(const Tensor& y, const Tensor& mean, const Tensor& 
   const T* px = x.data_ptr<T>();
   const T* w = weight.defined() ? weight.data_ptr<T>() : nullptr;
   const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
-  T* py = y.data_ptr<T>();
   M* pm = mean.data_ptr<M>();
   M* pv = var.data_ptr<M>();
   if (training) {  // two passes in double: the mean, then the squared deviations from it
@@ -286,6 +285,8 @@ void batch_norm_forward_impl(const Tensor& y, const Tensor& mean, const Tensor& 
       pv[ch] = static_cast<M>(sq[ch] / static_cast<double>(count));
     }
   }
+  if (!y.defined()) return;  // the statistics alone (ops::batch_norm_stats)
+  T* py = y.data_ptr<T>();
   // y = (x - mean) (rstd w) + b, in M, as on the GPU.
   std::vector<M> mu(static_cast<size_t>(c)), scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -296,6 +297,30 @@ void batch_norm_forward_impl(const Tensor& y, const Tensor& mean, const Tensor& 
   }
   channel_map<M>(n, c, s, mu, scale, shift, shift, [&](int64_t off, M m, M sc, M sh, M) {
     py[off] = static_cast<T>((static_cast<M>(px[off]) - m) * sc + sh);
+  });
+}
+
+// dx = wr (g - mg) - (x - mean) k, with wr = w rstd, mg = sg / count and k = wr rstd sgx / count, where sg and sgx
+// are sum g and sum g xhat over the count values the statistics came from; sg null: the eval-mode dx = wr g.
+template <typename T>
+void batch_norm_input_grad(const Tensor& grad_x, const Tensor& grad_y, const Tensor& x, const std::vector<opmath_t<T>>& mu,
+                           const std::vector<opmath_t<T>>& rstd, const T* w, const double* sg, const double* sgx,
+                           int64_t count) {
+  using M = opmath_t<T>;
+  const int64_t n = x.size(0), c = x.size(1), s = x.size(2);
+  const T* px = x.data_ptr<T>();
+  const T* pg = grad_y.data_ptr<T>();
+  T* pdx = grad_x.data_ptr<T>();
+  std::vector<M> wr(static_cast<size_t>(c)), mg(static_cast<size_t>(c), M(0)), kx(static_cast<size_t>(c), M(0));
+  for (int64_t ch = 0; ch < c; ++ch) {
+    wr[ch] = rstd[ch] * (w != nullptr ? static_cast<M>(w[ch]) : M(1));
+    if (sg != nullptr) {
+      mg[ch] = static_cast<M>(sg[ch] / static_cast<double>(count));
+      kx[ch] = wr[ch] * rstd[ch] * static_cast<M>(sgx[ch] / static_cast<double>(count));
+    }
+  }
+  channel_map<M>(n, c, s, mu, wr, mg, kx, [&](int64_t off, M m, M a, M g0, M k) {
+    pdx[off] = static_cast<T>(a * (static_cast<M>(pg[off]) - g0) - (static_cast<M>(px[off]) - m) * k);
   });
 }
 
@@ -327,18 +352,39 @@ void batch_norm_backward_impl(const Tensor& grad_x, const Tensor& grad_weight, c
     if (grad_bias.defined()) grad_bias.data_ptr<T>()[ch] = static_cast<T>(sg[ch]);
   }
   if (!grad_x.defined()) return;
-  T* pdx = grad_x.data_ptr<T>();
-  // dx = wr (g - mg) - (x - mean) k with wr = w rstd, mg = mean(g), k = wr rstd mean(g xhat) (0, 0 in eval)
-  std::vector<M> wr(static_cast<size_t>(c)), mg(static_cast<size_t>(c), M(0)), kx(static_cast<size_t>(c), M(0));
+  if (training)  // sum g xhat = rstd sum g (x - mean)
+    for (int64_t ch = 0; ch < c; ++ch) sgc[ch] *= static_cast<double>(rstd[ch]);
+  batch_norm_input_grad<T>(grad_x, grad_y, x, mu, rstd, w, training ? sg.data() : nullptr, sgc.data(), count);
+}
+
+// grad_x: (N, C, S), the training-mode input gradient with the sums given: sg[c] (sum g) and sgx[c] (sum g xhat)
+// over count values, or the eval-mode one (w rstd g) where sg is null.
+template <typename T>
+void batch_norm_backward_input_impl(const Tensor& grad_x, const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                    const Tensor& var, const Tensor& weight, const Tensor& sums, int64_t count,
+                                    double eps) {
+  using M = opmath_t<T>;
+  const int64_t c = x.size(1);
+  const M* pm = mean.data_ptr<M>();
+  const M* pv = var.data_ptr<M>();
+  const M* ps = sums.data_ptr<M>();
+  std::vector<M> mu(static_cast<size_t>(c)), rstd(static_cast<size_t>(c));
+  std::vector<double> sg(static_cast<size_t>(c)), sgx(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
-    wr[ch] = rstd[ch] * (w != nullptr ? static_cast<M>(w[ch]) : M(1));
-    if (training) {
-      mg[ch] = static_cast<M>(sg[ch] / static_cast<double>(count));
-      kx[ch] = wr[ch] * rstd[ch] * static_cast<M>(sgc[ch] * static_cast<double>(rstd[ch]) / static_cast<double>(count));
-    }
+    mu[ch] = pm[ch];
+    rstd[ch] = static_cast<M>(1.0 / std::sqrt(static_cast<double>(pv[ch]) + eps));
+    sg[ch] = static_cast<double>(ps[ch]);
+    sgx[ch] = static_cast<double>(ps[c + ch]);
   }
-  channel_map<M>(n, c, s, mu, wr, mg, kx, [&](int64_t off, M m, M a, M g0, M k) {
-    pdx[off] = static_cast<T>(a * (static_cast<M>(pg[off]) - g0) - (static_cast<M>(px[off]) - m) * k);
+  batch_norm_input_grad<T>(grad_x, grad_y, x, mu, rstd, weight.defined() ? weight.data_ptr<T>() : nullptr, sg.data(),
+                           sgx.data(), count);
+}
+
+void batch_norm_backward_input_cpu(const Tensor& grad_x, const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                   const Tensor& var, const Tensor& weight, const Tensor& sums, int64_t count,
+                                   double eps) {
+  visit_dtype<kFloatingSet>(x.dtype(), "batch_norm_backward_input", [&]<typename T>() {
+    batch_norm_backward_input_impl<T>(grad_x, grad_y, x, mean, var, weight, sums, count, eps);
   });
 }
 
@@ -380,6 +426,7 @@ void register_normalization_cpu_kernels() {
   register_kernel<Op::layer_norm_backward>(DeviceType::CPU, layer_norm_backward_cpu);
   register_kernel<Op::batch_norm>(DeviceType::CPU, batch_norm_cpu);
   register_kernel<Op::batch_norm_backward>(DeviceType::CPU, batch_norm_backward_cpu);
+  register_kernel<Op::batch_norm_backward_input>(DeviceType::CPU, batch_norm_backward_input_cpu);
 }
 }  // namespace detail
 }  // namespace kiln

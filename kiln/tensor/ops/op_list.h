@@ -180,13 +180,19 @@ using LayerNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
 
 // Batch normalization over (N, S) per channel, fused (ops/normalization.h has the math).
 // x, y: (N, C, S) contiguous; weight, bias: (C) in x's dtype or undefined; mean, var: (C) in x's op-math dtype,
-// written from the batch when training (var biased), read (the running statistics) when not.
+// written from the batch when training (var biased), read (the running statistics) when not. With y undefined
+// (and training) the kernel only writes the statistics.
 using BatchNormKernel = void(const Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& x,
                              const Tensor& weight, const Tensor& bias, double eps, bool training);
 // grad_x: (N, C, S) or undefined; grad_weight, grad_bias: (C) or undefined; grad_y: (N, C, S).
 using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                                      const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
                                      const Tensor& weight, double eps, bool training);
+// grad_x: (N, C, S), the training-mode input gradient with sums (2, C) in op-math dtype, [sum g, sum g xhat]
+// over count values, given (ops::batch_norm_backward_input).
+using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& grad_y, const Tensor& x,
+                                          const Tensor& mean, const Tensor& var, const Tensor& weight,
+                                          const Tensor& sums, int64_t count, double eps);
 
 // X(op, kernel signature)
 #define KILN_FORALL_OPS(X)                 \
@@ -308,6 +314,7 @@ using BatchNormBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_we
   X(layer_norm_backward, LayerNormBackwardKernel) \
   X(batch_norm, BatchNormKernel)           \
   X(batch_norm_backward, BatchNormBackwardKernel) \
+  X(batch_norm_backward_input, BatchNormBackwardInputKernel) \
   /* fused optimizer updates */            \
   X(sgd_step, SgdStepKernel)               \
   X(adam_step, AdamStepKernel)
