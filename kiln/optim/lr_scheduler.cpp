@@ -362,6 +362,34 @@ void SequentialLR::apply_extras(int64_t epoch) {
   s->apply_extras(local);
 }
 
+// ---- ChainedScheduler ----
+
+ChainedScheduler::ChainedScheduler(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)) {
+  KILN_CHECK(!schedulers_.empty(), "ChainedScheduler: needs at least one scheduler");
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    const LRScheduler* s = schedulers_[i].get();
+    KILN_CHECK(s != nullptr, "ChainedScheduler: scheduler ", i, " is null");
+    KILN_CHECK(&s->optimizer() == &optimizer, "ChainedScheduler: scheduler ", i, " (", s->name(),
+               ") drives another optimizer");
+    const std::string name = s->name();
+    KILN_CHECK(name != "OneCycleLR" && name != "CyclicLR", "ChainedScheduler: scheduler ", i, " is a ", name,
+               ", which sets the lr outright instead of scaling it; chain schedulers that scale the lr, or run it in "
+               "a SequentialLR");
+    KILN_CHECK(s->base_lrs() == base_lrs_, "ChainedScheduler: scheduler ", i, " (", name,
+               ") has other base lrs than the optimizer's initial_lr");
+  }
+  initial_step();
+}
+
+double ChainedScheduler::lr_at(int64_t epoch, size_t group) const {
+  const double base = base_lrs_[group];
+  if (base == 0) return 0;
+  double lr = base;
+  for (const auto& s : schedulers_) lr *= s->lr_at(epoch, group) / base;
+  return lr;
+}
+
 // ---- ReduceLROnPlateau ----
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options)

@@ -290,6 +290,24 @@ class SequentialLR : public LRScheduler {
   std::vector<int64_t> milestones_;
 };
 
+// Applies several schedulers at once, their factors multiplied, as torch.optim.lr_scheduler.ChainedScheduler:
+// the lr at epoch t is base x prod_k (lr_k(t) / base_k), where lr_k is scheduler k's own lr and base_k its base lr
+// (the group's initial_lr, shared by every scheduler of an optimizer). For the schedulers that scale the lr
+// (StepLR, MultiStepLR, ExponentialLR, ConstantLR, LinearLR, PolynomialLR, MultiplicativeLR, LambdaLR, and
+// CosineAnnealingLR with eta_min 0) that is what PyTorch's chain of recursive steps gives.
+//   ChainedScheduler s(opt, {std::make_shared<ConstantLR>(opt, 0.1, 2), std::make_shared<ExponentialLR>(opt, 0.9)});
+// OneCycleLR and CyclicLR, which set the lr outright and drive momentum, are refused. Step only the chain, not
+// the schedulers in it.
+class ChainedScheduler : public LRScheduler {
+ public:
+  ChainedScheduler(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers);
+  double lr_at(int64_t epoch, size_t group) const override;
+  const char* name() const override { return "ChainedScheduler"; }
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+};
+
 struct ReduceLROnPlateauOptions {
   std::string mode = "min";            // "min": lower metric is better; "max": higher is better
   double factor = 0.1;                 // new lr = max(lr * factor, min_lr)

@@ -1,5 +1,6 @@
-// LR schedulers against their closed forms over many steps, and OneCycleLR / SequentialLR /
-// ReduceLROnPlateau at steps worked out by hand from the formulas.
+// LR schedulers against their closed forms over many steps, MultiplicativeLR, CosineAnnealingWarmRestarts and
+// ChainedScheduler against PyTorch's recursive forms, and OneCycleLR / SequentialLR / ReduceLROnPlateau at steps
+// worked out by hand from the formulas.
 #include <cmath>
 #include <numbers>
 
@@ -249,6 +250,42 @@ TEST(LRScheduler, SequentialWarmupThenCosine) {
   optim::SGD other({q}, {.lr = 1.0});
   auto foreign = std::make_shared<optim::StepLR>(other, 2);
   expect_error([&] { optim::SequentialLR(opt, {warmup, foreign}, {3}); }, {"SequentialLR", "scheduler 1", "another optimizer"});
+}
+
+// Against PyTorch's chain of recursive steps: each scheduler scales the lr the chain's last step left, ConstantLR
+// by its factor at epoch 0 and back at total_iters, ExponentialLR by gamma every epoch, StepLR by gamma every
+// step_size epochs.
+TEST(LRScheduler, ChainedMatchesTheRecursiveSteps) {
+  Fixture f;
+  auto constant = std::make_shared<optim::ConstantLR>(f.opt, 0.1, 2);
+  auto exponential = std::make_shared<optim::ExponentialLR>(f.opt, 0.9);
+  auto step = std::make_shared<optim::StepLR>(f.opt, 3, 0.5);
+  optim::ChainedScheduler s(f.opt, {constant, exponential, step});
+  std::vector<double> recursive[2] = {{0.1}, {0.01}};  // epoch 0: ConstantLR's factor on the base lrs
+  for (auto& lrs : recursive)
+    for (int e = 1; e <= 12; ++e) {
+      double lr = lrs.back();
+      if (e == 2) lr /= 0.1;
+      lr *= 0.9;
+      if (e % 3 == 0) lr *= 0.5;
+      lrs.push_back(lr);
+    }
+  expect_schedule(s, f.opt, [&](int e, double b) { return recursive[b == 1.0 ? 0 : 1][static_cast<size_t>(e)]; }, 12,
+                  "ChainedScheduler");
+  Fixture g;
+  optim::ChainedScheduler resumed(g.opt, {std::make_shared<optim::ConstantLR>(g.opt, 0.1, 2),
+                                          std::make_shared<optim::ExponentialLR>(g.opt, 0.9),
+                                          std::make_shared<optim::StepLR>(g.opt, 3, 0.5)});
+  resumed.load_state_dict(s.state_dict());
+  resumed.step();
+  s.step();
+  EXPECT_NEAR(g.opt.param_groups()[1].lr(), f.opt.param_groups()[1].lr(), 1e-16);
+  Fixture h;
+  auto cycle = std::make_shared<optim::OneCycleLR>(h.opt, optim::OneCycleOptions{.max_lr = 1.0, .total_steps = 9});
+  expect_error([&] { optim::ChainedScheduler(h.opt, {cycle}); },
+               {"ChainedScheduler", "scheduler 0", "OneCycleLR", "outright"});
+  expect_error([&] { optim::ChainedScheduler(g.opt, {}); }, {"ChainedScheduler", "at least one"});
+  expect_error([&] { optim::ChainedScheduler(g.opt, {exponential}); }, {"ChainedScheduler", "another optimizer"});
 }
 
 TEST(LRScheduler, StateDictRoundTrip) {
