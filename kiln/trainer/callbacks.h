@@ -60,7 +60,7 @@ class LearningRateMonitor : public Callback {
 // factors (std::map<int64_t, int64_t>{{0, 8}, {4, 4}, {8, 1}}: 8 backward passes a step in epochs 0-3, 4 in
 // 4-7, then 1). Epochs before the first key accumulate 1. It sets the Trainer's factor at each epoch's start,
 // so TrainerOptions::accumulate_grad_batches must stay 1; a resume picks the epoch's factor up again.
-// (estimated_stepping_batches does not see the schedule.)
+// Trainer::estimated_stepping_batches counts each epoch's steps with its factor.
 class GradientAccumulationScheduler : public Callback {
  public:
   explicit GradientAccumulationScheduler(std::map<int64_t, int64_t> scheduling);
@@ -69,6 +69,7 @@ class GradientAccumulationScheduler : public Callback {
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
   // The factor of `epoch`.
   int64_t factor(int64_t epoch) const;
+  const std::map<int64_t, int64_t>& scheduling() const { return scheduling_; }
 
  private:
   std::map<int64_t, int64_t> scheduling_;

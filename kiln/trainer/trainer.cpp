@@ -159,10 +159,21 @@ void Trainer::set_accumulate_grad_batches(int64_t n) {
 
 int64_t Trainer::estimated_stepping_batches() const {
   if (num_training_batches_ < 0) return options_.max_steps;  // epochs of unknown length
-  const int64_t acc = options_.accumulate_grad_batches;
-  const int64_t per_epoch = (num_training_batches_ + acc - 1) / acc;
+  auto steps_per_epoch = [&](int64_t acc) { return (num_training_batches_ + acc - 1) / acc; };
+  // The accumulation factor by epoch: a GradientAccumulationScheduler's where there is one, else the options'.
+  const GradientAccumulationScheduler* schedule = nullptr;
+  for (const auto& cb : callbacks_)
+    if (const auto* s = dynamic_cast<const GradientAccumulationScheduler*>(cb.get())) schedule = s;
   int64_t total = -1;
-  if (options_.max_epochs >= 0) total = per_epoch * options_.max_epochs;
+  if (options_.max_epochs >= 0 && schedule == nullptr) {
+    total = steps_per_epoch(options_.accumulate_grad_batches) * options_.max_epochs;
+  } else if (options_.max_epochs >= 0) {
+    // Epoch by epoch up to the schedule's last change, then its last factor for the rest.
+    const int64_t last_change = std::min(options_.max_epochs, schedule->scheduling().rbegin()->first);
+    total = 0;
+    for (int64_t e = 0; e < last_change; ++e) total += steps_per_epoch(schedule->factor(e));
+    total += steps_per_epoch(schedule->factor(last_change)) * (options_.max_epochs - last_change);
+  }
   if (options_.max_steps >= 0) total = total < 0 ? options_.max_steps : std::min(total, options_.max_steps);
   return total;
 }

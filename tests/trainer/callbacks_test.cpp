@@ -435,11 +435,14 @@ TEST(CallbacksDefaults, AddedAndRefusedAsTheOptionsSay) {
 // ---- GradientAccumulationScheduler ----
 
 // Records, at each epoch's end, the optimizer steps so far and the accumulation factor in force.
+// And the Trainer's estimate of the fit's steps.
 struct StepRecorder : Callback {
   std::vector<int64_t> steps, factors;
+  int64_t estimated = -2;
   void on_train_epoch_end(Trainer& t, TrainModule&) override {
     steps.push_back(t.global_step());
     factors.push_back(t.accumulate_grad_batches());
+    estimated = t.estimated_stepping_batches();
   }
 };
 
@@ -458,6 +461,16 @@ TEST(CallbacksGradientAccumulationScheduler, SetsEachEpochsFactor) {
   t.fit(m, *d.train, d.val.get());
   EXPECT_EQ(recorder->steps, (std::vector<int64_t>{2, 4, 5, 6}));
   EXPECT_EQ(recorder->factors, (std::vector<int64_t>{1, 1, 2, 2}));
+  EXPECT_EQ(recorder->estimated, 6) << "the estimate counts each epoch's steps with its factor";
+  // A schedule whose last change comes after the fit's end, and one whose factor exceeds the epoch's batches.
+  for (auto [scheduling, want] : {std::pair{std::map<int64_t, int64_t>{{1, 2}, {9, 4}}, 5},
+                                  std::pair{std::map<int64_t, int64_t>{{0, 3}}, 4}}) {
+    auto rec = std::make_shared<StepRecorder>();
+    Regression fresh;
+    Trainer(quiet(dir, 4, {std::make_shared<GradientAccumulationScheduler>(scheduling), rec})).fit(fresh, *d.train);
+    EXPECT_EQ(rec->steps.back(), want);
+    EXPECT_EQ(rec->estimated, want);
+  }
 
   expect_error([] { GradientAccumulationScheduler(std::map<int64_t, int64_t>{}); }, {"the scheduling is empty"});
   expect_error([] { GradientAccumulationScheduler(std::map<int64_t, int64_t>{{1, 0}}); }, {"factor 0 for epoch 1"});
