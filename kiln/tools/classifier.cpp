@@ -60,6 +60,7 @@ Tensor Classifier::predict_step(const data::Batch& batch, int64_t) {
 
 std::shared_ptr<optim::Optimizer> make_optimizer(const RunConfig::Optimizer& c, std::vector<Tensor> params) {
   const std::pair<double, double> betas{c.betas.at(0), c.betas.at(1)};
+  const double eps = c.eps.value_or(1e-8);  // the Adam family's and RMSprop's default; the others name theirs
   if (c.name == "sgd") {
     return std::make_shared<optim::SGD>(std::move(params), optim::SGDOptions{.lr = c.lr,
                                                                              .momentum = c.momentum,
@@ -69,39 +70,61 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const RunConfig::Optimizer& c, 
   if (c.name == "adam") {
     return std::make_shared<optim::Adam>(
         std::move(params),
-        optim::AdamOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay, .amsgrad = c.amsgrad});
+        optim::AdamOptions{.lr = c.lr, .betas = betas, .eps = eps, .weight_decay = c.weight_decay, .amsgrad = c.amsgrad});
   }
   if (c.name == "adamw") {
     return std::make_shared<optim::AdamW>(
         std::move(params),
-        optim::AdamWOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay, .amsgrad = c.amsgrad});
+        optim::AdamWOptions{.lr = c.lr, .betas = betas, .eps = eps, .weight_decay = c.weight_decay, .amsgrad = c.amsgrad});
   }
   if (c.name == "rmsprop") {
-    return std::make_shared<optim::RMSprop>(
-        std::move(params),
-        optim::RMSpropOptions{.lr = c.lr, .eps = c.eps, .weight_decay = c.weight_decay, .momentum = c.momentum});
+    return std::make_shared<optim::RMSprop>(std::move(params), optim::RMSpropOptions{.lr = c.lr,
+                                                                                     .alpha = c.alpha.value_or(0.99),
+                                                                                     .eps = eps,
+                                                                                     .weight_decay = c.weight_decay,
+                                                                                     .momentum = c.momentum});
   }
   if (c.name == "adagrad") {
-    return std::make_shared<optim::Adagrad>(std::move(params),
-                                            optim::AdagradOptions{.lr = c.lr, .weight_decay = c.weight_decay});
+    return std::make_shared<optim::Adagrad>(
+        std::move(params),
+        optim::AdagradOptions{.lr = c.lr, .weight_decay = c.weight_decay, .eps = c.eps.value_or(1e-10)});
   }
   if (c.name == "adamax") {
     return std::make_shared<optim::Adamax>(
         std::move(params),
-        optim::AdamaxOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay});
+        optim::AdamaxOptions{.lr = c.lr, .betas = betas, .eps = eps, .weight_decay = c.weight_decay});
   }
   if (c.name == "nadam") {
     return std::make_shared<optim::NAdam>(
         std::move(params),
-        optim::NAdamOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay});
+        optim::NAdamOptions{.lr = c.lr, .betas = betas, .eps = eps, .weight_decay = c.weight_decay});
   }
   if (c.name == "radam") {
     return std::make_shared<optim::RAdam>(
         std::move(params),
-        optim::RAdamOptions{.lr = c.lr, .betas = betas, .eps = c.eps, .weight_decay = c.weight_decay});
+        optim::RAdamOptions{.lr = c.lr, .betas = betas, .eps = eps, .weight_decay = c.weight_decay});
+  }
+  if (c.name == "adadelta") {
+    return std::make_shared<optim::Adadelta>(
+        std::move(params),
+        optim::AdadeltaOptions{.lr = c.lr, .rho = c.rho, .eps = c.eps.value_or(1e-6), .weight_decay = c.weight_decay});
+  }
+  if (c.name == "rprop") {
+    return std::make_shared<optim::Rprop>(std::move(params), optim::RpropOptions{.lr = c.lr,
+                                                                                 .etaminus = c.etas.at(0),
+                                                                                 .etaplus = c.etas.at(1),
+                                                                                 .step_size_min = c.step_sizes.at(0),
+                                                                                 .step_size_max = c.step_sizes.at(1)});
+  }
+  if (c.name == "asgd") {
+    return std::make_shared<optim::ASGD>(std::move(params), optim::ASGDOptions{.lr = c.lr,
+                                                                               .lambd = c.lambd,
+                                                                               .alpha = c.alpha.value_or(0.75),
+                                                                               .t0 = c.t0,
+                                                                               .weight_decay = c.weight_decay});
   }
   KILN_CHECK(false, "optimizer.name '", c.name,
-             "': expected sgd, adam, adamw, rmsprop, adagrad, adamax, nadam or radam");
+             "': expected sgd, adam, adamw, rmsprop, adagrad, adamax, nadam, radam, adadelta, rprop or asgd");
   return nullptr;
 }
 

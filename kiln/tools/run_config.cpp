@@ -4,6 +4,7 @@
 #include "kiln/tools/run_config.h"
 
 #include <cmath>
+#include <sstream>
 
 #include "kiln/tensor/error.h"
 
@@ -13,6 +14,17 @@ namespace {
 
 using trainer::Schema;
 using R = RunConfig;
+
+// "[0.5, 1.2]": a list of numbers as a config would spell it, for errors.
+std::string number_list(const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::ostringstream one;
+    one << v[i];
+    s += (i > 0 ? ", " : "") + one.str();
+  }
+  return s + "]";
+}
 
 void declare_trainer(Schema<R>& s) {
   auto t = s.section("trainer", &R::trainer, "the training loop (names as in Lightning's Trainer)");
@@ -118,15 +130,23 @@ void declare_data(Schema<R>& s) {
 void declare_optimizer(Schema<R>& s) {
   auto o = s.section("optimizer", &R::optimizer, "the optimizer");
   using O = R::Optimizer;
-  o.add_enum("name", &O::name, {"sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam", "radam"},
+  o.add_enum("name", &O::name,
+             {"sgd", "adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam", "radam", "adadelta", "rprop", "asgd"},
              "the algorithm");
   o.add("lr", &O::lr, "learning rate");
   o.add("momentum", &O::momentum, "momentum (sgd, rmsprop)").at_least(0);
-  o.add("weight_decay", &O::weight_decay, "L2 penalty (adamw: decoupled weight decay)").at_least(0);
+  o.add("weight_decay", &O::weight_decay, "L2 penalty (adamw: decoupled weight decay; not rprop)").at_least(0);
   o.add("betas", &O::betas, "the two moment decay rates of adam, adamw, adamax, nadam and radam, each in [0, 1)");
-  o.add("eps", &O::eps, "added to denominators for numerical stability");
+  o.add("eps", &O::eps, "added to denominators for numerical stability; null: the optimizer's own default");
   o.add("nesterov", &O::nesterov, "Nesterov momentum (sgd)");
   o.add("amsgrad", &O::amsgrad, "the AMSGrad variant (adam, adamw)");
+  o.add("alpha", &O::alpha, "rmsprop's smoothing constant (0.99) or asgd's power of the step's decay (0.75); "
+        "null: that default").at_least(0);
+  o.add("rho", &O::rho, "adadelta's decay rate of the running averages, in [0, 1]");
+  o.add("etas", &O::etas, "rprop's factors [down, up] of the step size, 0 < down < 1 < up");
+  o.add("step_sizes", &O::step_sizes, "rprop's bounds [min, max] of the step size");
+  o.add("lambd", &O::lambd, "asgd's decay term").at_least(0);
+  o.add("t0", &O::t0, "asgd's step at which averaging starts").at_least(0);
 }
 
 void declare_scheduler(Schema<R>& s) {
@@ -224,7 +244,14 @@ void check_run_config(const RunConfig& c) {
 
   const auto& o = c.optimizer;
   KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), "optimizer.lr must be > 0, found ", o.lr);
-  KILN_CHECK(o.eps > 0, "optimizer.eps must be > 0, found ", o.eps);
+  KILN_CHECK(!o.eps || *o.eps > 0, "optimizer.eps must be > 0, found ", o.eps.value_or(0));
+  KILN_CHECK(o.rho >= 0 && o.rho <= 1, "optimizer.rho must be in [0, 1], found ", o.rho);
+  KILN_CHECK(o.etas.size() == 2 && o.etas[0] > 0 && o.etas[0] < 1 && o.etas[1] > 1,
+             "optimizer.etas: expected [down, up] with 0 < down < 1 < up, found ", number_list(o.etas));
+  KILN_CHECK(o.step_sizes.size() == 2 && o.step_sizes[0] >= 0 && o.step_sizes[0] <= o.step_sizes[1],
+             "optimizer.step_sizes: expected [min, max] with 0 <= min <= max, found ", number_list(o.step_sizes));
+  KILN_CHECK(o.name != "rprop" || o.weight_decay == 0, "optimizer.weight_decay: rprop takes none (as torch.optim.Rprop), "
+             "found ", o.weight_decay);
   KILN_CHECK(o.betas.size() == 2, "optimizer.betas: expected two numbers, found ", o.betas.size());
   for (size_t i = 0; i < o.betas.size(); ++i) {
     KILN_CHECK(o.betas[i] >= 0 && o.betas[i] < 1, "optimizer.betas[", i, "] must be in [0, 1), found ", o.betas[i]);

@@ -102,14 +102,21 @@ struct RunConfig {
   };
 
   struct Optimizer {
-    std::string name = "adam";  // sgd | adam | adamw | rmsprop | adagrad
+    // sgd | adam | adamw | rmsprop | adagrad | adamax | nadam | radam | adadelta | rprop | asgd
+    std::string name = "adam";
     double lr = 1e-3;
     double momentum = 0.0;
     double weight_decay = 0.0;
     std::vector<double> betas{0.9, 0.999};
-    double eps = 1e-8;
+    std::optional<double> eps;    // null: the optimizer's own (1e-8; adagrad 1e-10, adadelta 1e-6)
     bool nesterov = false;
     bool amsgrad = false;
+    std::optional<double> alpha;  // rmsprop's smoothing (0.99) or asgd's power of eta's decay (0.75); null: those
+    double rho = 0.9;             // adadelta
+    std::vector<double> etas{0.5, 1.2};         // rprop: the step's factors down and up
+    std::vector<double> step_sizes{1e-6, 50.0};  // rprop: the step's bounds
+    double lambd = 1e-4;                        // asgd: the decay term
+    double t0 = 1e6;                            // asgd: the step at which averaging starts
     bool operator==(const Optimizer&) const = default;
   };
 

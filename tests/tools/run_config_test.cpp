@@ -265,6 +265,48 @@ TEST(RunConfig, DataPath) {
 
 // Every schedule the config can name becomes its scheduler, over a run of 3 epochs of 10 steps, with the
 // lengths the config leaves open filled from the run.
+// Each optimizer name makes its optimizer with the keys that apply to it, and an unset eps or alpha is the
+// optimizer's own default (as torch.optim's), not one number for all.
+TEST(RunConfig, EveryOptimizerNameMakesItsOptimizerWithItsOwnDefaults) {
+  struct Case {
+    std::string name, type, keys;
+    std::map<std::string, double> want;  // group options
+  };
+  const std::vector<Case> cases = {
+      {"sgd", "SGD", "  momentum: 0.5\n", {{"momentum", 0.5}}},
+      {"adam", "Adam", "", {{"eps", 1e-8}, {"beta1", 0.9}}},
+      {"adamw", "AdamW", "  eps: 1.0e-6\n", {{"eps", 1e-6}}},
+      {"rmsprop", "RMSprop", "", {{"eps", 1e-8}, {"alpha", 0.99}}},
+      {"rmsprop", "RMSprop", "  alpha: 0.9\n", {{"alpha", 0.9}}},
+      {"adagrad", "Adagrad", "", {{"eps", 1e-10}}},
+      {"adamax", "Adamax", "", {{"eps", 1e-8}}},
+      {"nadam", "NAdam", "", {{"eps", 1e-8}}},
+      {"radam", "RAdam", "", {{"eps", 1e-8}}},
+      {"adadelta", "Adadelta", "  rho: 0.95\n", {{"eps", 1e-6}, {"rho", 0.95}}},
+      {"rprop", "Rprop", "  etas: [0.4, 1.3]\n  step_sizes: [1.0e-5, 10]\n",
+       {{"etaminus", 0.4}, {"etaplus", 1.3}, {"step_size_min", 1e-5}, {"step_size_max", 10}}},
+      {"asgd", "ASGD", "  lambd: 0.001\n  t0: 100\n", {{"lambd", 1e-3}, {"alpha", 0.75}, {"t0", 100}}},
+  };
+  for (const Case& c : cases) {
+    RunConfig rc = kiln::tools::load_run_config_text("optimizer:\n  name: " + c.name + "\n  lr: 0.1\n" + c.keys,
+                                                     "run.yaml");
+    kiln::Tensor p = kiln::zeros({2});
+    p.requires_grad_();
+    auto opt = kiln::tools::make_optimizer(rc.optimizer, {p});
+    EXPECT_EQ(std::string(opt->name()), c.type);
+    EXPECT_EQ(opt->param_groups()[0].lr(), 0.1) << c.name;
+    for (const auto& [key, value] : c.want) EXPECT_EQ(opt->param_groups()[0].get(key), value) << c.name << " " << key;
+  }
+  EXPECT_EQ(load_error("optimizer:\n  name: rprop\n  etas: [1.2, 0.5]\n"),
+            "optimizer.etas: expected [down, up] with 0 < down < 1 < up, found [1.2, 0.5]");
+  EXPECT_EQ(load_error("optimizer:\n  name: rprop\n  step_sizes: [1, 0.5]\n"),
+            "optimizer.step_sizes: expected [min, max] with 0 <= min <= max, found [1, 0.5]");
+  EXPECT_EQ(load_error("optimizer:\n  name: rprop\n  weight_decay: 0.1\n"),
+            "optimizer.weight_decay: rprop takes none (as torch.optim.Rprop), found 0.1");
+  EXPECT_EQ(load_error("optimizer:\n  rho: 1.5\n"), "optimizer.rho must be in [0, 1], found 1.5");
+  EXPECT_EQ(load_error("optimizer:\n  eps: 0\n"), "optimizer.eps must be > 0, found 0");
+}
+
 TEST(RunConfig, EveryScheduleNameMakesItsScheduler) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"step", "StepLR"}, {"multistep", "MultiStepLR"}, {"exponential", "ExponentialLR"},
