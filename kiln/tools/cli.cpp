@@ -138,6 +138,7 @@ trainer::TrainerOptions trainer_options(const RunConfig& cfg) {
   o.default_root_dir = t.default_root_dir;
   o.fast_dev_run = t.fast_dev_run;
   o.detect_anomaly = t.detect_anomaly;
+  o.handle_signals = t.handle_signals;
   o.profiler = t.profiler;
   o.enable_progress_bar = t.enable_progress_bar;
   o.enable_checkpointing = t.enable_checkpointing;
@@ -291,6 +292,10 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
     mc.every_n_epochs = c.checkpoint.every_n_epochs;
     mc.every_n_train_steps = c.checkpoint.every_n_train_steps;
     o.callbacks.push_back(std::make_shared<trainer::ModelCheckpoint>(mc));
+    if (c.on_exception_checkpoint) {
+      o.callbacks.push_back(std::make_shared<trainer::OnExceptionCheckpoint>(
+          trainer::OnExceptionCheckpointOptions{.dirpath = c.checkpoint.dirpath.value_or("")}));
+    }
   }
   if (c.early_stopping.enabled) {
     trainer::EarlyStoppingOptions es;
@@ -346,7 +351,23 @@ int cmd_train(const std::vector<std::string>& args) {
     std::printf("run folder: %s\n", dir.string().c_str());
   }
   std::fflush(stdout);
-  t.fit(*run.module, *run.train, run.val.get(), ckpt);
+  try {
+    t.fit(*run.module, *run.train, run.val.get(), ckpt);
+  } catch (const trainer::Interrupted& e) {
+    // Stopped from outside: not a failure of the run. Say where it stopped and how to go on.
+    std::fflush(stdout);
+    std::string saved;
+    for (const auto& cb : t.callbacks()) {
+      if (auto* oc = dynamic_cast<trainer::OnExceptionCheckpoint*>(cb.get())) saved = oc->saved_path();
+    }
+    if (t.is_global_zero()) {
+      std::fprintf(stderr, "kiln train: %s\n", e.what());
+      if (!saved.empty()) {
+        std::fprintf(stderr, "kiln train: to go on from there, run the same command with --ckpt %s\n", saved.c_str());
+      }
+    }
+    return 128 + e.signal();
+  }
   if (t.strategy().is_server()) return 0;  // a parameter server's server has served the fit; workers test
 
   std::string best;

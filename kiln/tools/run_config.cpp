@@ -69,6 +69,8 @@ void declare_trainer(Schema<R>& s) {
       .accept_bool()
       .at_least(0);
   t.add("detect_anomaly", &T::detect_anomaly, "stop at the first NaN or Inf gradient, naming the op (slow; debugging)");
+  t.add("handle_signals", &T::handle_signals, "the first Ctrl-C or SIGTERM stops training at the next optimizer step "
+        "(with callbacks.on_exception_checkpoint, a checkpoint that resumes exactly); a second ends the process");
   t.add("ckpt_path", &T::ckpt_path, "resume from this checkpoint file, or \"last\" (null: start afresh)");
   auto ps = t.section("ps", &T::ps, "the parameter server, under strategy parameter_server");
   using P = T::PS;
@@ -203,6 +205,8 @@ void declare_callbacks(Schema<R>& s) {
   es.add("divergence_threshold", &E::divergence_threshold, "stop as soon as the metric is worse than this");
   es.add("check_finite", &E::check_finite, "stop when the metric becomes NaN or infinite");
   cb.add("lr_monitor", &C::lr_monitor, "log each optimizer's learning rate");
+  cb.add("on_exception_checkpoint", &C::on_exception_checkpoint, "when training fails or is interrupted, save "
+         "on_exception.ckpt beside the other checkpoints (needs trainer.enable_checkpointing)");
   auto tm = cb.section("timer", &C::timer, "Timer");
   tm.add_duration("duration", &C::Timer::duration, "stop training after this much time (null: no limit)");
   auto wa = cb.section("weight_averaging", &C::weight_averaging, "WeightAveraging");

@@ -55,6 +55,7 @@ struct RunConfig {
     bool enable_model_summary = true;
     int64_t fast_dev_run = 0;  // true means 1, false 0
     bool detect_anomaly = false;  // TrainerOptions::detect_anomaly
+    bool handle_signals = true;   // TrainerOptions::handle_signals: Ctrl-C or SIGTERM stops at a step boundary
     std::optional<std::string> ckpt_path;  // a checkpoint file, or "last"
     struct PS {
       int64_t servers = 0;               // 0: as many as `kiln launch --servers` started
@@ -183,6 +184,7 @@ struct RunConfig {
     Checkpoint checkpoint;
     EarlyStopping early_stopping;
     bool lr_monitor = false;
+    bool on_exception_checkpoint = true;  // an OnExceptionCheckpoint beside ModelCheckpoint's files
     Timer timer;
     WeightAveraging weight_averaging;
     bool operator==(const Callbacks&) const = default;

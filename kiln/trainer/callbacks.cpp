@@ -1,9 +1,11 @@
-// add_default_callbacks, LearningRateMonitor and Timer: the built-in callbacks small enough to share a file.
+// add_default_callbacks, GradientAccumulationScheduler, OnExceptionCheckpoint, LearningRateMonitor and Timer: the
+// built-in callbacks small enough to share a file.
 #include "kiln/trainer/callbacks.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <type_traits>
 
@@ -69,6 +71,37 @@ void GradientAccumulationScheduler::setup(Trainer& trainer, TrainModule& module,
 
 void GradientAccumulationScheduler::on_train_epoch_start(Trainer& trainer, TrainModule&) {
   trainer.set_accumulate_grad_batches(factor(trainer.current_epoch()));
+}
+
+// ---- OnExceptionCheckpoint ----
+
+OnExceptionCheckpoint::OnExceptionCheckpoint(OnExceptionCheckpointOptions options) : options_(std::move(options)) {
+  KILN_CHECK(!options_.filename.empty() && options_.filename.find('/') == std::string::npos,
+             "OnExceptionCheckpoint: filename '", options_.filename, "': expected a file name without a folder "
+             "(the folder is dirpath)");
+}
+
+void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
+  if (trainer.stage() != Stage::Fit) return;
+  const bool interrupted = dynamic_cast<const Interrupted*>(&error) != nullptr;
+  if (trainer.world_size() > 1 && !interrupted) {
+    if (trainer.is_global_zero()) {
+      std::fprintf(stderr, "OnExceptionCheckpoint: no checkpoint after this error on %d processes: the other ranks "
+                   "may not be there to write it\n", trainer.world_size());
+    }
+    return;
+  }
+  namespace fs = std::filesystem;
+  const fs::path dir = options_.dirpath.empty() ? fs::path(trainer.log_dir()) / "checkpoints" : fs::path(options_.dirpath);
+  const std::string path = (dir / (options_.filename + ".ckpt")).string();
+  try {
+    trainer.save_checkpoint(path);
+  } catch (const std::exception& e) {  // mid-window (unstepped gradients), or the disk: say so, keep the error
+    if (trainer.is_global_zero()) std::fprintf(stderr, "OnExceptionCheckpoint: nothing saved: %s\n", e.what());
+    return;
+  }
+  saved_path_ = path;
+  if (trainer.is_global_zero()) std::fprintf(stderr, "OnExceptionCheckpoint: saved %s\n", path.c_str());
 }
 
 // ---- LearningRateMonitor ----

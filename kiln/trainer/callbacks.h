@@ -1,6 +1,6 @@
 // The built-in callbacks, as PyTorch Lightning users know them: ModelCheckpoint, EarlyStopping, ProgressBar and
-// ModelSummary (each in its own header, included here), LearningRateMonitor and Timer (small enough to live
-// here), and add_default_callbacks, which the Trainer calls to add the ones its options ask for.
+// ModelSummary (each in its own header, included here), LearningRateMonitor, GradientAccumulationScheduler,
+// OnExceptionCheckpoint and Timer (small enough to live here), and add_default_callbacks, which the Trainer calls to add the ones its options ask for.
 #pragma once
 
 #include <chrono>
@@ -73,6 +73,33 @@ class GradientAccumulationScheduler : public Callback {
 
  private:
   std::map<int64_t, int64_t> scheduling_;
+};
+
+// Lightning's OnExceptionCheckpoint: when fit() fails, writes a checkpoint of the moment to
+// <dirpath>/<filename>.ckpt (dirpath "": the run folder's checkpoints/, where ModelCheckpoint writes).
+// After an Interrupted (TrainerOptions::handle_signals) that moment is an optimizer-step boundary and the
+// checkpoint resumes exactly. After any other error it holds the state as the error left it: the last step's
+// weights when a forward or backward failed (an error inside an optimizer's step can leave them half
+// updated); in the middle of a gradient-accumulation window nothing is saved, since a checkpoint cannot hold
+// unstepped gradients. On several processes only an interrupt (which every rank meets at the same batch) is
+// saved: after another error the other ranks may never come to write it with this one. What it did not save
+// and why goes to stderr; the error itself always propagates.
+struct OnExceptionCheckpointOptions {
+  std::string dirpath;
+  std::string filename = "on_exception";
+};
+
+class OnExceptionCheckpoint : public Callback {
+ public:
+  explicit OnExceptionCheckpoint(OnExceptionCheckpointOptions options = {});
+  std::string state_key() const override { return "OnExceptionCheckpoint"; }
+  void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
+  // Where the last one was written ("" when none was).
+  const std::string& saved_path() const { return saved_path_; }
+
+ private:
+  OnExceptionCheckpointOptions options_;
+  std::string saved_path_;
 };
 
 // Timer: stops training once it has run `duration` seconds, checked after every step or every epoch. The time

@@ -8,6 +8,7 @@
 #include "kiln/trainer/trainer.h"
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -281,6 +282,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
     accumulate_ = options_.accumulate_grad_batches;
     should_stop_ = epoch_finished_ = false;
+    interrupt_ = 0;
     callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
     train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
     train_loader_ = train;
@@ -308,6 +310,9 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     detach();
     throw;
   }
+  std::optional<InterruptScope> signals;
+  catch_signals_ = options_.handle_signals && strategy_->name() != "parameter_server";
+  if (catch_signals_) signals.emplace();
   try {
     if (options_.seed) manual_seed(*options_.seed);
     if (device_.is_cpu()) {
@@ -404,8 +409,9 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
       // Telling the other processes is best effort; the error below is what counts.
     }
     notify_exception(e);
+    const char* status = dynamic_cast<const Interrupted*>(&e) != nullptr ? "interrupted" : "failed";
     for (auto& logger : loggers_) {
-      try { logger->finalize("failed"); } catch (...) {}
+      try { logger->finalize(status); } catch (...) {}
     }
     train_loader_ = nullptr;
     val_loaders_.clear();
@@ -425,7 +431,10 @@ bool Trainer::stop_requested() const {
 }
 
 bool Trainer::agreed_stop(bool ranks_met) {
-  if (strategy_->world_size() == 1) return stop_requested();
+  if (strategy_->world_size() == 1) {
+    if (interrupt_ == 0 && catch_signals_) interrupt_ = pending_interrupt();
+    return stop_requested();
+  }
   if (!strategy_->agree_every_batch() && !ranks_met) {
     // Ranks that do not meet every batch (a parameter server's asynchronous workers) stop mid-epoch only where
     // they all arrive at the same batch: max_steps (every worker counts the same steps), and a mid-epoch
@@ -435,13 +444,24 @@ bool Trainer::agreed_stop(bool ranks_met) {
     // next validation with its epoch's end.
     return options_.max_steps >= 0 && global_step_ >= options_.max_steps;
   }
-  // Every rank must leave the epoch at the same batch: a stop anywhere (a callback's, max_time's) stops all.
-  std::vector<double> v{should_stop_ ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
+  // Every rank must leave the epoch at the same batch: a stop anywhere (a callback's, max_time's, a signal's)
+  // stops all.
+  const int signal = catch_signals_ ? pending_interrupt() : 0;
+  std::vector<double> v{should_stop_ ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0, signal == SIGINT ? 1.0 : 0.0,
+                        signal == SIGTERM ? 1.0 : 0.0};
   strategy_->all_reduce_sum(v);
   should_stop_ = v[0] > 0;
+  if (interrupt_ == 0) interrupt_ = v[2] > 0 ? SIGINT : v[3] > 0 ? SIGTERM : 0;
   // Only the agreed answer: reading the clock again here could stop this rank alone (max_time running out
   // while it waited in the all-reduce).
   return v[1] > 0;
+}
+
+void Trainer::throw_if_interrupted() {
+  if (interrupt_ == 0 || accumulated_ > 0) return;  // an open window runs to its step first
+  throw Interrupted(interrupt_, "Trainer: interrupted by " + signal_name(interrupt_) + " in epoch " +
+                                    std::to_string(epoch_) + " after " + std::to_string(batch_in_epoch_) +
+                                    " batches (global step " + std::to_string(global_step_) + ")");
 }
 
 bool Trainer::validation_due(int64_t batches_done) const {
@@ -459,6 +479,15 @@ void Trainer::train_loop(data::DataLoader& train) {
     // The clock and stop requests may differ between ranks: all leave here together, or none does.
     const bool out_of_time = options_.max_time > 0 && elapsed_seconds() >= options_.max_time;
     if (strategy_->any(out_of_time || (should_stop_ && epoch_ >= options_.min_epochs))) break;
+    if (catch_signals_) {  // a signal during the last epoch's end (its validation, its hooks)
+      if (interrupt_ == 0) {
+        const int signal = pending_interrupt();
+        std::vector<double> v{signal == SIGINT ? 1.0 : 0.0, signal == SIGTERM ? 1.0 : 0.0};
+        strategy_->all_reduce_sum(v);
+        interrupt_ = v[0] > 0 ? SIGINT : v[1] > 0 ? SIGTERM : 0;
+      }
+      throw_if_interrupted();
+    }
 
     epoch_finished_ = false;
     if (!resuming_mid_epoch) {
@@ -497,6 +526,7 @@ void Trainer::train_loop(data::DataLoader& train) {
         if (validated) validate_in_fit();
         if (!unknown_length && batch_in_epoch_ >= num_training_batches_) break;
         if ((stopped = agreed_stop(validated))) break;
+        throw_if_interrupted();
         profiler::Range range("train_dataloader_next");
         ++it;
       }

@@ -28,6 +28,7 @@
 #include "kiln/trainer/batch_limit.h"
 #include "kiln/trainer/callback.h"
 #include "kiln/trainer/checkpoint.h"
+#include "kiln/trainer/interrupt.h"
 #include "kiln/trainer/logger.h"
 #include "kiln/trainer/strategy.h"
 #include "kiln/trainer/train_module.h"
@@ -94,6 +95,11 @@ struct TrainerOptions {
   // error naming the op and where forward made it. Slow (every node keeps a stack trace); for debugging.
   bool detect_anomaly = false;
   std::optional<uint64_t> seed;  // seeds the default generator when fit() starts
+  // fit() catches SIGINT and SIGTERM (kiln/trainer/interrupt.h): the first stops training at the next
+  // optimizer-step boundary and throws trainer::Interrupted out of fit(), after the on_exception hooks (an
+  // OnExceptionCheckpoint there resumes exactly); a second one ends the process. Off by default, since a
+  // program that links kiln owns its signals; `kiln train` turns it on. Not under parameter_server.
+  bool handle_signals = false;
   std::string default_root_dir = ".";
   // Run n batches of training, validation and test (1 epoch, no loggers, no checkpoints): a smoke test.
   int64_t fast_dev_run = 0;
@@ -296,6 +302,9 @@ class Trainer {
   // stop_requested(), agreed by every rank (and should_stop made the same on all of them). ranks_met: every rank
   // has just validated after this same batch (see trainer.cpp for ranks that do not otherwise meet every batch).
   bool agreed_stop(bool ranks_met);
+  // Under handle_signals: a signal caught on any rank (agreed_stop and the epoch loop read it), and, once the
+  // accumulation window is closed, the Interrupted thrown for it.
+  void throw_if_interrupted();
   // Runs validation or test over each of `loaders` in turn, limited to limits[k] batches of loader k; returns
   // the epoch metrics.
   std::map<std::string, double> eval_loop(const std::vector<data::DataLoader*>& loaders, Stage stage,
@@ -322,6 +331,8 @@ class Trainer {
   Device device_ = kCPU;
   bool sanity_checking_ = false;
   bool should_stop_ = false;
+  int interrupt_ = 0;  // the signal that stops this fit (agreed over ranks), 0 while none
+  bool catch_signals_ = false;  // this fit catches SIGINT and SIGTERM (handle_signals, not under a parameter server)
   bool epoch_finished_ = false;  // between the last batch of an epoch and the next epoch's start
 
   int64_t epoch_ = 0, global_step_ = 0, batch_in_epoch_ = 0;

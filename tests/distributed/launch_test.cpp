@@ -410,6 +410,64 @@ TEST(LaunchCli, TheTrainerRunsOnAParameterServerUnderKilnLaunch) {
   EXPECT_EQ(last.get_int("trainer.epoch"), 2);
   EXPECT_EQ(last.get_int("ps.num_servers"), 1);
 }
+
+// Ctrl-C on `kiln launch --nproc 2 -- kiln train` (strategy ddp): the launcher passes SIGINT to both ranks, which
+// stop together at an optimizer step; rank 0 writes on_exception.ckpt and says how to go on; the job exits
+// 128 + SIGINT. Resumed from that checkpoint to the end of the epoch after, the run's weights equal those of
+// the same run never stopped, bit for bit.
+TEST(LaunchCli, CtrlCStopsTheRanksAtAStepAndTheRunResumesExactly) {
+  const ScratchDir dir("ctrl_c");
+  const std::string root = (dir.path / "stopped").string();
+  const std::vector<std::string> ddp{"--set", "trainer.strategy=ddp", "--set", "trainer.seed=3"};
+  const pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    LaunchOptions o;
+    o.nproc = 2;
+    std::vector<std::string> sets = ddp;
+    sets.insert(sets.end(), {"--set", "trainer.max_epochs=1000", "--set", "callbacks.checkpoint.every_n_train_steps=3"});
+    const TrainJob job = launch_train(o, root, sets);
+    std::ofstream(dir.path / "job.txt") << job.out << job.err;
+    ::_exit(job.code);
+  }
+  // Once a step's checkpoint shows training is under way: Ctrl-C, which a terminal sends to the launcher.
+  const std::filesystem::path ckpts = std::filesystem::path(root) / "kiln" / "version_0" / "checkpoints";
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline && !std::filesystem::exists(ckpts / "last.ckpt")) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ::kill(launcher, SIGINT);
+  int status = 0;
+  ::waitpid(launcher, &status, 0);
+  std::ifstream in(dir.path / "job.txt");
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGINT) << "status " << status << "\n" << said;
+  EXPECT_TRUE(contains(said, "[rank 0] kiln train: Trainer: interrupted by SIGINT in epoch ")) << said;
+  EXPECT_TRUE(contains(said, "--ckpt " + (ckpts / "on_exception.ckpt").string())) << said;
+  const trainer::Checkpoint stopped = trainer::load_checkpoint(ckpts / "on_exception.ckpt");
+  const std::string epochs = std::to_string(stopped.get_int("trainer.epoch") + 1);
+
+  std::vector<std::string> resume = ddp;
+  resume.insert(resume.end(), {"--set", "trainer.max_epochs=" + epochs, "--ckpt", (ckpts / "on_exception.ckpt").string()});
+  const TrainJob resumed = launch_train(LaunchOptions{.nproc = 2}, root, resume);
+  ASSERT_EQ(resumed.code, 0) << resumed.out << resumed.err;
+  std::vector<std::string> straight = ddp;
+  straight.insert(straight.end(), {"--set", "trainer.max_epochs=" + epochs});
+  const std::string straight_root = (dir.path / "straight").string();
+  const TrainJob through = launch_train(LaunchOptions{.nproc = 2}, straight_root, straight);
+  ASSERT_EQ(through.code, 0) << through.out << through.err;
+
+  const trainer::Checkpoint got = trainer::load_checkpoint(ckpts / "last.ckpt");
+  const trainer::Checkpoint want =
+      trainer::load_checkpoint(std::filesystem::path(straight_root) / "kiln" / "version_0" / "checkpoints" / "last.ckpt");
+  EXPECT_EQ(got.get_int("trainer.global_step"), want.get_int("trainer.global_step"));
+  const auto want_model = want.tensor_section("model");
+  ASSERT_FALSE(want_model.empty());
+  for (const auto& [name, t] : got.tensor_section("model")) {
+    ASSERT_TRUE(want_model.count(name)) << name;
+    EXPECT_TRUE(t.equal(want_model.at(name))) << name << " differs from the run never stopped";
+  }
+}
 #endif
 
 }  // namespace
