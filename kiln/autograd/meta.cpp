@@ -18,7 +18,61 @@ unsigned next_hook_id() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+Tensor view_base_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  std::shared_ptr<TensorImpl> base = t.impl()->view_base.lock();
+  return base ? Tensor(std::move(base)) : Tensor();
+}
+
+namespace {
+
+// Whether view t, whose live base is `base`, is stale (see is_stale_view).
+bool stale_against(const Tensor& t, const Tensor& base) {
+  const AutogradMeta* bm = meta_of(base);
+  if (bm == nullptr || bm->generation == 0) return false;  // never rewritten
+  const AutogradMeta* m = meta_of(t);
+  return bm->generation != (m != nullptr ? m->base_generation : 0) && requires_grad(base);
+}
+
+}  // namespace
+
+bool is_stale_view(const Tensor& t) {
+  const Tensor base = view_base_of(t);
+  return base.defined() && stale_against(t, base);
+}
+
+namespace {
+
+// A stale view's new history: as_strided of its base's current one (the base is where its value now comes
+// from). as_strided's gradient is defined over a contiguous base at storage offset 0, which every tensor an
+// op made is.
+void refresh_view_history(const Tensor& t, const Tensor& base) {
+  KILN_CHECK(base.is_contiguous() && base.storage_offset() == 0, "autograd: a view of shape ", shape_str(t.sizes()),
+             " is read after an in-place op rewrote the history of the tensor it views, which is not contiguous "
+             "(strides ", shape_str(base.strides()), ", offset ", base.storage_offset(), "); kiln can rebuild a "
+             "view's history only over a contiguous base. clone() the base before writing into it");
+  EnableGradGuard grad;  // also when the engine asks (backward from a stale view)
+  const Tensor fresh = base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  const AutogradMeta* fm = meta_of(fresh);
+  set_history(t, fm->grad_fn, fm->output_nr);
+}
+
+}  // namespace
+
 Edge gradient_edge(const Tensor& t) {
+  if (t.defined() && t.impl()->is_view) {
+    if (const Tensor base = view_base_of(t); base.defined()) {
+      if (stale_against(t, base)) refresh_view_history(t, base);
+    } else if (const AutogradMeta* vm = meta_of(t); vm != nullptr && vm->grad_fn && t.version() != vm->history_version) {
+      // The base is gone, so a write through another view of it cannot have given this one a new history:
+      // refuse to send gradients along the old one.
+      const char* writer = t.storage()->last_writer();
+      KILN_CHECK(false, "autograd: a view of shape ", shape_str(t.sizes()), " is used after its data was changed in "
+                 "place", writer ? " by " : "", writer ? writer : "", " while recording, and the tensor it views no "
+                 "longer exists to carry the change's history. Keep the viewed tensor alive while writing through "
+                 "its views, or clone() the view before writing into it");
+    }
+  }
   AutogradMeta* m = t.defined() ? meta_of(t) : nullptr;
   if (m == nullptr) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
@@ -36,6 +90,12 @@ void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t ou
   AutogradMeta& m = ensure_meta(t);
   m.grad_fn = node;
   m.output_nr = output_nr;
+  if (t.impl()->is_view) {
+    const Tensor base = view_base_of(t);
+    const AutogradMeta* bm = base.defined() ? meta_of(base) : nullptr;
+    m.base_generation = bm != nullptr ? bm->generation : 0;
+    m.history_version = t.version();
+  }
 }
 
 // The leaf is held by a Tensor that shares its TensorImpl: the leaf's grad is the one the user reads.

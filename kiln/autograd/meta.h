@@ -25,6 +25,14 @@ struct AutogradMeta final : AutogradMetaBase {
   // Leaves' hooks (non-leaves keep theirs on grad_fn, see Node::pre_hooks).
   std::vector<std::pair<unsigned, TensorHook>> hooks;
   std::vector<std::pair<unsigned, std::function<void(const Tensor&)>>> post_accumulate_hooks;
+  // In-place writes and views (rebase_history, views_of_base below). A tensor whose history an in-place op
+  // rewrote counts one generation more; a view remembers its base's generation when its own history was set,
+  // so a view whose base was rewritten since (through the base, or through another view) is known to be stale
+  // and gets a fresh history, as a strided view of the base's new one, before it is used.
+  uint64_t generation = 0;       // as a base
+  uint64_t base_generation = 0;  // as a view
+  // As a view whose base is gone: the storage version when the history was set (see gradient_edge).
+  uint64_t history_version = 0;
 };
 
 inline AutogradMeta* meta_of(const Tensor& t) {
@@ -32,17 +40,27 @@ inline AutogradMeta* meta_of(const Tensor& t) {
 }
 AutogradMeta& ensure_meta(const Tensor& t);
 
-// True when t is part of the graph: a leaf that requires grad, or the output of a recorded op.
+// A view whose base's history was rewritten by an in-place op since the view's own was set (or, for a view
+// made outside the graph, a base that has joined it that way): its value is a view of the base's new one.
+bool is_stale_view(const Tensor& t);
+
+// True when t is part of the graph: a leaf that requires grad, or the output of a recorded op (or a view of
+// one whose history an in-place op rewrote).
 inline bool requires_grad(const Tensor& t) {
   if (!t.defined()) return false;
   const AutogradMeta* m = meta_of(t);
-  return m != nullptr && (m->requires_grad || m->grad_fn != nullptr);
+  if (m != nullptr && (m->requires_grad || m->grad_fn != nullptr)) return true;
+  return !t.impl()->view_base.expired() && is_stale_view(t);
 }
 
-// Where the gradient of t goes: (grad_fn, output_nr), or the leaf's AccumulateGrad, or nowhere.
+// Where the gradient of t goes: (grad_fn, output_nr), or the leaf's AccumulateGrad, or nowhere. A stale view
+// first gets its fresh history (see AutogradMeta::generation).
 Edge gradient_edge(const Tensor& t);
-// Makes t the output `output_nr` of node (t must be a fresh result; see rebase_history for in-place ops).
+// Makes t the output `output_nr` of node (t must be a fresh result, or a tensor an in-place op rewrote).
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
+// The live tensor t is a view of (the root of its chain of views), or an undefined tensor: t is not a view,
+// or its base is gone.
+Tensor view_base_of(const Tensor& t);
 
 // Accumulates the gradient of a leaf into its grad, then runs its post-accumulate hooks.
 class AccumulateGrad final : public Node {

@@ -42,14 +42,66 @@ std::shared_ptr<OpNode> record_outputs(const char* name, const std::vector<Tenso
   return node;
 }
 
+namespace {
+bool is_leaf_requiring_grad(const Tensor& t) {
+  const AutogradMeta* m = meta_of(t);
+  return m != nullptr && m->requires_grad && !m->grad_fn;
+}
+}  // namespace
+
 void check_inplace(const char* name, const Tensor& self) {
-  const AutogradMeta* m = meta_of(self);
-  KILN_CHECK(!(m && m->requires_grad && !m->grad_fn), name, ": a leaf tensor that requires grad (shape ",
-             shape_str(self.sizes()),
+  KILN_CHECK(!is_leaf_requiring_grad(self), name, ": a leaf tensor that requires grad (shape ", shape_str(self.sizes()),
              ") is used in an in-place op; use the out-of-place op, or do it under NoGradGuard as optimizers do");
-  KILN_CHECK(!self.impl()->is_view, name, ": in-place ops on a view (shape ", shape_str(self.sizes()),
-             ") are not differentiable in kiln yet: the tensor it views would not see the new history. Use "
-             "out-of-place ops (where, cat, scatter) to build the value instead");
+  const Tensor base = view_base_of(self);
+  KILN_CHECK(!base.defined() || !is_leaf_requiring_grad(base), name, ": a view (shape ", shape_str(self.sizes()),
+             ") of a leaf tensor that requires grad (shape ", shape_str(base.defined() ? base.sizes() : Shape{}),
+             ") is used in an in-place op; use out-of-place ops, or do it under NoGradGuard as optimizers do");
+}
+
+Tensor& record_inplace_impl(const char* name, Tensor& self, const std::function<Tensor(const Tensor&)>& out_of_place,
+                            bool reads_self) {
+  check_inplace(name, self);
+  const Tensor base = self.impl()->is_view ? view_base_of(self) : Tensor();
+  if (base.defined()) {
+    KILN_CHECK(base.is_contiguous() && base.storage_offset() == 0, name, ": an in-place op on a view (shape ",
+               shape_str(self.sizes()), ") of a tensor that is not contiguous (strides ", shape_str(base.strides()),
+               ", offset ", base.storage_offset(), ") while recording; clone() that tensor first");
+    KILN_CHECK(!self.has_internal_overlap(), name, ": an in-place op on a view whose elements overlap (shape ",
+               shape_str(self.sizes()), ", strides ", shape_str(self.strides()), ", an expanded tensor?) while "
+               "recording; clone() it first");
+  }
+  // Self's value as the op sees it, with self's current history (gradient_edge refreshes a stale view's).
+  Tensor old = reads_self ? ops::clone(self) : ops::alias(self);
+  if (Edge e = gradient_edge(self); e.valid()) set_history(old, e.node, e.input_nr);
+  // The base's history before the write.
+  Tensor base_old;
+  if (base.defined()) {
+    base_old = ops::alias(base);
+    if (Edge e = gradient_edge(base); e.valid()) set_history(base_old, e.node, e.input_nr);
+  }
+  Tensor result = out_of_place(old);
+  ops::copy_(self, result);
+  self.bump_version(name);
+  if (!requires_grad(result)) return self;
+  if (!base.defined()) {  // self is its own root: it becomes the result
+    const AutogradMeta* r = meta_of(result);
+    set_history(self, r->grad_fn, r->output_nr);
+    ++ensure_meta(self).generation;  // views of self read the new value now
+    return self;
+  }
+  // The base: its old value with self's elements replaced by the result.
+  const Shape sizes = self.sizes(), strides = self.strides();
+  const int64_t offset = self.storage_offset();
+  Tensor keep = ones(base.sizes(), TensorOptions(base.dtype()).device(base.device()));
+  ops::fill_(ops::as_strided(keep, sizes, strides, offset), 0);  // 0 where the view is: those came from result
+  record("CopySlices", base, {base_old, result}, [sizes, strides, offset, keep](const Tensor& g, const OpNode& n) {
+    const Tensor gc = g.is_contiguous() && g.storage_offset() == 0 ? g : g.clone();
+    return TensorList{n.needs_input_grad(0) ? gc * keep : Tensor(),
+                      n.needs_input_grad(1) ? gc.as_strided(sizes, strides, offset) : Tensor()};
+  });
+  ++ensure_meta(base).generation;
+  gradient_edge(self);  // self, now stale, gets its history as a view of the base's new one
+  return self;
 }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {

@@ -14,6 +14,7 @@
 // engine sums it back to the input's shape. An undefined gradient means zero.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 
 #include "kiln/autograd/functions.h"
@@ -42,22 +43,25 @@ std::shared_ptr<OpNode> record(const char* name, const Tensor& out, const std::v
 std::shared_ptr<OpNode> record_outputs(const char* name, const std::vector<Tensor>& outs,
                                        std::initializer_list<Tensor> inputs, OpNode::MultiBackward backward);
 
-// Checks that `self` may be written in place while recording: not a leaf that requires grad, not a view.
+// Checks that `self` may be written in place while recording: not a leaf that requires grad (nor a view of
+// one).
 void check_inplace(const char* name, const Tensor& self);
 
 // An in-place op while recording: `out_of_place(old)` computes the op's result from `old`, a copy of self's
 // value that carries self's history (or self itself when `reads_self` is false: the op's backward never reads
 // self's old value, e.g. add_). The result is written into self, and self becomes that result in the graph.
+//
+// When self is a view of a live tensor (its base), the write changes the base too, and the base's history is
+// rewritten as well: the base becomes "its old value with the view's elements replaced by the result" (a
+// CopySlices node: the gradient of the base's old value is the incoming one with the view's elements zeroed,
+// the result's is the view's elements of it), and self becomes a strided view of that. Other views of the
+// base notice they are stale when next used (AutogradMeta::generation). This is PyTorch's rule too.
+Tensor& record_inplace_impl(const char* name, Tensor& self, const std::function<Tensor(const Tensor&)>& out_of_place,
+                            bool reads_self);
 template <typename F>
 Tensor& record_inplace(const char* name, Tensor& self, F&& out_of_place, bool reads_self = true) {
-  check_inplace(name, self);
-  Tensor old = reads_self ? ops::clone(self) : ops::alias(self);
-  if (const AutogradMeta* m = meta_of(self); m && m->grad_fn) set_history(old, m->grad_fn, m->output_nr);
-  Tensor result = out_of_place(old);
-  ops::copy_(self, result);
-  self.bump_version(name);
-  if (const AutogradMeta* r = meta_of(result); r && r->grad_fn) set_history(self, r->grad_fn, r->output_nr);
-  return self;
+  return record_inplace_impl(name, self, std::function<Tensor(const Tensor&)>(std::forward<F>(out_of_place)),
+                             reads_self);
 }
 
 // Gradient helpers shared by the backward rules.

@@ -168,6 +168,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_gra
 Tensor Tensor::detach() const {
   Tensor out = ops::alias(*this);
   out.impl()->is_view = false;
+  out.impl()->view_base.reset();
   return out;
 }
 

@@ -58,6 +58,11 @@ class TensorImpl {
   bool is_wrapped_number = false;
   // Made by a view op (view, transpose, select, ...): it shares its storage with the tensor it was made from.
   bool is_view = false;
+  // The tensor the first view op of a chain was applied to (a view of a view points to that root), so that an
+  // in-place write through the view can give the root its new autograd history. Weak: a view does not keep
+  // its base (and the base's graph) alive, and no saved tensor can close a cycle through it. Empty for
+  // detach() and for tensors not made by a view op.
+  std::weak_ptr<TensorImpl> view_base;
   // Set and read by the autograd layer only.
   std::unique_ptr<AutogradMetaBase> autograd_meta;
 

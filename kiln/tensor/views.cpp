@@ -12,6 +12,8 @@ namespace {
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(shape), std::move(strides), offset);
   impl->is_view = true;
+  // The root: base's own root while that lives, else base itself.
+  impl->view_base = base.impl()->view_base.expired() ? std::weak_ptr<TensorImpl>(base.impl_ptr()) : base.impl()->view_base;
   return Tensor(std::move(impl));
 }
 
