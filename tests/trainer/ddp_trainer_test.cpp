@@ -30,25 +30,6 @@ trainer::TrainerOptions ddp_options(const std::string& root) {
   return o;
 }
 
-// Writes one number per line.
-void write_numbers(const std::string& path, const std::vector<double>& v) {
-  std::ofstream out(path);
-  out.precision(17);
-  for (double x : v) out << x << "\n";
-}
-std::vector<double> read_numbers(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<double> v;
-  for (double x; in >> x;) v.push_back(x);
-  return v;
-}
-
-std::vector<double> flat(const std::vector<std::vector<float>>& w) {
-  std::vector<double> out;
-  for (const auto& p : w) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-
 // The oracle of the data-parallel tests: one process, batches of 8, 2 epochs.
 struct SingleRun {
   std::vector<double> weights;

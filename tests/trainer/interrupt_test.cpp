@@ -17,19 +17,6 @@
 namespace kiln::test {
 namespace interrupt_tests {  // named: this target is built as one unit, beside files with helpers of their own
 
-void save_numbers(const std::string& path, const std::vector<std::vector<float>>& weights) {
-  std::ofstream f(path);
-  f.precision(17);
-  for (const auto& w : weights)
-    for (float v : w) f << v << "\n";
-}
-std::vector<double> load_numbers(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<double> v;
-  for (double x; f >> x;) v.push_back(x);
-  return v;
-}
-
 // Raises `signal` in this process at the end of its `at`-th training batch (counting from 1), as Ctrl-C would.
 struct RaiseAt : trainer::Callback {
   int64_t at, seen = 0;
@@ -216,7 +203,7 @@ TEST(Interrupt, OneRanksSignalStopsEveryRankAtTheSameStep) {
         std::ofstream(out + ".step." + std::to_string(rank)) << t.global_step();
         return;
       }
-      save_numbers(out + "." + std::to_string(rank), weights_of(m));
+      write_numbers(out + "." + std::to_string(rank), flat(weights_of(m)));
     }, std::chrono::seconds(60));
   };
   expect_all_ok(fit(dir / "straight", -1, "", dir / "want"));
@@ -230,9 +217,9 @@ TEST(Interrupt, OneRanksSignalStopsEveryRankAtTheSameStep) {
   ASSERT_TRUE(std::filesystem::exists(dir / "stopped/on_exception.ckpt"));
   expect_all_ok(fit(dir / "resumed", -1, dir / "stopped/on_exception.ckpt", dir / "got"));
   for (int rank : {0, 1}) {
-    const auto want = load_numbers(dir / ("want." + std::to_string(rank)));
+    const auto want = read_numbers(dir / ("want." + std::to_string(rank)));
     ASSERT_FALSE(want.empty());
-    EXPECT_EQ(load_numbers(dir / ("got." + std::to_string(rank))), want) << "rank " << rank;
+    EXPECT_EQ(read_numbers(dir / ("got." + std::to_string(rank))), want) << "rank " << rank;
   }
 }
 

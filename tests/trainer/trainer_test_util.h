@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -108,6 +109,25 @@ inline std::vector<std::vector<float>> weights_of(const nn::Module& m) {
     const float* d = c.data_ptr<float>();
     out.emplace_back(d, d + c.numel());
   }
+  return out;
+}
+
+// Numbers through a file, one per line, exactly (for results that forked ranks hand back).
+inline void write_numbers(const std::string& path, const std::vector<double>& v) {
+  std::ofstream out(path);
+  out.precision(17);
+  for (double x : v) out << x << "\n";
+}
+inline std::vector<double> read_numbers(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> v;
+  for (double x; in >> x;) v.push_back(x);
+  return v;
+}
+// weights_of's values in one list.
+inline std::vector<double> flat(const std::vector<std::vector<float>>& w) {
+  std::vector<double> out;
+  for (const auto& p : w) out.insert(out.end(), p.begin(), p.end());
   return out;
 }
 
