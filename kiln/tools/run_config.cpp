@@ -205,6 +205,9 @@ void declare_callbacks(Schema<R>& s) {
   es.add("divergence_threshold", &E::divergence_threshold, "stop as soon as the metric is worse than this");
   es.add("check_finite", &E::check_finite, "stop when the metric becomes NaN or infinite");
   cb.add("lr_monitor", &C::lr_monitor, "log each optimizer's learning rate");
+  cb.add("accumulate_grad_schedule", &C::accumulate_grad_schedule, "gradient accumulation by epoch, [[first epoch, "
+         "factor], ...] as Lightning's GradientAccumulationScheduler ([[0, 8], [4, 1]]: 8 batches a step in epochs 0-3, "
+         "then 1); needs trainer.accumulate_grad_batches 1");
   cb.add("on_exception_checkpoint", &C::on_exception_checkpoint, "when training fails or is interrupted, save "
          "on_exception.ckpt beside the other checkpoints (needs trainer.enable_checkpointing)");
   auto tm = cb.section("timer", &C::timer, "Timer");
@@ -295,6 +298,17 @@ void check_run_config(const RunConfig& c) {
   KILN_CHECK(k.monitor || k.save_top_k == -1 || k.save_top_k <= 1, "callbacks.checkpoint.save_top_k ", k.save_top_k,
              " needs callbacks.checkpoint.monitor: without a metric only the latest checkpoint can be kept");
   KILN_CHECK(!k.filename.empty(), "callbacks.checkpoint.filename must not be empty");
+  const auto& schedule = c.callbacks.accumulate_grad_schedule;
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const std::string at = "callbacks.accumulate_grad_schedule[" + std::to_string(i) + "]";
+    KILN_CHECK(schedule[i].size() == 2, at, ": expected [first epoch, factor], found ", schedule[i].size(), " numbers");
+    KILN_CHECK(schedule[i][0] >= 0 && schedule[i][1] >= 1, at, ": expected an epoch >= 0 and a factor >= 1, found [",
+               schedule[i][0], ", ", schedule[i][1], "]");
+    KILN_CHECK(i == 0 || schedule[i - 1][0] < schedule[i][0], at, ": the epochs must increase, found ",
+               schedule[i - 1][0], " then ", schedule[i][0]);
+  }
+  KILN_CHECK(schedule.empty() || c.trainer.accumulate_grad_batches == 1, "callbacks.accumulate_grad_schedule needs "
+             "trainer.accumulate_grad_batches 1 (the schedule sets it), found ", c.trainer.accumulate_grad_batches);
   KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.lr_monitor,
              "callbacks.lr_monitor needs a logger (logger.csv or logger.tensorboard)");
 }

@@ -185,6 +185,8 @@ struct RunConfig {
     EarlyStopping early_stopping;
     bool lr_monitor = false;
     bool on_exception_checkpoint = true;  // an OnExceptionCheckpoint beside ModelCheckpoint's files
+    // [[first epoch, factor], ...]: a GradientAccumulationScheduler (empty: none)
+    std::vector<std::vector<int64_t>> accumulate_grad_schedule;
     Timer timer;
     WeightAveraging weight_averaging;
     bool operator==(const Callbacks&) const = default;

@@ -340,6 +340,20 @@ TEST_F(Cli, LrFindWritesTheRangeAndSuggestsARate) {
   expect_failure({"lr-find", "--config", config_, "--min-lr", "1", "--max-lr", "0.1"}, 2, {"larger than --min-lr"});
 }
 
+// callbacks.accumulate_grad_schedule: Lightning's GradientAccumulationScheduler from the config. 13 batches an
+// epoch: 13 steps in epoch 0, then 7 (six of two batches and one of the last alone) in epoch 1.
+TEST_F(Cli, AnAccumulationScheduleFromTheConfig) {
+  train({"--set", "trainer.max_epochs=2", "--set", "callbacks.accumulate_grad_schedule=[[0, 1], [1, 2]]"});
+  EXPECT_EQ(trainer::load_checkpoint(last_ckpt().string()).get_int("trainer.global_step"), kStepsPerEpoch + 7);
+  expect_failure({"train", "--config", config_, "--set", "callbacks.accumulate_grad_schedule=[[1, 2], [0, 4]]"}, 1,
+                 {"callbacks.accumulate_grad_schedule[1]", "the epochs must increase"});
+  expect_failure({"train", "--config", config_, "--set", "callbacks.accumulate_grad_schedule=[[0, 2]]", "--set",
+                  "trainer.accumulate_grad_batches=2"},
+                 1, {"needs trainer.accumulate_grad_batches 1"});
+  expect_failure({"train", "--config", config_, "--set", "callbacks.accumulate_grad_schedule=[[0]]"}, 1,
+                 {"expected [first epoch, factor]"});
+}
+
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run
 // of two epochs straight through ends.
 TEST_F(Cli, ResumeContinuesTheSameRunFolder) {
