@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "kiln/autograd/grad_mode.h"
+#include "kiln/autograd/record.h"
 #include "kiln/tensor/ops.h"
 
 namespace kiln::autograd {
@@ -28,10 +29,7 @@ namespace {
 
 // Whether view t, whose live base is `base`, is stale (see is_stale_view).
 bool stale_against(const Tensor& t, const Tensor& base) {
-  const AutogradMeta* bm = meta_of(base);
-  if (bm == nullptr || bm->generation == 0) return false;  // never rewritten
-  const AutogradMeta* m = meta_of(t);
-  return bm->generation != (m != nullptr ? m->base_generation : 0) && requires_grad(base);
+  return base.impl()->history_generation != t.impl()->base_generation && requires_grad(base);
 }
 
 }  // namespace
@@ -43,29 +41,44 @@ bool is_stale_view(const Tensor& t) {
 
 namespace {
 
-// A stale view's new history: as_strided of its base's current one (the base is where its value now comes
-// from). as_strided's gradient is defined over a contiguous base at storage offset 0, which every tensor an
-// op made is.
+// A stale view's new history: a strided view of its base's current one (the base is where its value now comes
+// from), over the storage positions of a contiguous base at offset 0, which every tensor an op made is. The
+// backward scatters into zeros of the base's shape, built then (nothing of the base's size is kept until
+// backward).
 void refresh_view_history(const Tensor& t, const Tensor& base) {
   KILN_CHECK(base.is_contiguous() && base.storage_offset() == 0, "autograd: a view of shape ", shape_str(t.sizes()),
              " is read after an in-place op rewrote the history of the tensor it views, which is not contiguous "
              "(strides ", shape_str(base.strides()), ", offset ", base.storage_offset(), "); kiln can rebuild a "
              "view's history only over a contiguous base. clone() the base before writing into it");
   EnableGradGuard grad;  // also when the engine asks (backward from a stale view)
-  const Tensor fresh = base.as_strided(t.sizes(), t.strides(), t.storage_offset());
-  const AutogradMeta* fm = meta_of(fresh);
-  set_history(t, fm->grad_fn, fm->output_nr);
+  const Tensor alias = ops::alias(t);  // the node's output: t itself takes its history below
+  auto node = record("AsStridedView", alias, {base},
+                     [in_shape = base.sizes(), sizes = t.sizes(), strides = t.strides(),
+                      offset = t.storage_offset()](const Tensor& g, const OpNode&) {
+                       const int64_t n = shape_numel(in_shape);
+                       const Tensor positions =
+                           ops::as_strided(arange(n, TensorOptions(kInt64).device(g.device())), sizes, strides, offset);
+                       const Tensor flat = zeros({n}, TensorOptions(g.dtype()).device(g.device()));
+                       return TensorList{index_add(flat, 0, ops::reshape(positions, {-1}), g.reshape({-1})).view(in_shape)};
+                     });
+  set_history(t, node, 0);
 }
 
 }  // namespace
+
+void refresh_if_stale(const Tensor& t) {
+  if (!t.defined() || !t.impl()->is_view) return;
+  if (const Tensor base = view_base_of(t); base.defined() && stale_against(t, base)) refresh_view_history(t, base);
+}
 
 Edge gradient_edge(const Tensor& t) {
   if (t.defined() && t.impl()->is_view) {
     if (const Tensor base = view_base_of(t); base.defined()) {
       if (stale_against(t, base)) refresh_view_history(t, base);
-    } else if (const AutogradMeta* vm = meta_of(t); vm != nullptr && vm->grad_fn && t.version() != vm->history_version) {
-      // The base is gone, so a write through another view of it cannot have given this one a new history:
-      // refuse to send gradients along the old one.
+    } else if (const AutogradMeta* vm = meta_of(t);
+               vm != nullptr && vm->grad_fn && t.storage()->recorded_writes() != vm->history_writes) {
+      // The base is gone, so a recorded write through another view of it cannot have given this one a new
+      // history: refuse to send gradients along the old one.
       const char* writer = t.storage()->last_writer();
       KILN_CHECK(false, "autograd: a view of shape ", shape_str(t.sizes()), " is used after its data was changed in "
                  "place", writer ? " by " : "", writer ? writer : "", " while recording, and the tensor it views no "
@@ -91,10 +104,8 @@ void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t ou
   m.grad_fn = node;
   m.output_nr = output_nr;
   if (t.impl()->is_view) {
-    const Tensor base = view_base_of(t);
-    const AutogradMeta* bm = base.defined() ? meta_of(base) : nullptr;
-    m.base_generation = bm != nullptr ? bm->generation : 0;
-    m.history_version = t.version();
+    if (const Tensor base = view_base_of(t); base.defined()) t.impl()->base_generation = base.impl()->history_generation;
+    m.history_writes = t.storage()->recorded_writes();
   }
 }
 

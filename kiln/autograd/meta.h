@@ -25,15 +25,16 @@ struct AutogradMeta final : AutogradMetaBase {
   // Leaves' hooks (non-leaves keep theirs on grad_fn, see Node::pre_hooks).
   std::vector<std::pair<unsigned, TensorHook>> hooks;
   std::vector<std::pair<unsigned, std::function<void(const Tensor&)>>> post_accumulate_hooks;
-  // In-place writes and views (rebase_history, views_of_base below). A tensor whose history an in-place op
-  // rewrote counts one generation more; a view remembers its base's generation when its own history was set,
-  // so a view whose base was rewritten since (through the base, or through another view) is known to be stale
-  // and gets a fresh history, as a strided view of the base's new one, before it is used.
-  uint64_t generation = 0;       // as a base
-  uint64_t base_generation = 0;  // as a view
-  // As a view whose base is gone: the storage version when the history was set (see gradient_edge).
-  uint64_t history_version = 0;
+  // As a view whose base is gone: the storage's recorded in-place writes when the history was set (see
+  // gradient_edge).
+  uint64_t history_writes = 0;
 };
+
+// In-place writes and views (record_inplace_impl in record.cpp). A tensor whose history an in-place op rewrote
+// counts one generation more (TensorImpl::history_generation); a view remembers its base's generation when it
+// was made or its own history was last set (TensorImpl::base_generation), so a view whose base was rewritten
+// since, through the base or through another view, is known to be stale and gets a fresh history, as a
+// strided view of the base's new one, before it is used.
 
 inline AutogradMeta* meta_of(const Tensor& t) {
   return static_cast<AutogradMeta*>(t.impl()->autograd_meta.get());
@@ -54,10 +55,13 @@ inline bool requires_grad(const Tensor& t) {
 }
 
 // Where the gradient of t goes: (grad_fn, output_nr), or the leaf's AccumulateGrad, or nowhere. A stale view
-// first gets its fresh history (see AutogradMeta::generation).
+// first gets its fresh history (see the note on in-place writes and views above).
 Edge gradient_edge(const Tensor& t);
 // Makes t the output `output_nr` of node (t must be a fresh result, or a tensor an in-place op rewrote).
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
+// Gives a stale view its fresh history now (what gradient_edge does first); for the accessors that read the
+// history directly (grad_fn, retain_grad, register_hook).
+void refresh_if_stale(const Tensor& t);
 // The live tensor t is a view of (the root of its chain of views), or an undefined tensor: t is not a view,
 // or its base is gone.
 Tensor view_base_of(const Tensor& t);

@@ -85,6 +85,12 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output
     const AutogradMeta* m = meta_of(t);
     output_nr_ = m ? m->output_nr : 0;
     data_ = ops::alias(t);  // the data without the history
+  } else if (t.impl()->is_view && !t.impl()->view_base.expired()) {
+    // A view of a live tensor: its history can be rebuilt later (a write through another view of the same
+    // tensor), and the new history may run through this very node, which would then own itself through
+    // data_. Keep an alias with the history as it is now instead: the value saved is the value of then.
+    data_ = ops::alias(t);
+    if (const Edge e = gradient_edge(t); e.valid()) set_history(data_, e.node, e.input_nr);
   } else {
     data_ = t;
   }

@@ -83,23 +83,28 @@ Tensor& record_inplace_impl(const char* name, Tensor& self, const std::function<
   ops::copy_(self, result);
   self.bump_version(name);
   if (!requires_grad(result)) return self;
+  self.storage()->count_recorded_write();
   if (!base.defined()) {  // self is its own root: it becomes the result
     const AutogradMeta* r = meta_of(result);
     set_history(self, r->grad_fn, r->output_nr);
-    ++ensure_meta(self).generation;  // views of self read the new value now
+    ++self.impl()->history_generation;  // views of self read the new value now
     return self;
   }
-  // The base: its old value with self's elements replaced by the result.
+  // The base: its old value with self's elements replaced by the result. Only the view's geometry is kept;
+  // backward builds what it needs.
   const Shape sizes = self.sizes(), strides = self.strides();
   const int64_t offset = self.storage_offset();
-  Tensor keep = ones(base.sizes(), TensorOptions(base.dtype()).device(base.device()));
-  ops::fill_(ops::as_strided(keep, sizes, strides, offset), 0);  // 0 where the view is: those came from result
-  record("CopySlices", base, {base_old, result}, [sizes, strides, offset, keep](const Tensor& g, const OpNode& n) {
+  record("CopySlices", base, {base_old, result}, [sizes, strides, offset](const Tensor& g, const OpNode& n) {
     const Tensor gc = g.is_contiguous() && g.storage_offset() == 0 ? g : g.clone();
-    return TensorList{n.needs_input_grad(0) ? gc * keep : Tensor(),
-                      n.needs_input_grad(1) ? gc.as_strided(sizes, strides, offset) : Tensor()};
+    Tensor grad_old;
+    if (n.needs_input_grad(0)) {  // g with the view's elements zeroed: those came from the result
+      Tensor keep = ones(gc.sizes(), TensorOptions(gc.dtype()).device(gc.device()));
+      ops::fill_(ops::as_strided(keep, sizes, strides, offset), 0);
+      grad_old = gc * keep;
+    }
+    return TensorList{grad_old, n.needs_input_grad(1) ? gc.as_strided(sizes, strides, offset) : Tensor()};
   });
-  ++ensure_meta(base).generation;
+  ++base.impl()->history_generation;
   gradient_edge(self);  // self, now stale, gets its history as a view of the base's new one
   return self;
 }

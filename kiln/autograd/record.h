@@ -55,7 +55,7 @@ void check_inplace(const char* name, const Tensor& self);
 // rewritten as well: the base becomes "its old value with the view's elements replaced by the result" (a
 // CopySlices node: the gradient of the base's old value is the incoming one with the view's elements zeroed,
 // the result's is the view's elements of it), and self becomes a strided view of that. Other views of the
-// base notice they are stale when next used (AutogradMeta::generation). This is PyTorch's rule too.
+// base notice they are stale when next used (TensorImpl::history_generation). This is PyTorch's rule too.
 Tensor& record_inplace_impl(const char* name, Tensor& self, const std::function<Tensor(const Tensor&)>& out_of_place,
                             bool reads_self);
 template <typename F>

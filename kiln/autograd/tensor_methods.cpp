@@ -154,6 +154,7 @@ void Tensor::set_grad(const Tensor& grad) const {
 }
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  autograd::refresh_if_stale(*this);
   AutogradMeta* m = meta_of(*this);
   return m ? m->grad_fn : nullptr;
 }
@@ -179,10 +180,12 @@ const Tensor& Tensor::detach_() const {
     m->output_nr = 0;
     m->requires_grad = false;
   }
+  impl()->view_base.reset();  // out of the graph for good: a later write into its base must not pull it back
   return *this;
 }
 
 const Tensor& Tensor::retain_grad() const {
+  autograd::refresh_if_stale(*this);
   AutogradMeta* m = meta_of(*this);
   KILN_CHECK(m && (m->requires_grad || m->grad_fn), "retain_grad: the tensor (shape ", shape_str(sizes()),
              ") does not require grad");
@@ -198,6 +201,7 @@ bool Tensor::retains_grad() const {
 }
 
 unsigned Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
+  autograd::refresh_if_stale(*this);
   AutogradMeta* m = meta_of(*this);
   KILN_CHECK(m && (m->requires_grad || m->grad_fn), "register_hook: the tensor (shape ", shape_str(sizes()),
              ") does not require grad, so backward never computes its gradient");

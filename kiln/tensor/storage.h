@@ -35,6 +35,9 @@ class StorageImpl {
     last_writer_.store(op, std::memory_order_relaxed);
   }
   const char* last_writer() const { return last_writer_.load(std::memory_order_relaxed); }
+  // In-place writes that autograd recorded (a subset of the versions): see kiln/autograd/meta.cpp.
+  uint64_t recorded_writes() const { return recorded_writes_.load(std::memory_order_relaxed); }
+  void count_recorded_write() { recorded_writes_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   void* data_ = nullptr;
@@ -44,6 +47,7 @@ class StorageImpl {
   std::function<void(void*)> deleter_;      // set when the memory came from outside
   std::atomic<uint64_t> version_{0};
   std::atomic<const char*> last_writer_{nullptr};
+  std::atomic<uint64_t> recorded_writes_{0};
 };
 
 using Storage = std::shared_ptr<StorageImpl>;

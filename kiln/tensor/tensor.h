@@ -63,6 +63,10 @@ class TensorImpl {
   // its base (and the base's graph) alive, and no saved tensor can close a cycle through it. Empty for
   // detach() and for tensors not made by a view op.
   std::weak_ptr<TensorImpl> view_base;
+  // For autograd (kiln/autograd/meta.h): as a base, how many times an in-place op rewrote its history; as a
+  // view, its base's count when the view was made or its history last set.
+  uint64_t history_generation = 0;
+  uint64_t base_generation = 0;
   // Set and read by the autograd layer only.
   std::unique_ptr<AutogradMetaBase> autograd_meta;
 

@@ -13,7 +13,10 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
   auto impl = std::make_shared<TensorImpl>(base.storage(), base.dtype(), std::move(shape), std::move(strides), offset);
   impl->is_view = true;
   // The root: base's own root while that lives, else base itself.
-  impl->view_base = base.impl()->view_base.expired() ? std::weak_ptr<TensorImpl>(base.impl_ptr()) : base.impl()->view_base;
+  std::shared_ptr<TensorImpl> root = base.impl()->view_base.lock();
+  if (!root) root = base.impl_ptr();
+  impl->view_base = root;
+  impl->base_generation = root->history_generation;  // made now: it sees the root as it is
   return Tensor(std::move(impl));
 }
 

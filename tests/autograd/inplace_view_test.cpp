@@ -2,8 +2,11 @@
 // gradients must see it. Each case is a function of float64 inputs checked by gradcheck against central
 // differences (which know nothing of views or histories), plus hand-worked gradients for the simplest ones:
 // a write into a slice of a buffer that needs no grad, writes through rows, columns and views of views, a view
-// read after its base was changed through another view or in place itself (stale histories), and the errors.
+// read after its base was changed through another view or in place itself (stale histories), second
+// derivatives through a write (against their formulas), a saved view rebuilt later, and the errors.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "kiln/kiln.h"
 #include "tensor/test_util.h"
@@ -101,6 +104,62 @@ TEST(InPlaceView, AViewOfATensorThatIsGone) {
   }
   a.mul_(3);
   test::expect_error([&] { (b * 1).sum(); }, {"view of shape (2)", "changed in place", "mul_", "no longer exists"});
+}
+
+// The gradient through a write into a view, differentiated again (create_graph). buf is ones with rows 1-2
+// replaced by x * x and column 0 then scaled by w, so buf[i + 1][j] = x_ij^2 c_ij with c_ij = w_{i+1} for j = 0,
+// else 1, and L = sum(buf^2) gives g = dL/dx = 4 x^3 c^2; then d(sum g)/dx = 12 x^2 c^2 and
+// d(sum g)/dw_{i+1} = 8 x_i0^3 w_{i+1}.
+TEST(InPlaceView, SecondDerivativesThroughAWrite) {
+  Tensor x = leaf64({2, 3}, 13), w = leaf64({4}, 14);
+  Tensor buf = ones({4, 3}, kFloat64);
+  buf.narrow(0, 1, 2).copy_(x * x);
+  buf.select(1, 0).mul_(w);
+  const Tensor g = autograd::grad({(buf * buf).sum()}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];
+  const std::vector<Tensor> gg = autograd::grad({g.sum()}, {x, w});
+  const std::vector<double> xv = values_of(x), wv = values_of(w), gv = values_of(g), ggx = values_of(gg[0]),
+                            ggw = values_of(gg[1]);
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 3; ++j) {
+      const double xi = xv[static_cast<size_t>(i * 3 + j)], c = j == 0 ? wv[static_cast<size_t>(i + 1)] : 1.0;
+      EXPECT_NEAR(gv[static_cast<size_t>(i * 3 + j)], 4 * xi * xi * xi * c * c, 1e-12) << "g " << i << "," << j;
+      EXPECT_NEAR(ggx[static_cast<size_t>(i * 3 + j)], 12 * xi * xi * c * c, 1e-12) << "d2/dx2 " << i << "," << j;
+    }
+  }
+  const std::vector<double> want_w{0, 8 * std::pow(xv[0], 3) * wv[1], 8 * std::pow(xv[3], 3) * wv[2], 0};
+  for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(ggw[k], want_w[k], 1e-12) << "d2/dxdw " << k;
+}
+
+// What reads a stale view's history directly rebuilds it first: retain_grad and grad_fn. A view made without
+// recording after the write is not pulled into the graph.
+TEST(InPlaceView, StaleViewsThroughTheAccessors) {
+  Tensor x = leaf64({4}, 15);
+  Tensor y = x * 2;
+  Tensor v = y.narrow(0, 0, 2);
+  y.mul_(3);
+  v.retain_grad();
+  EXPECT_EQ(v.grad_fn()->name(), std::string("AsStridedView"));
+  (v * v).sum().backward();
+  ASSERT_TRUE(v.grad().defined());
+  EXPECT_EQ(values_of(v.grad()), values_of((y.narrow(0, 0, 2) * 2).detach()));
+
+  Tensor plain;
+  {
+    NoGradGuard no_grad;
+    plain = y.narrow(0, 2, 2);
+  }
+  EXPECT_FALSE(plain.requires_grad());
+}
+
+// A saved input that is a view, whose history is rebuilt later through a node that saved it: the graph must
+// not own itself (LeakSanitizer, in the sanitized build, finds a cycle), and backward reports the write.
+TEST(InPlaceView, ASavedViewRebuiltLaterOwnsNoCycle) {
+  Tensor w = leaf64({2}, 16);
+  Tensor y = cat({w, w}, 0) * 1;
+  Tensor a = y.narrow(0, 0, 2);
+  y.narrow(0, 2, 2).copy_(a * w);  // the product saved a
+  Tensor loss = (a * 1).sum() + y.sum();
+  test::expect_error([&] { loss.backward(); }, {"modified in place", "copy_"});
 }
 
 TEST(InPlaceView, Errors) {
