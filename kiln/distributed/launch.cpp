@@ -318,9 +318,11 @@ int launch(const LaunchOptions& o) {
       if (r.running) ::kill(-r.pid, sig);
     }
   };
-  const auto stop = [&](int sig) {
+  std::chrono::milliseconds grace = o.grace_period;
+  const auto stop = [&](int sig, std::chrono::milliseconds grace_here) {
     stopping = true;
-    kill_at = Clock::now() + o.grace_period;
+    grace = grace_here;
+    kill_at = Clock::now() + grace_here;
     signal_running(sig);
   };
 
@@ -330,7 +332,7 @@ int launch(const LaunchOptions& o) {
         write_all(o.err_fd, "kiln launch: cannot run '" + prog + "' (rank " + std::to_string(i) +
                                 "): " + std::strerror(*exec_errno) + "\n");
         result = 127;
-        stop(SIGTERM);
+        stop(SIGTERM, o.grace_period);
       }
     }
   } catch (...) {  // out of processes or file descriptors: no rank may outlive the error
@@ -372,7 +374,7 @@ int launch(const LaunchOptions& o) {
       if (!stopping) {
         write_all(o.err_fd, "kiln launch: got " + signal_name(sig) + ": passing it to the ranks\n");
         result = 128 + sig;
-        stop(sig);
+        stop(sig, o.signal_grace_period);
       } else if (!killed) {  // a second Ctrl-C: the user does not want to wait out the grace period
         write_all(o.err_fd, "kiln launch: got " + signal_name(sig) + " again: killing the ranks\n");
         signal_running(SIGKILL);
@@ -390,7 +392,7 @@ int launch(const LaunchOptions& o) {
         result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         write_all(o.err_fd, "kiln launch: rank " + std::to_string(i) + " " + describe_exit(status) +
                                 (running > 0 ? ": stopping the other ranks" : "") + "\n");
-        stop(SIGTERM);
+        stop(SIGTERM, o.grace_period);
       }
     }
     if (stopping && !killed && running > 0 && Clock::now() >= kill_at) {
@@ -399,7 +401,7 @@ int launch(const LaunchOptions& o) {
         if (ranks[i].running) late += (late.empty() ? "" : ", ") + std::to_string(i);
       }
       write_all(o.err_fd, "kiln launch: rank(s) " + late + " still running " +
-                              std::to_string(o.grace_period.count()) + " ms after being told to stop: SIGKILL\n");
+                              std::to_string(grace.count()) + " ms after being told to stop: SIGKILL\n");
       signal_running(SIGKILL);
       killed = true;
     }

@@ -36,8 +36,12 @@ struct LaunchOptions {
   std::vector<std::string> command;  // the program (looked up in PATH) and its arguments
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;          // 0: a free port, found by binding port 0
-  // How long a rank has between SIGTERM and SIGKILL once the job is stopping.
+  // How long a rank has between SIGTERM and SIGKILL once the job is stopping because a rank failed.
   std::chrono::milliseconds grace_period = std::chrono::seconds(5);
+  // How long the ranks have after the launcher passed them a SIGINT or SIGTERM it was sent (time for a
+  // Trainer to finish its step and write a checkpoint, TrainerOptions::handle_signals) before SIGKILL. A
+  // second signal to the launcher kills them at once.
+  std::chrono::milliseconds signal_grace_period = std::chrono::seconds(60);
   // Where the prefixed lines go: the ranks' stdout to out_fd, their stderr and the launcher's own messages
   // to err_fd.
   int out_fd = 1;

@@ -390,6 +390,10 @@ double ChainedScheduler::lr_at(int64_t epoch, size_t group) const {
   return lr;
 }
 
+void ChainedScheduler::apply_extras(int64_t epoch) {
+  for (const auto& s : schedulers_) s->apply_extras(epoch);
+}
+
 // ---- ReduceLROnPlateau ----
 
 ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& optimizer, ReduceLROnPlateauOptions options)

@@ -53,6 +53,7 @@ class LRScheduler {
   // Sets what else a scheduler drives at `epoch` besides lr (OneCycleLR's momentum); nothing by default.
   virtual void apply_extras(int64_t epoch) {}
   friend class SequentialLR;
+  friend class ChainedScheduler;
 
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
@@ -290,19 +291,25 @@ class SequentialLR : public LRScheduler {
   std::vector<int64_t> milestones_;
 };
 
-// Applies several schedulers at once, their factors multiplied, as torch.optim.lr_scheduler.ChainedScheduler:
-// the lr at epoch t is base x prod_k (lr_k(t) / base_k), where lr_k is scheduler k's own lr and base_k its base lr
-// (the group's initial_lr, shared by every scheduler of an optimizer). For the schedulers that scale the lr
-// (StepLR, MultiStepLR, ExponentialLR, ConstantLR, LinearLR, PolynomialLR, MultiplicativeLR, LambdaLR, and
-// CosineAnnealingLR with eta_min 0) that is what PyTorch's chain of recursive steps gives.
+// Applies several schedulers at once, their factors multiplied: the lr at epoch t is
+// base x prod_k (lr_k(t) / base), where lr_k is scheduler k's own lr and base the group's initial_lr (which
+// every scheduler of an optimizer shares). torch.optim.lr_scheduler.ChainedScheduler instead steps each
+// scheduler in turn on the lr the previous ones left. The two agree for the schedulers whose steps scale the
+// lr (StepLR, MultiStepLR, ExponentialLR, ConstantLR, LinearLR, PolynomialLR, MultiplicativeLR, and
+// CosineAnnealingLR with eta_min 0 up to T_max); they differ where torch's scheduler sets the lr outright
+// (LambdaLR, CosineAnnealingWarmRestarts, which in torch's chain discard the factors before them), and for
+// CosineAnnealingLR with eta_min or past T_max. Here every scheduler is a factor.
 //   ChainedScheduler s(opt, {std::make_shared<ConstantLR>(opt, 0.1, 2), std::make_shared<ExponentialLR>(opt, 0.9)});
-// OneCycleLR and CyclicLR, which set the lr outright and drive momentum, are refused. Step only the chain, not
-// the schedulers in it.
+// OneCycleLR and CyclicLR (which own the groups' base lrs) are refused; what a scheduler drives besides the
+// lr (momentum, from one inside a SequentialLR) is applied in the chain's order. Step only the chain.
 class ChainedScheduler : public LRScheduler {
  public:
   ChainedScheduler(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers);
   double lr_at(int64_t epoch, size_t group) const override;
   const char* name() const override { return "ChainedScheduler"; }
+
+ protected:
+  void apply_extras(int64_t epoch) override;
 
  private:
   std::vector<std::shared_ptr<LRScheduler>> schedulers_;

@@ -200,6 +200,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   const int64_t total = warmup + steps, per_epoch = static_cast<int64_t>(run.train->size());
   KILN_CHECK(per_epoch > 0, "bench: the training data gives no batches");
   trainer::TrainerOptions o = trainer_options(cfg);
+  o.handle_signals = false;  // a measurement: Ctrl-C just ends it
   o.max_epochs = (total + per_epoch - 1) / per_epoch;
   o.limit_train_batches = total <= per_epoch ? trainer::BatchLimit(total) : trainer::BatchLimit(1.0);
   o.max_steps = -1;
@@ -272,7 +273,9 @@ int cmd_lr_find(const std::vector<std::string>& args) {
       a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
   cfg.scheduler = RunConfig::Scheduler{};  // sized for the whole run; the test sets every step's rate itself
   Run run = build_run(cfg);
-  const trainer::LRFinderResult r = trainer::lr_find(*run.module, *run.train, trainer_options(cfg), f);
+  trainer::TrainerOptions o = trainer_options(cfg);
+  o.handle_signals = false;  // nothing to resume: Ctrl-C just ends it
+  const trainer::LRFinderResult r = trainer::lr_find(*run.module, *run.train, o, f);
 
   std::ofstream csv(output);
   csv.precision(10);

@@ -81,8 +81,17 @@ OnExceptionCheckpoint::OnExceptionCheckpoint(OnExceptionCheckpointOptions option
              "(the folder is dirpath)");
 }
 
+void OnExceptionCheckpoint::setup(Trainer&, TrainModule&, Stage stage) {
+  if (stage == Stage::Fit) saved_path_.clear();
+}
+
 void OnExceptionCheckpoint::on_exception(Trainer& trainer, TrainModule&, const std::exception& error) {
-  if (trainer.stage() != Stage::Fit) return;
+  // Nothing to keep from a smoke test, from the sanity validation before training, or from before the
+  // optimizers exist (a failed setup or configure_optimizers).
+  if (trainer.stage() != Stage::Fit || trainer.options().fast_dev_run > 0 || trainer.sanity_checking() ||
+      trainer.optimizers().empty()) {
+    return;
+  }
   const bool interrupted = dynamic_cast<const Interrupted*>(&error) != nullptr;
   if (trainer.world_size() > 1 && !interrupted) {
     if (trainer.is_global_zero()) {

@@ -82,8 +82,9 @@ class GradientAccumulationScheduler : public Callback {
 // weights when a forward or backward failed (an error inside an optimizer's step can leave them half
 // updated); in the middle of a gradient-accumulation window nothing is saved, since a checkpoint cannot hold
 // unstepped gradients. On several processes only an interrupt (which every rank meets at the same batch) is
-// saved: after another error the other ranks may never come to write it with this one. What it did not save
-// and why goes to stderr; the error itself always propagates.
+// saved: after another error the other ranks may never come to write it with this one. Nothing is saved under
+// fast_dev_run, during the sanity validation, or before configure_optimizers ran. What it did not save and
+// why goes to stderr; the error itself always propagates.
 struct OnExceptionCheckpointOptions {
   std::string dirpath;
   std::string filename = "on_exception";
@@ -93,6 +94,7 @@ class OnExceptionCheckpoint : public Callback {
  public:
   explicit OnExceptionCheckpoint(OnExceptionCheckpointOptions options = {});
   std::string state_key() const override { return "OnExceptionCheckpoint"; }
+  void setup(Trainer& trainer, TrainModule& module, Stage stage) override;
   void on_exception(Trainer& trainer, TrainModule& module, const std::exception& error) override;
   // Where the last one was written ("" when none was).
   const std::string& saved_path() const { return saved_path_; }

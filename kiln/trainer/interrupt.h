@@ -6,8 +6,11 @@
 // its step, and then throws Interrupted out of fit() at that step boundary: the on_exception hooks run there,
 // where the weights, optimizer state, generator and loader position describe one moment, so a checkpoint taken
 // then (OnExceptionCheckpoint) resumes exactly as if the run had not stopped. A second signal gets the
-// signal's default action (the process ends at once), for a user who does not want to wait for the batch.
-// The handlers before fit() are restored after it.
+// signal's default action (the process ends at once), for a user who does not want to wait for the batch;
+// the same signal again within a second counts as the same event (a whole process group signalled, and the
+// launcher passing it on too). The handlers before fit() are restored after it, and a signal that came too
+// late for the Trainer to stop for (as fit() was ending) is then raised again, to be handled as it would have
+// been. A signal the process was started with ignored stays ignored.
 #pragma once
 
 #include <string>
@@ -30,7 +33,8 @@ class Interrupted : public Error {
 std::string signal_name(int signal);
 
 // Catches SIGINT and SIGTERM for its lifetime (nested scopes share the outermost one's handlers) and restores
-// the handlers it found; a new outermost scope clears a flag left from before.
+// the handlers it found, raising a caught signal nobody consumed; a new outermost scope clears a flag left
+// from before.
 class InterruptScope {
  public:
   InterruptScope();
@@ -41,5 +45,7 @@ class InterruptScope {
 
 // The first signal caught since the outermost scope began, or 0.
 int pending_interrupt();
+// The Trainer stopped for the pending signal: the scope's end does not raise it again.
+void consume_interrupt();
 
 }  // namespace kiln::trainer

@@ -459,9 +459,20 @@ bool Trainer::agreed_stop(bool ranks_met) {
 
 void Trainer::throw_if_interrupted() {
   if (interrupt_ == 0 || accumulated_ > 0) return;  // an open window runs to its step first
+  consume_interrupt();
   throw Interrupted(interrupt_, "Trainer: interrupted by " + signal_name(interrupt_) + " in epoch " +
                                     std::to_string(epoch_) + " after " + std::to_string(batch_in_epoch_) +
                                     " batches (global step " + std::to_string(global_step_) + ")");
+}
+
+void Trainer::agree_on_interrupt_and_throw() {
+  if (interrupt_ == 0) {
+    const int signal = pending_interrupt();
+    std::vector<double> v{signal == SIGINT ? 1.0 : 0.0, signal == SIGTERM ? 1.0 : 0.0};
+    strategy_->all_reduce_sum(v);
+    interrupt_ = v[0] > 0 ? SIGINT : v[1] > 0 ? SIGTERM : 0;
+  }
+  throw_if_interrupted();
 }
 
 bool Trainer::validation_due(int64_t batches_done) const {
@@ -474,20 +485,13 @@ bool Trainer::validation_due(int64_t batches_done) const {
 void Trainer::train_loop(data::DataLoader& train) {
   bool resuming_mid_epoch = batch_in_epoch_ > 0;
   for (;;) {
+    // A signal during the last epoch's end (its validation, its hooks), or one a stop or limit left unread.
+    if (catch_signals_) agree_on_interrupt_and_throw();
     if (options_.max_epochs >= 0 && epoch_ >= options_.max_epochs) break;
     if (options_.max_steps >= 0 && global_step_ >= options_.max_steps) break;
     // The clock and stop requests may differ between ranks: all leave here together, or none does.
     const bool out_of_time = options_.max_time > 0 && elapsed_seconds() >= options_.max_time;
     if (strategy_->any(out_of_time || (should_stop_ && epoch_ >= options_.min_epochs))) break;
-    if (catch_signals_) {  // a signal during the last epoch's end (its validation, its hooks)
-      if (interrupt_ == 0) {
-        const int signal = pending_interrupt();
-        std::vector<double> v{signal == SIGINT ? 1.0 : 0.0, signal == SIGTERM ? 1.0 : 0.0};
-        strategy_->all_reduce_sum(v);
-        interrupt_ = v[0] > 0 ? SIGINT : v[1] > 0 ? SIGTERM : 0;
-      }
-      throw_if_interrupted();
-    }
 
     epoch_finished_ = false;
     if (!resuming_mid_epoch) {

@@ -305,6 +305,8 @@ class Trainer {
   // Under handle_signals: a signal caught on any rank (agreed_stop and the epoch loop read it), and, once the
   // accumulation window is closed, the Interrupted thrown for it.
   void throw_if_interrupted();
+  // The same at an epoch boundary, where no per-batch agreement ran: agrees on the flags first.
+  void agree_on_interrupt_and_throw();
   // Runs validation or test over each of `loaders` in turn, limited to limits[k] batches of loader k; returns
   // the epoch metrics.
   std::map<std::string, double> eval_loop(const std::vector<data::DataLoader*>& loaders, Stage stage,

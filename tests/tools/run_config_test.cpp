@@ -263,8 +263,6 @@ TEST(RunConfig, DataPath) {
   EXPECT_EQ(kiln::tools::data_path(d), "");
 }
 
-// Every schedule the config can name becomes its scheduler, over a run of 3 epochs of 10 steps, with the
-// lengths the config leaves open filled from the run.
 // Each optimizer name makes its optimizer with the keys that apply to it, and an unset eps or alpha is the
 // optimizer's own default (as torch.optim's), not one number for all.
 TEST(RunConfig, EveryOptimizerNameMakesItsOptimizerWithItsOwnDefaults) {
@@ -307,6 +305,8 @@ TEST(RunConfig, EveryOptimizerNameMakesItsOptimizerWithItsOwnDefaults) {
   EXPECT_EQ(load_error("optimizer:\n  eps: 0\n"), "optimizer.eps must be > 0, found 0");
 }
 
+// Every schedule the config can name becomes its scheduler, over a run of 3 epochs of 10 steps, with the
+// lengths the config leaves open filled from the run.
 TEST(RunConfig, EveryScheduleNameMakesItsScheduler) {
   const std::vector<std::pair<std::string, std::string>> names = {
       {"step", "StepLR"}, {"multistep", "MultiStepLR"}, {"exponential", "ExponentialLR"},
