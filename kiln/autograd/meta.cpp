@@ -1,6 +1,7 @@
 #include "kiln/autograd/meta.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/autograd/record.h"
@@ -29,7 +30,9 @@ namespace {
 
 // Whether view t, whose live base is `base`, is stale (see is_stale_view).
 bool stale_against(const Tensor& t, const Tensor& base) {
-  return base.impl()->history_generation != t.impl()->base_generation && requires_grad(base);
+  return base.impl()->history_generation.load(std::memory_order_acquire) !=
+             t.impl()->base_generation.load(std::memory_order_acquire) &&
+         requires_grad(base);
 }
 
 }  // namespace
@@ -64,17 +67,28 @@ void refresh_view_history(const Tensor& t, const Tensor& base) {
   set_history(t, node, 0);
 }
 
+// Rebuilds view t's history when it is stale against its live base. Two threads may meet one stale view (two
+// losses built from it, a hook on a worker thread): the rebuild is checked again under a lock, so it runs once,
+// and a thread that finds the view current reads a history whose writes happened before base_generation's.
+// Recursive: the rebuild records a node, and recording reads the base's edge.
+void refresh_against(const Tensor& t, const Tensor& base) {
+  if (!stale_against(t, base)) return;
+  static std::recursive_mutex mutex;
+  std::lock_guard<std::recursive_mutex> lock(mutex);
+  if (stale_against(t, base)) refresh_view_history(t, base);
+}
+
 }  // namespace
 
 void refresh_if_stale(const Tensor& t) {
   if (!t.defined() || !t.impl()->is_view) return;
-  if (const Tensor base = view_base_of(t); base.defined() && stale_against(t, base)) refresh_view_history(t, base);
+  if (const Tensor base = view_base_of(t); base.defined()) refresh_against(t, base);
 }
 
 Edge gradient_edge(const Tensor& t) {
   if (t.defined() && t.impl()->is_view) {
     if (const Tensor base = view_base_of(t); base.defined()) {
-      if (stale_against(t, base)) refresh_view_history(t, base);
+      refresh_against(t, base);
     } else if (const AutogradMeta* vm = meta_of(t);
                vm != nullptr && vm->grad_fn && t.storage()->recorded_writes() != vm->history_writes) {
       // The base is gone, so a recorded write through another view of it cannot have given this one a new
@@ -104,8 +118,11 @@ void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t ou
   m.grad_fn = node;
   m.output_nr = output_nr;
   if (t.impl()->is_view) {
-    if (const Tensor base = view_base_of(t); base.defined()) t.impl()->base_generation = base.impl()->history_generation;
     m.history_writes = t.storage()->recorded_writes();
+    // Last, with release: a thread that reads the generation current reads the history above (refresh_against).
+    if (const Tensor base = view_base_of(t); base.defined())
+      t.impl()->base_generation.store(base.impl()->history_generation.load(std::memory_order_acquire),
+                                      std::memory_order_release);
   }
 }
 

@@ -28,6 +28,10 @@ struct AutogradMeta final : AutogradMetaBase {
   // As a view whose base is gone: the storage's recorded in-place writes when the history was set (see
   // gradient_edge).
   uint64_t history_writes = 0;
+  // As the root of views: those of its views that were made leaves requiring grad (requires_grad_ on a view).
+  // A recorded write into the root or any view of it while one of them lives is refused (check_inplace): it
+  // would give that leaf a history, and its gradient would no longer reach its grad.
+  std::vector<std::weak_ptr<TensorImpl>> leaf_views;
 };
 
 // In-place writes and views (record_inplace_impl in record.cpp). A tensor whose history an in-place op rewrote
@@ -49,9 +53,11 @@ bool is_stale_view(const Tensor& t);
 // one whose history an in-place op rewrote).
 inline bool requires_grad(const Tensor& t) {
   if (!t.defined()) return false;
+  // A stale view first: another thread may be rebuilding its meta (gradient_edge), and one that is current
+  // has its meta settled.
+  if (t.impl()->is_view && !t.impl()->view_base.expired() && is_stale_view(t)) return true;
   const AutogradMeta* m = meta_of(t);
-  if (m != nullptr && (m->requires_grad || m->grad_fn != nullptr)) return true;
-  return !t.impl()->view_base.expired() && is_stale_view(t);
+  return m != nullptr && (m->requires_grad || m->grad_fn != nullptr);
 }
 
 // Where the gradient of t goes: (grad_fn, output_nr), or the leaf's AccumulateGrad, or nowhere. A stale view
@@ -60,7 +66,8 @@ Edge gradient_edge(const Tensor& t);
 // Makes t the output `output_nr` of node (t must be a fresh result, or a tensor an in-place op rewrote).
 void set_history(const Tensor& t, const std::shared_ptr<Node>& node, uint32_t output_nr = 0);
 // Gives a stale view its fresh history now (what gradient_edge does first); for the accessors that read the
-// history directly (grad_fn, retain_grad, register_hook).
+// history directly (grad_fn, retain_grad, register_hook). Safe to call on one view from several threads: the
+// rebuild runs once, under a lock, and the common case (not stale) takes none.
 void refresh_if_stale(const Tensor& t);
 // The live tensor t is a view of (the root of its chain of views), or an undefined tensor: t is not a view,
 // or its base is gone.

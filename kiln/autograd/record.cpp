@@ -47,6 +47,19 @@ bool is_leaf_requiring_grad(const Tensor& t) {
   const AutogradMeta* m = meta_of(t);
   return m != nullptr && m->requires_grad && !m->grad_fn;
 }
+
+// A live view of `root` that was made a leaf requiring grad (requires_grad_ on a view), or an undefined tensor.
+Tensor leaf_view_of(const Tensor& root) {
+  const AutogradMeta* m = meta_of(root);
+  if (m == nullptr) return {};
+  for (const std::weak_ptr<TensorImpl>& v : m->leaf_views) {
+    if (std::shared_ptr<TensorImpl> impl = v.lock()) {
+      Tensor view(std::move(impl));
+      if (is_leaf_requiring_grad(view)) return view;
+    }
+  }
+  return {};
+}
 }  // namespace
 
 void check_inplace(const char* name, const Tensor& self) {
@@ -56,6 +69,14 @@ void check_inplace(const char* name, const Tensor& self) {
   KILN_CHECK(!base.defined() || !is_leaf_requiring_grad(base), name, ": a view (shape ", shape_str(self.sizes()),
              ") of a leaf tensor that requires grad (shape ", shape_str(base.defined() ? base.sizes() : Shape{}),
              ") is used in an in-place op; use out-of-place ops, or do it under NoGradGuard as optimizers do");
+  const Tensor root = base.defined() ? base : self;
+  if (const Tensor leaf = leaf_view_of(root); leaf.defined()) {
+    KILN_CHECK(false, name, ": an in-place op while recording writes into a tensor (shape ", shape_str(root.sizes()),
+               ") one of whose views (shape ", shape_str(leaf.sizes()), ", offset ", leaf.storage_offset(),
+               ") is a leaf that requires grad (made with requires_grad_ on a view). The write would give that "
+               "leaf a history and its gradient would no longer reach its grad; make the leaf a copy "
+               "(view.clone().requires_grad_()) or do the write under NoGradGuard");
+  }
 }
 
 Tensor& record_inplace_impl(const char* name, Tensor& self, const std::function<Tensor(const Tensor&)>& out_of_place,

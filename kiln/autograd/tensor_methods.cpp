@@ -127,6 +127,7 @@ using autograd::meta_of;
 bool Tensor::requires_grad() const { return autograd::requires_grad(*this); }
 
 const Tensor& Tensor::requires_grad_(bool requires_grad) const {
+  autograd::refresh_if_stale(*this);  // a view whose base was written since it was made is no longer a leaf
   AutogradMeta* m = meta_of(*this);
   KILN_CHECK(!(m && m->grad_fn), "requires_grad_: only leaves can be told to require grad; this tensor (shape ",
              shape_str(sizes()), ") was computed by ", m && m->grad_fn ? m->grad_fn->name() : "",
@@ -135,6 +136,13 @@ const Tensor& Tensor::requires_grad_(bool requires_grad) const {
              dtype());
   if (!requires_grad && m == nullptr) return *this;
   ensure_meta(*this).requires_grad = requires_grad;
+  if (requires_grad && impl()->is_view) {
+    if (const Tensor base = autograd::view_base_of(*this); base.defined()) {
+      auto& leaf_views = ensure_meta(base).leaf_views;
+      std::erase_if(leaf_views, [](const std::weak_ptr<TensorImpl>& v) { return v.expired(); });
+      leaf_views.push_back(impl_ptr());
+    }
+  }
   return *this;
 }
 

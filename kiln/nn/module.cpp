@@ -229,9 +229,7 @@ void convert_in_place(const Tensor& t, Device device, std::optional<DType> dtype
   DType target = dtype && t.is_floating_point() ? *dtype : t.dtype();
   if (t.device() == device && t.dtype() == target) return;
   Tensor moved = ops::to(t, device, target);
-  std::unique_ptr<AutogradMetaBase> meta = std::move(t.impl()->autograd_meta);
-  *t.impl() = std::move(*moved.impl());
-  t.impl()->autograd_meta = std::move(meta);
+  t.impl()->set_data(*moved.impl());
   if (const Tensor& g = t.grad(); g.defined()) t.set_grad(ops::to(g, device, target));
 }
 }  // namespace

@@ -36,6 +36,19 @@ TensorImpl::TensorImpl(Storage storage, DType dtype, Shape shape, Shape strides,
   for (int64_t s : shape_) KILN_CHECK(s >= 0, "tensor: negative size ", s, " in shape ", shape_str(shape_));
 }
 
+void TensorImpl::set_data(const TensorImpl& source) {
+  storage_ = source.storage_;
+  dtype_ = source.dtype_;
+  shape_ = source.shape_;
+  strides_ = source.strides_;
+  offset_ = source.offset_;
+  numel_ = source.numel_;
+  is_contiguous_ = source.is_contiguous_;
+  is_wrapped_number = source.is_wrapped_number;
+  is_view = false;
+  view_base.reset();
+}
+
 int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
 

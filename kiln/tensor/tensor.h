@@ -12,6 +12,7 @@
 // library free of references to the layers above it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,10 @@ class TensorImpl {
  public:
   TensorImpl(Storage storage, DType dtype, Shape shape, Shape strides, int64_t offset);
 
+  // Takes `source`'s data (storage, dtype, shape, strides, offset), keeping this tensor's identity and autograd
+  // state: what Module::to does to each parameter (PyTorch's param.data = ...). It is no longer a view.
+  void set_data(const TensorImpl& source);
+
   const Storage& storage() const { return storage_; }
   DType dtype() const { return dtype_; }
   Device device() const { return storage_->device(); }
@@ -64,9 +69,11 @@ class TensorImpl {
   // detach() and for tensors not made by a view op.
   std::weak_ptr<TensorImpl> view_base;
   // For autograd (kiln/autograd/meta.h): as a base, how many times an in-place op rewrote its history; as a
-  // view, its base's count when the view was made or its history last set.
-  uint64_t history_generation = 0;
-  uint64_t base_generation = 0;
+  // view, its base's count when the view was made or its history last set. Atomic: a view's history is
+  // rebuilt lazily, possibly from several threads, and base_generation is stored (release) only after the new
+  // history, so a thread that reads it current (acquire) may read the history without a lock.
+  std::atomic<uint64_t> history_generation{0};
+  std::atomic<uint64_t> base_generation{0};
   // Set and read by the autograd layer only.
   std::unique_ptr<AutogradMetaBase> autograd_meta;
 

@@ -16,7 +16,7 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
   std::shared_ptr<TensorImpl> root = base.impl()->view_base.lock();
   if (!root) root = base.impl_ptr();
   impl->view_base = root;
-  impl->base_generation = root->history_generation;  // made now: it sees the root as it is
+  impl->base_generation.store(root->history_generation.load());  // made now: it sees the root as it is
   return Tensor(std::move(impl));
 }
 

@@ -6,7 +6,9 @@
 // derivatives through a write (against their formulas), a saved view rebuilt later, and the errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 #include "kiln/kiln.h"
 #include "tensor/test_util.h"
@@ -170,6 +172,69 @@ TEST(InPlaceView, Errors) {
   test::expect_error([&] { col.expand({3, 4}).add_(leaf64({3, 4}, 12)); }, {"add_", "overlap"});
   NoGradGuard no_grad;
   x.narrow(0, 0, 1).mul_(2);  // as an optimizer would: no graph, no error
+}
+
+// A leaf made of a view (requires_grad_ on a slice of a buffer): a recorded write anywhere into the buffer would
+// give that leaf a history and cut its grad off, so it is refused while the leaf lives; its own gradients
+// still reach it; and a view that was already stale when asked to require grad is not a leaf.
+TEST(InPlaceView, LeavesMadeOfViews) {
+  Tensor buf = zeros({4}, kFloat64);
+  Tensor v = buf.narrow(0, 0, 2);
+  v.requires_grad_(true);
+  Tensor u = v.narrow(0, 0, 1);  // a view of the leaf, through its root buf
+  test::expect_error([&] { u.add_(1); }, {"add_", "view", "leaf that requires grad", "shape (2)", "clone()"});
+  Tensor w = leaf64({2}, 13);
+  test::expect_error([&] { buf.narrow(0, 2, 2).copy_(w); }, {"copy_", "(4)", "leaf that requires grad"});
+  test::expect_error([&] { buf.add_(w.sum()); }, {"add_", "leaf that requires grad"});
+  EXPECT_FALSE(buf.requires_grad());
+  (v * v * 3).sum().backward();  // the leaf's gradient is its own: 6 v = 0
+  ASSERT_TRUE(v.grad().defined());
+  EXPECT_EQ(values_of(v.grad()), (std::vector<double>{0, 0}));
+  {
+    NoGradGuard no_grad;
+    buf.fill_(1);  // as an optimizer would: no error
+  }
+  u = Tensor();  // its graph held the leaf
+  v = Tensor();  // the leaf is gone: writes into buf record again
+  buf.narrow(0, 2, 2).copy_(w);
+  buf.sum().backward();
+  EXPECT_EQ(values_of(w.grad()), (std::vector<double>{1, 1}));
+
+  Tensor buf2 = zeros({4}, kFloat64);
+  Tensor early = buf2.narrow(0, 0, 2);  // made before buf2 joins the graph
+  buf2.narrow(0, 2, 2).copy_(leaf64({2}, 14));
+  test::expect_error([&] { early.requires_grad_(true); }, {"only leaves", "AsStridedView"});
+}
+
+// One stale view used from several threads at once: each thread's gradient through it is right (the rebuild
+// runs once, under the lock, and no thread reads a half-set history). Many rounds, each with a fresh stale view.
+TEST(InPlaceView, AStaleViewUsedFromSeveralThreads) {
+  constexpr int kThreads = 4, kRounds = 100;
+  for (int round = 0; round < kRounds; ++round) {
+    Tensor x = leaf64({4}, 20);
+    Tensor y = x * 2;
+    Tensor v = y.narrow(0, 1, 2);
+    y.mul_(3);  // v is stale: its value, and gradient, carry the factor 3 now
+    std::atomic<int> ready{0};
+    std::vector<std::vector<double>> grads(kThreads);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        Tensor loss = (v * static_cast<double>(i + 1)).sum();
+        grads[i] = values_of(autograd::grad({loss}, {x}, {}, /*retain_graph=*/true)[0]);  // shared nodes
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < kThreads; ++i) {
+      const double g = 6.0 * (i + 1);
+      ASSERT_EQ(grads[i], (std::vector<double>{0, g, g, 0})) << "round " << round << ", thread " << i;
+    }
+    ASSERT_NE(v.grad_fn(), nullptr);
+    EXPECT_STREQ(v.grad_fn()->name(), "AsStridedView");
+  }
 }
 
 }  // namespace inplace_view_tests
