@@ -20,7 +20,7 @@ inline void check_non_negative(const char* op, const char* what, double v) {
   KILN_CHECK(v >= 0.0, op, ": invalid ", what, " ", v, " (must be >= 0)");
 }
 
-// 0 <= v < 1, as Adam's betas and RMSprop's alpha... must be.
+// 0 <= v < 1, as Adam's betas and RMSprop's alpha must be.
 inline void check_unit_interval(const char* op, const char* what, double v) {
   KILN_CHECK(v >= 0.0 && v < 1.0, op, ": invalid ", what, " ", v, " (must be in [0, 1))");
 }

@@ -37,7 +37,8 @@ void RMSprop::validate_options(const std::map<std::string, double>& m) const {
   check_non_negative("RMSprop", "eps", o.eps);
   check_non_negative("RMSprop", "momentum", o.momentum);
   check_non_negative("RMSprop", "weight_decay", o.weight_decay);
-  check_non_negative("RMSprop", "alpha", o.alpha);
+  // alpha >= 1 would weigh the new square by 1 - alpha <= 0: an average that stays 0 or goes negative.
+  check_unit_interval("RMSprop", "alpha", o.alpha);
 }
 
 namespace {

@@ -492,6 +492,7 @@ TEST(Optimizer, BadHyperparametersAndParametersAreErrors) {
   expect_error([&] { optim::Adam({p}, {.eps = -1}); }, {"Adam", "eps"});
   expect_error([&] { optim::AdamW({p}, {.weight_decay = -1}); }, {"AdamW", "weight_decay"});
   expect_error([&] { optim::RMSprop({p}, {.alpha = -0.5}); }, {"RMSprop", "alpha"});
+  expect_error([&] { optim::RMSprop({p}, {.alpha = 1.5}); }, {"RMSprop", "alpha", "[0, 1)"});
   expect_error([&] { optim::Adagrad({p}, {.lr_decay = -0.5}); }, {"Adagrad", "lr_decay"});
   expect_error([&] { optim::Adagrad({p}, {.lr = std::nan("")}); }, {"Adagrad", "lr"});
   expect_error([&] { optim::SGD({}, {.lr = 0.1}); }, {"SGD", "empty parameter list"});
