@@ -54,7 +54,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
 
   std::vector<Tensor> tensors;
   for (auto& [name, t] : module_->named_parameters()) {
-    if (!t.requires_grad()) continue;
+    if (!t.requires_grad()) {
+      left_out_.emplace_back(name, t);
+      continue;
+    }
     KILN_CHECK(t.is_floating_point(), "DistributedDataParallel: parameter '", name, "' requires grad but has dtype ",
                dtype_name(t.dtype()), "; gradients are averaged, which needs a floating dtype");
     Param p;
@@ -204,14 +207,27 @@ void DistributedDataParallel::on_gradient(size_t index) {
 }
 
 void DistributedDataParallel::begin_round() {
+  // A parameter left out of the buckets that has since been made trainable would train on each rank's own
+  // gradient, the ranks drifting apart without an error.
+  for (const auto& [name, t] : left_out_) {
+    KILN_CHECK(!t.requires_grad(), "DistributedDataParallel: parameter '", name, "' did not require grad when "
+               "DDP was made, so it is in no bucket, but it does now: its gradient would not be averaged over "
+               "the ranks. Make the DDP after unfreezing it (in the Trainer: unfreeze in the module's "
+               "constructor, freeze later, as BackboneFinetuning does)");
+  }
   round_active_ = true;
   next_launch_ = 0, buckets_ready_ = 0;
   for (auto& b : buckets_) b.pending = b.spec.params.size(), b.work.reset();
-  for (auto& p : params_) p.arrived = false, p.used = false;
+  for (auto& p : params_) p.arrived = false, p.used = false, p.frozen = !p.tensor.requires_grad();
+  {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].frozen) params_[i].slot.zero_(), mark_arrived(i, false);
+  }
   if (have_forward_unused_) {
     NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i)
-      if (params_[i].forward_unused) params_[i].slot.zero_(), mark_arrived(i, false);
+      if (params_[i].forward_unused && !params_[i].frozen) params_[i].slot.zero_(), mark_arrived(i, false);
   }
   have_forward_unused_ = false;
 }
@@ -277,7 +293,7 @@ void DistributedDataParallel::finalize() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
-    if (used_by.defined() && used_by.data_ptr<int32_t>()[i] == 0) continue;
+    if (p.frozen || (used_by.defined() && used_by.data_ptr<int32_t>()[i] == 0)) continue;
     if (p.tensor.grad().defined()) p.tensor.grad().copy_(p.slot);
     else p.tensor.set_grad(p.slot.clone());
   }
@@ -295,6 +311,7 @@ void DistributedDataParallel::allreduce_accumulated_gradients() {
   {
     NoGradGuard no_grad;
     for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].frozen) continue;  // begin_round counted it
       const Tensor& g = params_[i].tensor.grad();
       if (g.defined()) params_[i].slot.copy_(g);
       else params_[i].slot.zero_();

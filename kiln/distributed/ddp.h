@@ -38,10 +38,18 @@
 // forward's graph is walked to find the parameters it does not use; they count as zero gradients at once (so
 // their buckets are not held up), and any still missing at finalize count as zeros too. A parameter no rank
 // used keeps its .grad as it was (undefined stays undefined, so optimizers skip it), as in PyTorch.
+//
+// Frozen parameters: one that required grad when DDP was made but does not now (requires_grad_(false), as
+// BackboneFinetuning freezes a backbone) takes part in no round: it counts as arrived with zeros, so its
+// bucket is not held up, and its .grad is left alone. Every rank must freeze the same ones (as every rank
+// runs the same model; a rank that freezes others gets wrong gradients, not an error); unfrozen again, it is
+// averaged as before. A parameter that did not require grad when DDP was made is in no bucket: one made
+// trainable later is an error at the next backward (it needs a new DDP).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/distributed/buckets.h"
@@ -129,6 +137,7 @@ class DistributedDataParallel {
     bool arrived = false;     // this round: its gradient is in the slot (or zeros, when unused)
     bool used = false;        // this round: the gradient came from backward, not from find_unused's zeros
     bool forward_unused = false;  // the last forward's graph does not reach it (find_unused_parameters)
+    bool frozen = false;      // this round: it does not require grad now (frozen after DDP was made)
   };
   struct Bucket {
     BucketSpec spec;
@@ -151,6 +160,7 @@ class DistributedDataParallel {
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
   std::vector<Param> params_;  // the parameters that require grad, in registration order
+  std::vector<std::pair<std::string, Tensor>> left_out_;  // those that did not when DDP was made
   std::vector<Bucket> buckets_;
   bool require_sync_ = true;
   bool round_active_ = false;  // a gradient arrived since the last finalize

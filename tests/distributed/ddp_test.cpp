@@ -424,6 +424,53 @@ TEST(DDP, UnusedParameterIsAnErrorOrCountsAsZero) {
   expect_all_ok(results);
 }
 
+// A parameter frozen after DDP was made (requires_grad_(false), as BackboneFinetuning does) is no missing
+// gradient: it keeps no .grad, the others are averaged as on the whole batch, and unfrozen again it is averaged
+// too. Without find_unused_parameters.
+TEST(DDP, FrozenParametersSitOutTheRoundAndJoinAgainWhenUnfrozen) {
+  const std::string path = store_path("frozen");
+  auto results = run_ranks(2, [&](int rank) {
+    auto pg = make_group(path, rank, 2);
+    auto model = make_mlp(7), ref = make_mlp(7);
+    DistributedDataParallel ddp(model, pg);
+    for (auto* m : {model.get(), ref.get()}) {
+      for (const Tensor& p : m->fc1->parameters()) p.requires_grad_(false);
+    }
+    const Tensor frozen_w = model->fc1->named_parameters()[0].second;
+    frozen_w.set_grad(full(frozen_w.sizes(), 7.0));  // a frozen parameter's .grad is left as it was
+    auto [x, y] = batch(0);
+    F::mse_loss(ddp(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+    ddp.finalize();
+    F::mse_loss((*ref)(x), y).backward();
+    rank_check(frozen_w.grad().equal(full(frozen_w.sizes(), 7.0)), "the frozen weight's grad changed");
+    rank_check(!model->fc1->named_parameters()[1].second.grad().defined(), "the frozen bias got a grad");
+    check_close(model->fc2->named_parameters()[0].second.grad(), ref->fc2->named_parameters()[0].second.grad(),
+                "fc2 with fc1 frozen");
+    for (auto* m : {model.get(), ref.get()}) {
+      for (const Tensor& p : m->parameters()) p.requires_grad_(true), p.set_grad(Tensor());
+    }
+    F::mse_loss(ddp(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+    ddp.finalize();
+    F::mse_loss((*ref)(x), y).backward();
+    check_models_close(*model, *ref, "unfrozen", true);
+
+    // Frozen before DDP was made, it is in no bucket: made trainable later, the next backward refuses it.
+    auto late = make_mlp(7);
+    for (const Tensor& p : late->fc1->parameters()) p.requires_grad_(false);
+    DistributedDataParallel late_ddp(late, pg);
+    for (const Tensor& p : late->fc1->parameters()) p.requires_grad_(true);
+    std::string message;
+    try {
+      F::mse_loss(late_ddp(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    rank_check(message.find("'fc1.weight' did not require grad when DDP was made") != std::string::npos,
+               "a parameter made trainable after DDP: " + message);
+  });
+  expect_all_ok(results);
+}
+
 // Parameters of different shapes on different ranks: every rank fails at construction, naming the parameter
 // and the ranks.
 TEST(DDP, DifferentShapesFailAtConstruction) {

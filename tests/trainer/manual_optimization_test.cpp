@@ -420,33 +420,39 @@ TEST(ManualOptimization, MisuseIsAClearError) {
 }
 
 TEST(ManualOptimization, TwoDDPRanksTrainWhatOneProcessTrainsOnTheWholeBatch) {
-  // Each loss reaches only its own player's parameters, so DDP needs ddp_find_unused_parameters; without it the
-  // first backward names the parameters that got no gradient.
+  // Each loss reaches only its own player's parameters. With toggle_optimizer the other player's are frozen
+  // (requires_grad false) during each backward, and DDP lets frozen parameters sit the round out, so no
+  // find_unused_parameters is needed; without toggling, the first backward names the parameters that got no
+  // gradient unless find_unused_parameters is on.
   const std::vector<std::vector<float>> want = two_player_by_hand(2);
   TempDir dir;
-  for (const bool find_unused : {true, false}) {
+  struct Case {
+    bool find_unused, toggle, trains;
+  };
+  for (const Case c : {Case{true, true, true}, Case{false, true, true}, Case{false, false, false}}) {
     const uint16_t port = distributed::find_free_port();
-    const std::string out = dir / (find_unused ? "found" : "not_found");
+    const std::string out = dir / ("case_" + std::to_string(c.find_unused) + std::to_string(c.toggle));
     std::filesystem::create_directories(out);
     const auto results = run_ranks(2, [&](int rank) {
       set_rank_env(rank, 2, port);
       manual_seed(rank == 0 ? 3 : 99);  // rank 1 starts elsewhere: DDP copies rank 0's weights
       TwoPlayer m;
+      m.toggle = c.toggle;
       auto data4 = loader(regression_data(32), 4);
       trainer::TrainerOptions o = quiet(out);
       o.max_epochs = 2;
       o.strategy = "ddp";
       o.process_group_timeout = 30;
-      o.ddp_find_unused_parameters = find_unused;
+      o.ddp_find_unused_parameters = c.find_unused;
       trainer::Trainer t(o);
       try {
         t.fit(m, *data4);
       } catch (const std::exception& e) {
-        rank_check(!find_unused && std::string(e.what()).find("got no gradient") != std::string::npos,
+        rank_check(!c.trains && std::string(e.what()).find("got no gradient") != std::string::npos,
                    std::string("rank ") + std::to_string(rank) + ": " + e.what());
         return;
       }
-      rank_check(find_unused, "rank " + std::to_string(rank) + ": trained without find_unused_parameters");
+      rank_check(c.trains, "rank " + std::to_string(rank) + ": trained without toggling or find_unused_parameters");
       const std::string mismatch = weights_mismatch(weights_of(m), want);
       rank_check(mismatch.empty(), "rank " + std::to_string(rank) + " against one process: " + mismatch);
     }, std::chrono::seconds(60));
