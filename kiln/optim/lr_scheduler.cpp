@@ -20,10 +20,12 @@ LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
 void LRScheduler::step() {
   ++last_epoch_;
   auto& groups = optimizer_.param_groups();
-  KILN_CHECK(groups.size() == base_lrs_.size(), name(), ": the optimizer has ", groups.size(),
+  // Groups added after the scheduler was made (BackboneFinetuning's) are left alone (see step() in the
+  // header); fewer groups than it was made for is an error.
+  KILN_CHECK(groups.size() >= base_lrs_.size(), name(), ": the optimizer has ", groups.size(),
              " parameter groups, but the scheduler was made for ", base_lrs_.size());
-  last_lrs_.assign(groups.size(), 0.0);
-  for (size_t g = 0; g < groups.size(); ++g) {
+  last_lrs_.assign(base_lrs_.size(), 0.0);
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
     last_lrs_[g] = lr_at(last_epoch_, g);
     groups[g].set_lr(last_lrs_[g]);
   }

@@ -30,7 +30,10 @@ class LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
-  // Moves to the next epoch and sets every group's lr.
+  // Moves to the next epoch and sets the lr of every group it was made for. Groups added to the optimizer
+  // afterwards (BackboneFinetuning's) are left alone: kiln's rule for every scheduler (PyTorch's LambdaLR and
+  // CosineAnnealingLR do the same, its StepLR-like ones scale every group). OneCycleLR's and CyclicLR's
+  // momentum still goes to every group.
   void step();
   // The lr of each group as the last step() set it.
   const std::vector<double>& get_last_lr() const { return last_lrs_; }

@@ -310,6 +310,10 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
     o.callbacks.push_back(std::make_shared<trainer::EarlyStopping>(es));
   }
   if (c.lr_monitor) o.callbacks.push_back(std::make_shared<trainer::LearningRateMonitor>());
+  if (c.throughput_monitor.enabled) {
+    o.callbacks.push_back(std::make_shared<trainer::ThroughputMonitor>(
+        trainer::ThroughputMonitorOptions{.window_size = c.throughput_monitor.window_size}));
+  }
   if (!c.accumulate_grad_schedule.empty()) {
     std::map<int64_t, int64_t> scheduling;
     for (const auto& entry : c.accumulate_grad_schedule) scheduling[entry.at(0)] = entry.at(1);

@@ -205,6 +205,9 @@ void declare_callbacks(Schema<R>& s) {
   es.add("divergence_threshold", &E::divergence_threshold, "stop as soon as the metric is worse than this");
   es.add("check_finite", &E::check_finite, "stop when the metric becomes NaN or infinite");
   cb.add("lr_monitor", &C::lr_monitor, "log each optimizer's learning rate");
+  auto tp = cb.section("throughput_monitor", &C::throughput_monitor, "ThroughputMonitor");
+  tp.add("enabled", &C::ThroughputMonitor::enabled, "log batches and samples per second (train/device/...)");
+  tp.add("window_size", &C::ThroughputMonitor::window_size, "the rates are over this many batches").at_least(2);
   cb.add("accumulate_grad_schedule", &C::accumulate_grad_schedule, "gradient accumulation by epoch, [[first epoch, "
          "factor], ...] as Lightning's GradientAccumulationScheduler ([[0, 8], [4, 1]]: 8 batches a step in epochs 0-3, "
          "then 1); needs trainer.accumulate_grad_batches 1");
@@ -311,6 +314,8 @@ void check_run_config(const RunConfig& c) {
              "trainer.accumulate_grad_batches 1 (the schedule sets it), found ", c.trainer.accumulate_grad_batches);
   KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.lr_monitor,
              "callbacks.lr_monitor needs a logger (logger.csv or logger.tensorboard)");
+  KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.throughput_monitor.enabled,
+             "callbacks.throughput_monitor.enabled needs a logger (logger.csv or logger.tensorboard)");
 }
 
 const trainer::Schema<RunConfig>& run_config_schema() {

@@ -181,9 +181,15 @@ struct RunConfig {
       bool use_buffers = true;
       bool operator==(const WeightAveraging&) const = default;
     };
+    struct ThroughputMonitor {
+      bool enabled = false;
+      int64_t window_size = 100;
+      bool operator==(const ThroughputMonitor&) const = default;
+    };
     Checkpoint checkpoint;
     EarlyStopping early_stopping;
     bool lr_monitor = false;
+    ThroughputMonitor throughput_monitor;
     bool on_exception_checkpoint = true;  // an OnExceptionCheckpoint beside ModelCheckpoint's files
     // [[first epoch, factor], ...]: a GradientAccumulationScheduler (empty: none)
     std::vector<std::vector<int64_t>> accumulate_grad_schedule;

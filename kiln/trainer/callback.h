@@ -35,6 +35,8 @@ const char* stage_name(Stage stage);  // "fit", "validate", "test", "predict"
 
 // A callback's own state in a checkpoint: text values under names it chooses.
 using CallbackState = std::map<std::string, std::string>;
+// A double as CallbackState text that std::strtod reads back bit for bit ("%.17g").
+std::string exact_text(double value);
 
 class Callback {
  public:

@@ -13,6 +13,12 @@
 
 namespace kiln::trainer {
 
+std::string exact_text(double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", value);
+  return buf;
+}
+
 void add_default_callbacks(const TrainerOptions& options, std::vector<std::shared_ptr<Callback>>& callbacks) {
   auto has = [&](auto* type_tag) {
     using T = std::remove_pointer_t<decltype(type_tag)>;
@@ -219,11 +225,7 @@ void Timer::check(Trainer& trainer) {
   }
 }
 
-CallbackState Timer::checkpoint_state() const {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", time_elapsed());
-  return {{"time_elapsed", buf}};
-}
+CallbackState Timer::checkpoint_state() const { return {{"time_elapsed", exact_text(time_elapsed())}}; }
 
 void Timer::load_checkpoint_state(const CallbackState& state) {
   auto it = state.find("time_elapsed");

@@ -1,6 +1,8 @@
-// The built-in callbacks, as PyTorch Lightning users know them: ModelCheckpoint, EarlyStopping, ProgressBar and
-// ModelSummary (each in its own header, included here), LearningRateMonitor, GradientAccumulationScheduler,
-// OnExceptionCheckpoint and Timer (small enough to live here), and add_default_callbacks, which the Trainer calls to add the ones its options ask for.
+// The built-in callbacks, as PyTorch Lightning users know them: ModelCheckpoint, EarlyStopping, ProgressBar,
+// ModelSummary, WeightAveraging, BackboneFinetuning, ThroughputMonitor, the prediction writers and
+// LambdaCallback (each in its own header, included here), LearningRateMonitor, GradientAccumulationScheduler,
+// OnExceptionCheckpoint and Timer (small enough to live here), and add_default_callbacks, which the Trainer
+// calls to add the ones its options ask for.
 #pragma once
 
 #include <chrono>
@@ -12,10 +14,14 @@
 
 #include "kiln/trainer/callback.h"
 #include "kiln/trainer/early_stopping.h"
-#include "kiln/trainer/weight_averaging.h"
+#include "kiln/trainer/finetuning.h"
+#include "kiln/trainer/lambda_callback.h"
 #include "kiln/trainer/model_checkpoint.h"
 #include "kiln/trainer/model_summary.h"
+#include "kiln/trainer/prediction_writer.h"
 #include "kiln/trainer/progress_bar.h"
+#include "kiln/trainer/throughput_monitor.h"
+#include "kiln/trainer/weight_averaging.h"
 
 namespace kiln::trainer {
 

@@ -20,12 +20,6 @@ std::string num(double v) {
   return buf;
 }
 
-std::string exact(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
 }  // namespace
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
@@ -121,7 +115,7 @@ bool EarlyStopping::evaluate(double current, std::string& reason) {
 CallbackState EarlyStopping::checkpoint_state() const {
   return {{"wait_count", std::to_string(wait_count_)},
           {"stopped_epoch", std::to_string(stopped_epoch_)},
-          {"best_score", exact(best_score_)},
+          {"best_score", exact_text(best_score_)},
           {"patience", std::to_string(options_.patience)}};
 }
 

@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string exact(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
 double parse_double(const std::string& text, const char* key) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
@@ -304,14 +298,14 @@ CallbackState ModelCheckpoint::checkpoint_state() const {
   s["dirpath"] = dirpath_;
   s["monitor"] = options_.monitor;
   s["best_model_path"] = best_model_path_;
-  s["best_model_score"] = exact(best_model_score_);
+  s["best_model_score"] = exact_text(best_model_score_);
   s["last_model_path"] = last_model_path_;
   s["last_global_step_saved"] = std::to_string(last_global_step_saved_);
   s["best_k.count"] = std::to_string(best_k_models_.size());
   size_t i = 0;
   for (const auto& [path, score] : best_k_models_) {
     s["best_k." + std::to_string(i) + ".path"] = path;
-    s["best_k." + std::to_string(i) + ".score"] = exact(score);
+    s["best_k." + std::to_string(i) + ".score"] = exact_text(score);
     ++i;
   }
   return s;

@@ -321,6 +321,8 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
         if (const std::string w = busy_cores_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
       });
     }
+    // Before the callbacks' setup: DDP buckets what requires grad now, and a callback that freezes parameters
+    // in setup (BackboneFinetuning) relies on them being bucketed, to be averaged once it unfreezes them.
     strategy_->setup(module);
     // Every rank agrees on rank 0's run folder (ModelCheckpoint puts its files there, and only rank 0 logs).
     log_dir_.clear();

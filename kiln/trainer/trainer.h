@@ -64,7 +64,8 @@ struct TrainerOptions {
   std::string ddp_backend = "tcp";
   // ddp: parameters a backward does not reach count as zero gradients instead of being an error
   // (DDPOptions::find_unused_parameters); needed by models that use part of their parameters per step, such as
-  // a GAN's manual optimization, where each optimizer's loss reaches only its own network.
+  // a GAN's manual optimization without toggle_optimizer, where each optimizer's loss reaches only its own
+  // network. (Frozen parameters, requires_grad false, never need it: DDP lets them sit the round out.)
   bool ddp_find_unused_parameters = false;
   // ddp: batch norms take their training statistics over every rank's batch during fit
   // (distributed::convert_sync_batchnorm, Lightning's sync_batchnorm; reverted when fit ends). One process needs

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <set>
 
 #include "kiln/tensor/rng.h"
 #include "kiln/trainer/model_checkpoint.h"
@@ -36,19 +37,20 @@ std::string Trainer::resolve_ckpt_path(const std::string& path) const {
 }
 
 namespace {
-// Every hook owner's checkpoint key, checked to be unique (two ModelCheckpoints watching one metric would
-// otherwise overwrite each other's state).
+// Every hook owner (the module, then each callback) with its checkpoint key.
 std::vector<std::pair<std::string, Callback*>> keyed_callbacks(TrainModule& module,
                                                                const std::vector<std::shared_ptr<Callback>>& cbs) {
   std::vector<std::pair<std::string, Callback*>> out{{module.state_key(), &module}};
   for (const auto& cb : cbs) out.emplace_back(cb->state_key(), cb.get());
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      KILN_CHECK(out[i].first != out[j].first, "Trainer: two callbacks have the checkpoint key '", out[i].first,
-                 "'; give them different state_key()s (for ModelCheckpoint: a different monitor or dirpath)");
-    }
-  }
   return out;
+}
+
+// A key that two owners with state to keep share would mix their states (two ModelCheckpoints watching one
+// metric would overwrite each other's). Owners that keep none (two LambdaCallbacks, two ThroughputMonitors)
+// may share one.
+void check_key_unused(const std::set<std::string>& used, const std::string& key) {
+  KILN_CHECK(!used.count(key), "Trainer: two callbacks with state to checkpoint have the key '", key,
+             "'; give them different state_key()s (for ModelCheckpoint: a different monitor or dirpath)");
 }
 }  // namespace
 
@@ -93,8 +95,13 @@ Checkpoint Trainer::build_checkpoint() {
   if (train_loader_ != nullptr) c.set_uint("rng.train_loader.seed", train_loader_->state().seed);
 
   for (const auto& [k, v] : module_->hparams()) c.set("hparams." + k, v);
+  std::set<std::string> keys_with_state;
   for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
-    for (const auto& [k, v] : cb->checkpoint_state()) c.set("callbacks." + key + "." + k, v);
+    const CallbackState state = cb->checkpoint_state();
+    if (state.empty()) continue;
+    check_key_unused(keys_with_state, key);
+    keys_with_state.insert(key);
+    for (const auto& [k, v] : state) c.set("callbacks." + key + "." + k, v);
   }
   if (scaler_)
     for (const auto& [k, v] : scaler_->state_dict()) c.set_double("grad_scaler." + k, v);
@@ -126,6 +133,18 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
     module_->load_state_dict(c.tensor_section("model"));
   } catch (const Error& e) {
     throw Error(where + "the module does not match the checkpoint's weights: " + e.what());
+  }
+  // Callbacks' own state before the optimizers': a callback may change an optimizer's groups to what the
+  // checkpoint's has (BackboneFinetuning re-adds the backbone's group). Their state is their own, so nothing
+  // else restored below depends on it.
+  std::set<std::string> keys_with_state;
+  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
+    const CallbackState state = c.section("callbacks." + key);
+    if (!state.empty()) {
+      check_key_unused(keys_with_state, key);  // which of the two owners would it be?
+      keys_with_state.insert(key);
+    }
+    cb->load_checkpoint_state(state);
   }
   const int64_t num_opt = c.get_int("trainer.num_optimizers");
   KILN_CHECK(num_opt == static_cast<int64_t>(optimizers_.size()), where, "the checkpoint has ", num_opt,
@@ -178,9 +197,6 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
     scaler_->load_state_dict(st);
   }
   strategy_->load_state(c);
-  for (const auto& [key, cb] : keyed_callbacks(*module_, callbacks_)) {
-    cb->load_checkpoint_state(c.section("callbacks." + key));
-  }
   call_hooks("on_load_checkpoint", [&](Callback& cb) { cb.on_load_checkpoint(*this, *module_, c); });
 }
 

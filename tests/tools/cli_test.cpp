@@ -354,6 +354,27 @@ TEST_F(Cli, AnAccumulationScheduleFromTheConfig) {
                  {"expected [first epoch, factor]"});
 }
 
+// callbacks.throughput_monitor: a ThroughputMonitor from the config, its rows in metrics.csv at the logging
+// steps (every 4th), with the counts the data gives (full batches of 32 before the epoch's last).
+TEST_F(Cli, AThroughputMonitorFromTheConfig) {
+  train({"--set", "trainer.max_epochs=1", "--set", "trainer.log_every_n_steps=4", "--set",
+         "callbacks.throughput_monitor.enabled=true", "--set", "callbacks.throughput_monitor.window_size=3"});
+  std::vector<int64_t> steps;
+  for (const auto& row : read_csv_table(run_dir() / "metrics.csv").rows) {
+    if (row.at("train/device/samples_per_sec").empty()) continue;
+    steps.push_back(std::stoll(row.at("step")));
+    EXPECT_EQ(std::stod(row.at("train/batches")), steps.back());
+    EXPECT_EQ(std::stod(row.at("train/samples")), 32.0 * steps.back());
+    EXPECT_GT(std::stod(row.at("train/device/samples_per_sec")), 0);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 8, 12}));
+  expect_failure({"train", "--config", config_, "--set", "callbacks.throughput_monitor.enabled=true", "--set",
+                  "logger.csv=false", "--set", "logger.tensorboard=false"},
+                 1, {"callbacks.throughput_monitor.enabled needs a logger"});
+  expect_failure({"train", "--config", config_, "--set", "callbacks.throughput_monitor.window_size=1"}, 1,
+                 {"callbacks.throughput_monitor.window_size"});
+}
+
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run
 // of two epochs straight through ends.
 TEST_F(Cli, ResumeContinuesTheSameRunFolder) {

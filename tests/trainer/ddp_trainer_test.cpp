@@ -16,6 +16,7 @@
 #include "distributed/multiprocess.h"
 #include "kiln/distributed/launch.h"
 #include "kiln/distributed/process_group.h"
+#include "kiln/trainer/throughput_monitor.h"
 #include "trainer/resume_net.h"
 #include "trainer/trainer_test_util.h"
 
@@ -126,6 +127,33 @@ TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
   EXPECT_EQ(read_numbers(dir / "weights.0"), read_numbers(dir / "weights.1"));  // the ranks never diverged
 }
 
+
+// ThroughputMonitor on two ranks: each counts its own half of the data, and the job-wide rates are its device
+// rates times the world size.
+TEST(TrainerDDP, ThroughputMonitorCountsEachRanksShareAndScalesTheJobsRates) {
+  TempDir dir;
+  const uint16_t port = distributed::find_free_port();
+  const auto results = run_ranks(2, [&](int rank) {
+    set_rank_env(rank, 2, port);
+    Regressor m;
+    auto train4 = loader(regression_data(32), 4);
+    trainer::TrainerOptions d = ddp_options(dir.str());
+    d.max_epochs = 2;
+    auto monitor = std::make_shared<trainer::ThroughputMonitor>(trainer::ThroughputMonitorOptions{.window_size = 3});
+    d.callbacks = {monitor};
+    trainer::Trainer(d).fit(m, *train4);
+    const auto& r = monitor->last_metrics();
+    rank_check(r.at("train/batches") == 8 && r.at("train/samples") == 32,
+               "rank " + std::to_string(rank) + " counted " + std::to_string(r.at("train/batches")) + " batches, " +
+                   std::to_string(r.at("train/samples")) + " samples; expected 8 and 32 (its half of two epochs)");
+    for (const char* rate : {"batches_per_sec", "samples_per_sec"}) {
+      const double device = r.at(std::string("train/device/") + rate), job = r.at(std::string("train/") + rate);
+      rank_check(device > 0 && job == 2 * device, std::string(rate) + ": job " + std::to_string(job) + ", device " +
+                 std::to_string(device));
+    }
+  }, std::chrono::seconds(60));
+  expect_all_ok(results);
+}
 
 // Throws "crash" after its at-th training batch (never when at < 0).
 struct DdpCrashAt : trainer::Callback {

@@ -16,42 +16,6 @@ using trainer::Callback;
 using trainer::Trainer;
 using trainer::TrainModule;
 
-// Records the name of every hook called, in order.
-struct Recorder : Callback {
-  std::vector<std::string> calls;
-  std::string state_key() const override { return "Recorder"; }
-#define KILN_RECORD(hook, ...) \
-  void hook(__VA_ARGS__) override { calls.push_back(#hook); }
-  KILN_RECORD(setup, Trainer&, TrainModule&, trainer::Stage)
-  KILN_RECORD(teardown, Trainer&, TrainModule&, trainer::Stage)
-  KILN_RECORD(on_fit_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_fit_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_sanity_check_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_sanity_check_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_train_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_train_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_train_epoch_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_train_epoch_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_train_batch_start, Trainer&, TrainModule&, const data::Batch&, int64_t)
-  KILN_RECORD(on_train_batch_end, Trainer&, TrainModule&, const Tensor&, const data::Batch&, int64_t)
-  KILN_RECORD(on_validation_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_validation_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_validation_epoch_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_validation_epoch_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_validation_batch_start, Trainer&, TrainModule&, const data::Batch&, int64_t)
-  KILN_RECORD(on_validation_batch_end, Trainer&, TrainModule&, const Tensor&, const data::Batch&, int64_t)
-  KILN_RECORD(on_test_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_test_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_test_epoch_start, Trainer&, TrainModule&)
-  KILN_RECORD(on_test_epoch_end, Trainer&, TrainModule&)
-  KILN_RECORD(on_test_batch_start, Trainer&, TrainModule&, const data::Batch&, int64_t)
-  KILN_RECORD(on_test_batch_end, Trainer&, TrainModule&, const Tensor&, const data::Batch&, int64_t)
-  KILN_RECORD(on_before_backward, Trainer&, TrainModule&, const Tensor&)
-  KILN_RECORD(on_after_backward, Trainer&, TrainModule&)
-  KILN_RECORD(on_before_optimizer_step, Trainer&, TrainModule&, optim::Optimizer&)
-  KILN_RECORD(on_before_zero_grad, Trainer&, TrainModule&, optim::Optimizer&)
-#undef KILN_RECORD
-};
 
 // A module that records its own hooks into a shared list, to check that it runs before the callbacks.
 struct HookedRegressor : Regressor {
@@ -86,7 +50,7 @@ TEST(BusyCores, WarnsOnlyWhenOtherLoadFillsTheCoresKilnNeedsAndNothingWasChosen)
 
 TEST(TrainerHooks, FitCallsEveryHookInTheDocumentedOrder) {
   TempDir dir;
-  auto rec = std::make_shared<Recorder>();
+  auto rec = std::make_shared<HookRecorder>();
   auto o = quiet(dir.str());
   o.max_epochs = 1;
   o.num_sanity_val_steps = 1;
@@ -118,7 +82,7 @@ TEST(TrainerHooks, TestRunsItsOwnHooksAndTheModuleHookRunsFirst) {
   };
   auto tag = std::make_shared<Tagger>();
   tag->out = &order;
-  auto rec = std::make_shared<Recorder>();
+  auto rec = std::make_shared<HookRecorder>();
   auto o = quiet(dir.str());
   o.max_epochs = 1;
   o.callbacks = {tag, rec};

@@ -1,5 +1,5 @@
-// Helpers for the Trainer tests: a temporary folder per test, a small regression problem, and a module that
-// counts its steps and can be told what to log.
+// Helpers for the Trainer tests: a temporary folder per test, a small regression problem, a module that
+// counts its steps and can be told what to log, and a callback that records every hook called.
 #pragma once
 
 #include <atomic>
@@ -147,5 +147,51 @@ inline std::string weights_mismatch(const std::vector<std::vector<float>>& got,
   }
   return "";
 }
+
+// Records the name of every hook called, in order, by overriding each one.
+struct HookRecorder : trainer::Callback {
+  std::vector<std::string> calls;
+  std::string state_key() const override { return "HookRecorder"; }
+#define KILN_RECORD(hook, ...) \
+  void hook(__VA_ARGS__) override { calls.push_back(#hook); }
+  KILN_RECORD(setup, trainer::Trainer&, trainer::TrainModule&, trainer::Stage)
+  KILN_RECORD(teardown, trainer::Trainer&, trainer::TrainModule&, trainer::Stage)
+  KILN_RECORD(on_fit_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_fit_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_sanity_check_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_sanity_check_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_train_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_train_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_train_epoch_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_train_epoch_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_train_batch_start, trainer::Trainer&, trainer::TrainModule&, const data::Batch&, int64_t)
+  KILN_RECORD(on_train_batch_end, trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&, int64_t)
+  KILN_RECORD(on_validation_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_validation_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_validation_epoch_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_validation_epoch_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_validation_batch_start, trainer::Trainer&, trainer::TrainModule&, const data::Batch&, int64_t)
+  KILN_RECORD(on_validation_batch_end, trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&, int64_t)
+  KILN_RECORD(on_test_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_test_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_test_epoch_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_test_epoch_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_test_batch_start, trainer::Trainer&, trainer::TrainModule&, const data::Batch&, int64_t)
+  KILN_RECORD(on_test_batch_end, trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&, int64_t)
+  KILN_RECORD(on_predict_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_predict_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_predict_epoch_start, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_predict_epoch_end, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_predict_batch_start, trainer::Trainer&, trainer::TrainModule&, const data::Batch&, int64_t)
+  KILN_RECORD(on_predict_batch_end, trainer::Trainer&, trainer::TrainModule&, const Tensor&, const data::Batch&, int64_t)
+  KILN_RECORD(on_before_backward, trainer::Trainer&, trainer::TrainModule&, const Tensor&)
+  KILN_RECORD(on_after_backward, trainer::Trainer&, trainer::TrainModule&)
+  KILN_RECORD(on_before_optimizer_step, trainer::Trainer&, trainer::TrainModule&, optim::Optimizer&)
+  KILN_RECORD(on_before_zero_grad, trainer::Trainer&, trainer::TrainModule&, optim::Optimizer&)
+  KILN_RECORD(on_save_checkpoint, trainer::Trainer&, trainer::TrainModule&, trainer::Checkpoint&)
+  KILN_RECORD(on_load_checkpoint, trainer::Trainer&, trainer::TrainModule&, const trainer::Checkpoint&)
+  KILN_RECORD(on_exception, trainer::Trainer&, trainer::TrainModule&, const std::exception&)
+#undef KILN_RECORD
+};
 
 }  // namespace kiln::test
