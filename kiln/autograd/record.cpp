@@ -53,7 +53,8 @@ Tensor leaf_view_of(const Tensor& root) {
   const AutogradMeta* m = meta_of(root);
   if (m == nullptr) return {};
   for (const std::weak_ptr<TensorImpl>& v : m->leaf_views) {
-    if (std::shared_ptr<TensorImpl> impl = v.lock()) {
+    // Still a view of this root (Module::to's set_data makes a tensor its own).
+    if (std::shared_ptr<TensorImpl> impl = v.lock(); impl && impl->view_base.lock() == root.impl_ptr()) {
       Tensor view(std::move(impl));
       if (is_leaf_requiring_grad(view)) return view;
     }
@@ -71,7 +72,7 @@ void check_inplace(const char* name, const Tensor& self) {
              ") is used in an in-place op; use out-of-place ops, or do it under NoGradGuard as optimizers do");
   const Tensor root = base.defined() ? base : self;
   if (const Tensor leaf = leaf_view_of(root); leaf.defined()) {
-    KILN_CHECK(false, name, ": an in-place op while recording writes into a tensor (shape ", shape_str(root.sizes()),
+    KILN_CHECK(false, name, ": recording an in-place write into a tensor (shape ", shape_str(root.sizes()),
                ") one of whose views (shape ", shape_str(leaf.sizes()), ", offset ", leaf.storage_offset(),
                ") is a leaf that requires grad (made with requires_grad_ on a view). The write would give that "
                "leaf a history and its gradient would no longer reach its grad; make the leaf a copy "

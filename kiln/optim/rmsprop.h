@@ -12,7 +12,7 @@ namespace kiln::optim {
 
 struct RMSpropOptions {
   double lr = 1e-2;
-  double alpha = 0.99;
+  double alpha = 0.99;  // in [0, 1); torch accepts any alpha >= 0, though 1 and above leave no average
   double eps = 1e-8;
   double weight_decay = 0.0;
   double momentum = 0.0;

@@ -3,7 +3,8 @@
 // differences (which know nothing of views or histories), plus hand-worked gradients for the simplest ones:
 // a write into a slice of a buffer that needs no grad, writes through rows, columns and views of views, a view
 // read after its base was changed through another view or in place itself (stale histories), second
-// derivatives through a write (against their formulas), a saved view rebuilt later, and the errors.
+// derivatives through a write (against their formulas), a saved view rebuilt later, the errors, leaves made of
+// views, and one stale view used from several threads.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -217,13 +218,14 @@ TEST(InPlaceView, AStaleViewUsedFromSeveralThreads) {
     y.mul_(3);  // v is stale: its value, and gradient, carry the factor 3 now
     std::atomic<int> ready{0};
     std::vector<std::vector<double>> grads(kThreads);
+    std::vector<const autograd::Node*> histories(kThreads);
     std::vector<std::thread> threads;
     for (int i = 0; i < kThreads; ++i) {
       threads.emplace_back([&, i] {
         ready.fetch_add(1);
-        while (ready.load() < kThreads) {
-        }
+        while (ready.load() < kThreads) std::this_thread::yield();
         Tensor loss = (v * static_cast<double>(i + 1)).sum();
+        histories[i] = loss.grad_fn()->next_edges[0].node->next_edges[0].node.get();  // sum <- mul <- v's
         grads[i] = values_of(autograd::grad({loss}, {x}, {}, /*retain_graph=*/true)[0]);  // shared nodes
       });
     }
@@ -231,6 +233,7 @@ TEST(InPlaceView, AStaleViewUsedFromSeveralThreads) {
     for (int i = 0; i < kThreads; ++i) {
       const double g = 6.0 * (i + 1);
       ASSERT_EQ(grads[i], (std::vector<double>{0, g, g, 0})) << "round " << round << ", thread " << i;
+      ASSERT_EQ(histories[i], v.grad_fn().get()) << "round " << round << ": v was rebuilt more than once";
     }
     ASSERT_NE(v.grad_fn(), nullptr);
     EXPECT_STREQ(v.grad_fn()->name(), "AsStridedView");
