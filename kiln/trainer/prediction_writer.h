@@ -1,6 +1,6 @@
 // Writing predictions as predict() makes them (Lightning's BasePredictionWriter), and one writer built on it that
-// saves safetensors files. NOTE: Trainer::predict still returns every output as well (it has no
-// return_predictions = false yet), so writing per batch does not yet bound a long run's memory.
+// saves safetensors files. With write_interval "batch" and predict(..., return_predictions = false), a long
+// prediction run holds one batch's output at a time.
 //
 //   class CsvWriter : public trainer::BasePredictionWriter {
 //    public:

@@ -152,8 +152,11 @@ class Trainer {
   std::map<std::string, double> test(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "");
   std::map<std::string, double> test(TrainModule& module, const std::vector<data::DataLoader*>& loaders,
                                      const std::string& ckpt_path = "");
-  // predict_step's output for every batch, in order (moved to the CPU).
-  std::vector<Tensor> predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "");
+  // predict_step's output for every batch, in order (moved to the CPU). return_predictions false (Lightning's
+  // return_predictions=False): keeps none and returns none, for a run whose outputs a prediction writer
+  // (prediction_writer.h) writes as they come, so that memory does not grow with the loader.
+  std::vector<Tensor> predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "",
+                              bool return_predictions = true);
 
   // ---- state, for callbacks and the module ----
   const TrainerOptions& options() const { return options_; }

@@ -137,7 +137,8 @@ std::map<std::string, double> Trainer::test(TrainModule& module, const std::vect
   return run_eval(module, loaders, Stage::Test, ckpt_path);
 }
 
-std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path) {
+std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path,
+                                     bool return_predictions) {
   attach(module, Stage::Predict);
   std::vector<Tensor> outputs;
   try {
@@ -168,7 +169,7 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
         }
         call_hooks("on_predict_batch_end",
                    [&](Callback& c) { c.on_predict_batch_end(*this, module, out, batch, idx); });
-        outputs.push_back(out.defined() ? out.cpu() : out);
+        if (return_predictions) outputs.push_back(out.defined() ? out.cpu() : out);
         if (++idx == num_eval_batches_) break;
       }
     }

@@ -307,7 +307,7 @@ TEST(PredictionWriter, SafetensorsFilesHoldTheModelsOutputs) {
   expect_same(serialize::load_safetensors(folder + "/predictions_0.safetensors").tensors.at("predictions"), want, 1e-6);
 
   auto per_batch = std::make_shared<SafetensorsPredictionWriter>(folder, "batch");
-  Trainer(quiet(dir, 1, {per_batch})).predict(m, *d.val);
+  EXPECT_TRUE(Trainer(quiet(dir, 1, {per_batch})).predict(m, *d.val, "", /*return_predictions=*/false).empty());
   ASSERT_EQ(per_batch->written().size(), 2u);
   for (int64_t b = 0; b < 2; ++b) {
     const std::string path = folder + "/predictions_0_" + std::to_string(b) + ".safetensors";
