@@ -28,9 +28,7 @@ void ThroughputMonitor::update(Trainer& trainer, Meter& meter, const std::string
   // The batch's kernels are queued on a GPU: its time is not over until they ran.
   if (trainer.device().is_cuda()) cuda::synchronize(trainer.device().index);
   const double time = std::chrono::duration<double>(Clock::now() - meter.start).count() - meter.paused;
-  const int64_t samples = options_.batch_size_fn ? options_.batch_size_fn(batch)
-                          : batch.empty() || !batch[0].defined() || batch[0].dim() == 0 ? 1
-                                                                                         : batch[0].size(0);
+  const int64_t samples = options_.batch_size_fn ? options_.batch_size_fn(batch) : Trainer::batch_size_of(batch);
   KILN_CHECK(samples >= 0, "ThroughputMonitor: batch_size_fn gave ", samples, " samples: expected >= 0");
   const int64_t items = options_.length_fn ? options_.length_fn(batch) : 0;
   KILN_CHECK(items >= 0, "ThroughputMonitor: length_fn gave ", items, " items: expected >= 0");

@@ -28,7 +28,7 @@
 namespace kiln::trainer {
 
 struct ThroughputMonitorOptions {
-  // Samples in a batch; by default dim 0 of its first field (as the Trainer weighs epoch means).
+  // Samples in a batch; by default Trainer::batch_size_of (dim 0 of its first field).
   std::function<int64_t(const data::Batch&)> batch_size_fn;
   // Items in a batch (a text batch's tokens): adds lengths and items_per_sec. Not given: none.
   std::function<int64_t(const data::Batch&)> length_fn;

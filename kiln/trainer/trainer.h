@@ -184,6 +184,9 @@ class Trainer {
   // The current evaluation loader's index (0 with one loader), and how many the run has.
   int64_t dataloader_idx() const { return dataloader_idx_; }
   int64_t num_eval_loaders() const { return num_eval_loaders_; }
+  // A batch's size as the Trainer counts it (weighting epoch means; ThroughputMonitor's default): dim 0 of its
+  // first field (1 for a field without dims).
+  static int64_t batch_size_of(const data::Batch& batch);
   // Optimizer steps the whole fit will take, as far as the limits say (-1 when unbounded).
   int64_t estimated_stepping_batches() const;
   Device device() const { return device_; }
@@ -321,8 +324,6 @@ class Trainer {
                                          Stage stage, const std::string& ckpt_path);
   std::map<std::string, double> finish_means(std::map<std::string, Mean>& means);
   data::Batch to_device(const data::Batch& batch) const;
-  // The batch's size for weighting epoch means: dim 0 of its first field (1 for a field without dims).
-  static int64_t batch_size_of(const data::Batch& batch);
   // limit.resolve(loader.size()): -1 (all) for a stream's unknown length, where only counts and 1.0 are allowed.
   static int64_t resolve_limit(const BatchLimit& limit, const char* name, const data::DataLoader& loader);
 

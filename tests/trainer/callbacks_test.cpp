@@ -156,25 +156,6 @@ TEST(CallbacksEarlyStopping, StateRoundTrip) {
 
 // ---- LearningRateMonitor ----
 
-// Keeps every log_metrics call.
-struct RecordingLogger : Logger {
-  std::vector<std::pair<int64_t, std::map<std::string, double>>> calls;
-  std::string name() const override { return "recording"; }
-  std::string log_dir() const override { return dir; }
-  void log_hyperparams(const std::map<std::string, std::string>&) override {}
-  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
-    calls.emplace_back(step, metrics);
-  }
-  // (step, value) of every call that has `key`.
-  std::vector<std::pair<int64_t, double>> series(const std::string& key) const {
-    std::vector<std::pair<int64_t, double>> out;
-    for (const auto& [step, m] : calls) {
-      if (auto it = m.find(key); it != m.end()) out.emplace_back(step, it->second);
-    }
-    return out;
-  }
-  std::string dir;
-};
 
 struct Scheduled : Regression {
   std::string interval = "epoch";

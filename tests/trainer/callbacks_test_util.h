@@ -1,6 +1,6 @@
-// Shared by the callback tests (callbacks_test.cpp, model_checkpoint_test.cpp): a fresh folder per test, a
-// tiny linear regression whose validation logs a scripted "val/score" per epoch, its data, and quiet Trainer
-// options. The scripted score is what lets each test write its expectations out by hand.
+// Shared by the callback tests (callbacks_test.cpp, model_checkpoint_test.cpp, ...): a fresh folder per test, a
+// tiny linear regression whose validation logs a scripted "val/score" per epoch, its data, quiet Trainer
+// options, and a logger that keeps what it is sent. The scripted score is what lets each test write its expectations out by hand.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -100,5 +100,31 @@ inline TrainerOptions quiet(const TempDir& dir, int64_t max_epochs, std::vector<
   o.callbacks = std::move(callbacks);
   return o;
 }
+
+// Keeps every log_metrics call.
+struct RecordingLogger : Logger {
+  std::vector<std::pair<int64_t, std::map<std::string, double>>> calls;
+  std::string name() const override { return "recording"; }
+  std::string log_dir() const override { return dir; }
+  void log_hyperparams(const std::map<std::string, std::string>&) override {}
+  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
+    calls.emplace_back(step, metrics);
+  }
+  // (step, value) of every call that has `key`.
+  std::vector<std::pair<int64_t, double>> series(const std::string& key) const {
+    std::vector<std::pair<int64_t, double>> out;
+    for (const auto& [step, m] : calls) {
+      if (auto it = m.find(key); it != m.end()) out.emplace_back(step, it->second);
+    }
+    return out;
+  }
+  // The steps of every call that has `key`.
+  std::vector<int64_t> steps_with(const std::string& key) const {
+    std::vector<int64_t> out;
+    for (const auto& [step, value] : series(key)) out.push_back(step);
+    return out;
+  }
+  std::string dir;
+};
 
 }  // namespace kiln::trainer::callbacks_testing

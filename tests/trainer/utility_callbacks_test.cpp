@@ -135,24 +135,6 @@ TEST(LambdaCallback, SeveralWithoutStateShareTheirKeyInCheckpoints) {
 
 // ---- ThroughputMonitor ----
 
-struct CapturingLogger : Logger {
-  std::vector<std::pair<int64_t, std::map<std::string, double>>> calls;
-  std::string dir;
-  std::string name() const override { return "capturing"; }
-  std::string log_dir() const override { return dir; }
-  void log_hyperparams(const std::map<std::string, std::string>&) override {}
-  void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override {
-    calls.emplace_back(step, metrics);
-  }
-  std::vector<int64_t> steps_with(const std::string& key) const {
-    std::vector<int64_t> out;
-    for (const auto& [step, m] : calls) {
-      if (m.count(key) != 0) out.push_back(step);
-    }
-    return out;
-  }
-};
-
 TEST(ThroughputMonitor, CountsAndRatesOfTraining) {
   TempDir dir;
   Data d;  // 8 examples, 2 batches of 4 an epoch
@@ -161,7 +143,7 @@ TEST(ThroughputMonitor, CountsAndRatesOfTraining) {
       .flops_per_batch = 1000,
       .available_flops = 1e6,
       .window_size = 3});
-  auto logger = std::make_shared<CapturingLogger>();
+  auto logger = std::make_shared<RecordingLogger>();
   logger->dir = dir.str();
   TrainerOptions o = quiet(dir, 5, {monitor});
   o.loggers = {logger};
@@ -231,7 +213,7 @@ TEST(ThroughputMonitor, EvaluationRunsAlone) {
   TempDir dir;
   Data d;
   auto monitor = std::make_shared<ThroughputMonitor>(ThroughputMonitorOptions{.window_size = 2});
-  auto logger = std::make_shared<CapturingLogger>();
+  auto logger = std::make_shared<RecordingLogger>();
   logger->dir = dir.str();
   TrainerOptions o = quiet(dir, 1, {monitor});
   o.loggers = {logger};
