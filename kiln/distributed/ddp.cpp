@@ -12,6 +12,8 @@
 #include "kiln/autograd/meta.h"
 #include "kiln/tensor/error.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/reduce.h"
+#include "kiln/tensor/ops/indexing.h"
 
 namespace kiln::distributed {
 
@@ -291,6 +293,22 @@ void DistributedDataParallel::finalize() {
     throw;
   }
   NoGradGuard no_grad;
+  // A parameter frozen here went in as zeros, so its average is zero unless some rank did not freeze it: that
+  // rank trained it on a gradient this rank's zeros watered down. Caught here, on the freezing rank, with no
+  // extra communication (and why a bucket whose parameters are all frozen is still all-reduced); the other
+  // rank learns it when this one stops. A rank whose unfrozen copy had an exactly zero gradient goes unseen,
+  // and loses nothing. One host read covers them all (on a GPU, one synchronization, not one per parameter).
+  std::vector<Tensor> frozen_nonzero;
+  for (const Param& p : params_)
+    if (p.frozen) frozen_nonzero.push_back(any(p.slot != 0).reshape({1}));
+  if (!frozen_nonzero.empty() && any(cat(frozen_nonzero)).item<bool>()) {
+    const Param& p = *std::find_if(params_.begin(), params_.end(),
+                                   [](const Param& q) { return q.frozen && any(q.slot != 0).item<bool>(); });
+    reset_round();
+    KILN_CHECK(false, "DistributedDataParallel: parameter '", p.name, "' is frozen (requires_grad false) on rank ",
+               group_->rank(), ", but another rank sent a gradient for it in this round: every rank must freeze "
+               "the same parameters (that rank's update of it was averaged with this rank's zeros)");
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     if (p.frozen || (used_by.defined() && used_by.data_ptr<int32_t>()[i] == 0)) continue;
