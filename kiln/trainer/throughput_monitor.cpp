@@ -87,25 +87,33 @@ void ThroughputMonitor::on_train_batch_end(Trainer& trainer, TrainModule& module
 }
 
 void ThroughputMonitor::on_validation_start(Trainer& trainer, TrainModule& module) {
-  validating_in_fit_ = trainer.stage() == Stage::Fit;
-  if (validating_in_fit_) {
-    validation_start_ = Clock::now();
-  } else {
-    start(eval_, "validate");
-  }
+  sanity_checking_ = trainer.sanity_checking();
+  validating_in_fit_ = trainer.stage() == Stage::Fit && !sanity_checking_;
+  // The sanity check runs before training's clock starts (on_train_start resets it anyway) and is not measured.
+  if (!sanity_checking_) start(eval_, "validate");
 }
 
 void ThroughputMonitor::on_validation_end(Trainer& trainer, TrainModule& module) {
-  // The sanity check runs before training's clock starts: on_train_start resets it anyway.
-  if (validating_in_fit_) train_.paused += std::chrono::duration<double>(Clock::now() - validation_start_).count();
-  validating_in_fit_ = false;
+  if (validating_in_fit_) {
+    // Training's clock stood still for as long as validation's ran.
+    const double validation_time = std::chrono::duration<double>(Clock::now() - eval_.start).count();
+    train_.paused += validation_time;
+    std::map<std::string, double> m;
+    for (const auto& [name, value] : last_metrics_)
+      if (name.rfind("validate/", 0) == 0) m[name] = value;
+    if (!m.empty()) {
+      for (const auto& logger : trainer.loggers()) logger->log_metrics(m, trainer.global_step());
+    }
+  }
+  validating_in_fit_ = sanity_checking_ = false;
 }
 
 void ThroughputMonitor::on_validation_batch_end(Trainer& trainer, TrainModule& module, const Tensor& output,
                                                 const data::Batch& batch, int64_t batch_idx) {
-  if (trainer.stage() != Stage::Validate) return;
-  update(trainer, eval_, "validate", batch, (eval_.batches + 1) % trainer.options().log_every_n_steps == 0,
-         eval_.batches + 1);
+  if (sanity_checking_) return;
+  // Inside fit, the validation logs once, at its end; run alone, every log_every_n_steps batches.
+  const bool log = !validating_in_fit_ && (eval_.batches + 1) % trainer.options().log_every_n_steps == 0;
+  update(trainer, eval_, "validate", batch, log, eval_.batches + 1);
 }
 
 void ThroughputMonitor::on_test_start(Trainer& trainer, TrainModule& module) { start(eval_, "test"); }

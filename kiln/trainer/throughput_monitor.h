@@ -1,8 +1,9 @@
 // ThroughputMonitor: how fast a run goes, in batches, samples, items and FLOPs per second, sent to the loggers.
-// Lightning's ThroughputMonitor, with its metric names and kiln's '/' separator; unlike it, the validations
-// inside fit are not measured (training's clock stops while they run, so its rates are of training alone).
+// Lightning's ThroughputMonitor, with its metric names and kiln's '/' separator. Training's clock stops while
+// fit validates, so its rates are of training alone; each of fit's validations is measured on its own clock
+// under "validate" (the sanity check is not).
 //
-// Metrics, each under its stage's prefix ("train"; "validate", "test" or "predict" for those runs alone):
+// Metrics, each under its stage's prefix ("train", "validate", "test" or "predict"):
 //   <stage>/time, /batches, /samples, /lengths  seconds and counts of the stage so far (lengths: the items,
 //                                               with length_fn)
 //   <stage>/device/batches_per_sec, /samples_per_sec, /items_per_sec, /flops_per_sec, /mfu
@@ -11,8 +12,9 @@
 //                                               flops_per_batch, mfu with available_flops too)
 //   <stage>/batches_per_sec, ... (not mfu)      with several ranks: the device rates times the world size
 // On a GPU the clock is read after the device finishes its queued work (a synchronize per batch: the price of
-// true numbers). Training logs when the global step reaches a multiple of log_every_n_steps, at that step; the
-// evaluation runs every log_every_n_steps batches, at their batch count. Only rank 0 has loggers; every rank
+// true numbers). Training logs when the global step reaches a multiple of log_every_n_steps, at that step; a
+// validation inside fit once, at its end, at the global step; the evaluation runs alone (validate, test,
+// predict) every log_every_n_steps batches, at their batch count. Only rank 0 has loggers; every rank
 // keeps its own numbers in last_metrics(). Counts start again at each fit, a resumed one included.
 #pragma once
 
@@ -82,8 +84,8 @@ class ThroughputMonitor : public Callback {
               int64_t step);
   ThroughputMonitorOptions options_;
   Meter train_, eval_;
-  bool validating_in_fit_ = false;
-  Clock::time_point validation_start_;
+  bool validating_in_fit_ = false;  // a validation inside fit (not its sanity check) is running
+  bool sanity_checking_ = false;
   std::map<std::string, double> last_metrics_;
 };
 

@@ -200,13 +200,28 @@ TEST(ThroughputMonitor, TrainingClockStopsWhileFitValidates) {
   TempDir dir;
   Data d;
   auto monitor = std::make_shared<ThroughputMonitor>(ThroughputMonitorOptions{.window_size = 2});
+  auto logger = std::make_shared<RecordingLogger>();
+  logger->dir = dir.str();
+  TrainerOptions o = quiet(dir, 2, {monitor});
+  o.loggers = {logger};
+  o.num_sanity_val_steps = 1;  // not measured: neither its batch nor its time counts
   SlowValidation m;
   const auto start = std::chrono::steady_clock::now();
-  Trainer(quiet(dir, 2, {monitor})).fit(m, *d.train, d.val.get());  // 2 validations of 2 batches: >= 1 s
+  Trainer(o).fit(m, *d.train, d.val.get());  // a sanity batch, then 2 validations of 2 batches: >= 1.25 s
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_GE(wall, 1.0);
-  EXPECT_LT(monitor->last_metrics().at("train/time"), wall - 0.9);
-  EXPECT_EQ(monitor->last_metrics().count("validate/batches"), 0u);  // fit's validations are not measured
+  ASSERT_GE(wall, 1.25);
+  const auto& r = monitor->last_metrics();
+  EXPECT_LT(r.at("train/time"), wall - 1.15);
+  // Each validation on its own clock: the last one's two batches, each sleeping 0.25 s.
+  EXPECT_EQ(r.at("validate/batches"), 2);
+  EXPECT_EQ(r.at("validate/samples"), 8);
+  EXPECT_GE(r.at("validate/time"), 0.5);
+  EXPECT_LT(r.at("validate/time"), wall - 0.75);
+  EXPECT_GT(r.at("validate/device/batches_per_sec"), 0);
+  EXPECT_LE(r.at("validate/device/batches_per_sec"), 1 / 0.25);
+  // Logged once per validation, at the global step it ran after (2 training batches an epoch).
+  using Point = std::pair<int64_t, double>;
+  EXPECT_EQ(logger->series("validate/batches"), (std::vector<Point>{{2, 2}, {4, 2}}));
 }
 
 TEST(ThroughputMonitor, EvaluationRunsAlone) {
