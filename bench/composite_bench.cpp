@@ -10,7 +10,7 @@
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
-//   composite_bench [reps]
+//   composite_bench [reps] [filter]     (filter: run only the rows whose op name contains it)
 #include <kiln/kiln.h>
 
 #include <cmath>
@@ -81,6 +81,8 @@ void run(const Row& row, int reps, bool backward) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+  const std::string filter = argc > 2 ? argv[2] : "";
+  const auto wanted = [&](const Row& row) { return row.op.find(filter) != std::string::npos; };
   kiln::manual_seed(1);
   bool torch = false;
 #ifdef KILN_BENCH_WITH_TORCH
@@ -218,14 +220,15 @@ int main(int argc, char** argv) {
       {"channel_shuffle, 4 groups", "(8, 16, 64, 64)", [&] { return F::channel_shuffle(image, 4); }
        THEIRS(timage.view({8, 4, 4, 64, 64}).transpose(1, 2).reshape({8, 16, 64, 64}))},
   };
-  for (const Row& row : differentiable) run(row, reps, true);
+  for (const Row& row : differentiable)
+    if (wanted(row)) run(row, reps, true);
   // A write without autograd: index_put_ with accumulate into a fresh zero tensor each time.
   const Row put = {"index_put_ accumulate", "(65536, 256)[16384] +=", [&] {
                      Tensor z = kiln::zeros({65536, 256});
                      z.index_put_({idx}, updates, true);
                      return z;
                    } THEIRS(torch_put(tidx, tupdates))};
-  {
+  if (wanted(put)) {
     kiln::NoGradGuard no_grad;
     run(put, reps, false);
   }

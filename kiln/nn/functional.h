@@ -62,10 +62,23 @@ struct EmbeddingBagOptions {
 // The rows of weight (num_embeddings, D) that each bag's indices name, reduced to one: (B, D). Bags are the rows
 // of a 2-d input (B, L), or, for a 1-d input, the runs offsets (B, int64, from 0, non-decreasing) start. An empty
 // bag gives zeros. per_sample_weights (input's shape, mode Sum only) scale each row first. Max's gradient goes to
-// the first maximum of each bag and dim. Sum and mean are one gather and one index_add; max gathers the bags
-// padded to the longest one. The indices and offsets are read on the host (a synchronization on a GPU).
+// the first maximum of each bag and dim. On the CPU (float32, float64 tables) fused kernels each way; elsewhere
+// a composite: for sum and mean one gather and one index_add, for max the bags padded to the longest one
+// (kiln/nn/embedding.cpp). The indices and offsets are read on the host (a synchronization on a GPU).
 Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets = {},
                      const EmbeddingBagOptions& options = {}, const Tensor& per_sample_weights = {});
+// While one lives, embedding_bag on this thread takes the composite path on the CPU too: for tests that hold
+// the fused kernels against it.
+class EmbeddingBagCompositeGuard {
+ public:
+  EmbeddingBagCompositeGuard();
+  ~EmbeddingBagCompositeGuard();
+  EmbeddingBagCompositeGuard(const EmbeddingBagCompositeGuard&) = delete;
+  EmbeddingBagCompositeGuard& operator=(const EmbeddingBagCompositeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 // x1 (..., in1), x2 (..., in2), weight (out, in1, in2), bias (out) or undefined -> (..., out):
 // y[o] = x1 weight[o] x2 + bias[o].
 Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = {});

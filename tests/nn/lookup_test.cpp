@@ -82,7 +82,15 @@ std::vector<double> bag_reference(const std::vector<double>& w, int64_t D, const
   return out;
 }
 
-TEST(EmbeddingBag, EveryModeMatchesTheDefinition) {
+// On the CPU embedding_bag runs fused kernels; the composite path (every other device's) is held to the same
+// definition under EmbeddingBagCompositeGuard.
+class EmbeddingBagPaths : public testing::TestWithParam<bool> {};  // true: the composite path
+INSTANTIATE_TEST_SUITE_P(EmbeddingBag, EmbeddingBagPaths, testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Composite" : "Fused"; });
+
+TEST_P(EmbeddingBagPaths, EveryModeMatchesTheDefinition) {
+  std::optional<F::EmbeddingBagCompositeGuard> composite;
+  if (GetParam()) composite.emplace();
   const int64_t V = 7, D = 3;
   const Tensor w = randn64({V, D}, 710);
   const std::vector<int64_t> idx = {2, 5, 5, 0, 6, 1, 3, 3, 4, 6};
@@ -102,7 +110,9 @@ TEST(EmbeddingBag, EveryModeMatchesTheDefinition) {
       F::EmbeddingBagOptions last = o;
       last.include_last_offset = true;
       EXPECT_EQ(F::embedding_bag(ids(idx, {10}), w, ids(bounds, {5}), last).to_vector<double>(), y.to_vector<double>());
-      auto f = [&](const std::vector<Tensor>& t) { return F::embedding_bag(ids(idx, {10}), t[0], ids(starts, {4}), o); };
+      auto f = [&](const std::vector<Tensor>& t) {
+        return F::embedding_bag(ids(idx, {10}), t[0], ids(starts, {4}), o);
+      };
       EXPECT_TRUE(gradcheck(f, {w.detach().requires_grad_()}).ok);
     }
   // per-sample weights scale each row (sum mode), with their own gradient
@@ -122,11 +132,99 @@ TEST(EmbeddingBag, EveryModeMatchesTheDefinition) {
             F::embedding_bag(grid.reshape({-1}), w, ids({0, 2, 4}, {3})).to_vector<double>());
 }
 
-TEST(EmbeddingBag, MaxGradientGoesToTheMaximumAndErrorsNameTheProblem) {
+TEST_P(EmbeddingBagPaths, MaxGradientGoesToTheFirstMaximum) {
+  std::optional<F::EmbeddingBagCompositeGuard> composite;
+  if (GetParam()) composite.emplace();
   // Bag {0, 1}: row 1 is larger in dim 0, row 0 in dim 1.
   Tensor w = tensor(std::vector<double>{1, 5, 2, 3}, {2, 2}).requires_grad_();
   F::embedding_bag(ids({0, 1}, {1, 2}), w, {}, {.mode = F::BagMode::Max}).sum().backward();
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{0, 1, 1, 0}));
+  // A tie: rows 0 and 2 are equal; the first of the bag (row 2) takes the gradient.
+  Tensor t = tensor(std::vector<double>{4, 4, 1, 1, 4, 4}, {3, 2}).requires_grad_();
+  F::embedding_bag(ids({2, 1, 0}, {1, 3}), t, {}, {.mode = F::BagMode::Max}).sum().backward();
+  EXPECT_EQ(t.grad().to_vector<double>(), (std::vector<double>{0, 0, 0, 0, 1, 1}));
+}
+
+// The fused kernels against the composite on a random batch: bags of 0 to 9 entries with repeated rows and a
+// padding row, D = 19 (not a whole number of the max backward's column blocks), float32 and float64, every
+// mode, the table's and the per-sample weights' gradients. Then the fused results do not depend on the thread
+// count (each table row is written by one thread, its entries in input order).
+TEST(EmbeddingBag, FusedKernelsMatchTheCompositeAndAnyThreadCount) {
+  const int64_t V = 40, D = 19;
+  Generator gen(730);
+  std::vector<int64_t> idx, starts;
+  for (int64_t b = 0; b < 60; ++b) {
+    starts.push_back(static_cast<int64_t>(idx.size()));
+    const int64_t size = randint(0, 10, {1}, kInt64, &gen).item<int64_t>();
+    for (int64_t k = 0; k < size; ++k) idx.push_back(randint(0, V, {1}, kInt64, &gen).item<int64_t>());
+  }
+  const int64_t n = static_cast<int64_t>(idx.size());
+  const Tensor input = ids(idx, {n}), offsets = ids(starts, {static_cast<int64_t>(starts.size())});
+  for (DType dtype : {kFloat64, kFloat32})
+    for (F::BagMode mode : {F::BagMode::Sum, F::BagMode::Mean, F::BagMode::Max})
+      for (bool weighted : {false, true}) {
+        if (weighted && mode != F::BagMode::Sum) continue;
+        const char* name = mode == F::BagMode::Sum ? " sum" : mode == F::BagMode::Mean ? " mean" : " max";
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + name + (weighted ? ", weighted" : ""));
+        const F::EmbeddingBagOptions o{.mode = mode, .padding_idx = 5};
+        const Tensor w0 = randn({V, D}, TensorOptions(dtype), &gen), psw0 = randn({n}, TensorOptions(dtype), &gen);
+        const Tensor up = randn({static_cast<int64_t>(starts.size()), D}, TensorOptions(dtype), &gen);
+        // forward, then backward of (y * up).sum(): y, the table's gradient, the weights' gradient
+        const auto run = [&](bool composite) {
+          std::optional<F::EmbeddingBagCompositeGuard> guard;
+          if (composite) guard.emplace();
+          const Tensor w = w0.detach().requires_grad_(), psw = psw0.detach().requires_grad_();
+          const Tensor y = F::embedding_bag(input, w, offsets, o, weighted ? psw : Tensor());
+          (y * up).sum().backward();
+          return std::vector<Tensor>{y, w.grad(), weighted ? psw.grad() : Tensor()};
+        };
+        const std::vector<Tensor> fused = run(false), composite = run(true);
+        const double tol = dtype == kFloat64 ? 1e-12 : 1e-5;
+        for (size_t i = 0; i < fused.size(); ++i) {
+          if (!composite[i].defined()) continue;
+          ASSERT_TRUE(fused[i].defined()) << i;
+          EXPECT_TRUE(allclose(fused[i], composite[i], tol, tol)) << "output " << i;
+        }
+        const int threads = get_num_threads();
+        set_num_threads(1);
+        const std::vector<Tensor> one_thread = run(false);
+        set_num_threads(3);
+        const std::vector<Tensor> three_threads = run(false);
+        set_num_threads(threads);
+        for (size_t i = 0; i < fused.size(); ++i) {
+          if (!fused[i].defined()) continue;
+          EXPECT_TRUE(one_thread[i].equal(fused[i]) && three_threads[i].equal(fused[i])) << "output " << i;
+        }
+      }
+}
+
+// A backward with create_graph runs the fused path's gradient as differentiable ops: the second derivatives
+// (the table's gradient by the per-sample weights and by the upstream gradient) pass gradcheck, as mean's
+// and max's first-order gradients do by the upstream gradient.
+TEST(EmbeddingBag, SecondDerivativesThroughTheFusedPath) {
+  const Tensor input = ids({2, 5, 5, 0, 6, 1, 3, 3}, {8}), offsets = ids({0, 3, 3, 6}, {4});
+  for (F::BagMode mode : {F::BagMode::Sum, F::BagMode::Mean, F::BagMode::Max}) {
+    SCOPED_TRACE(mode == F::BagMode::Sum ? "sum" : mode == F::BagMode::Mean ? "mean" : "max");
+    const bool weighted = mode == F::BagMode::Sum;
+    // inputs: the table, the upstream gradient, and (sum) the per-sample weights
+    // (gradcheck's numeric pass calls it with grad off and inputs that do not require grad)
+    auto first_order = [&](const std::vector<Tensor>& in) {
+      EnableGradGuard grad_on;
+      std::vector<Tensor> t;
+      for (const Tensor& x : in) t.push_back(x.requires_grad() ? x : x.detach().requires_grad_());
+      const Tensor y = F::embedding_bag(input, t[0], offsets, {.mode = mode, .padding_idx = 1},
+                                        weighted ? t[2] : Tensor());
+      std::vector<Tensor> wrt{t[0]};
+      if (weighted) wrt.push_back(t[2]);
+      return autograd::grad({y}, wrt, {t[1]}, std::nullopt, /*create_graph=*/true);
+    };
+    std::vector<Tensor> inputs{randn64({7, 3}, 740).requires_grad_(), randn64({4, 3}, 742).requires_grad_()};
+    if (weighted) inputs.push_back(randn64({8}, 741).requires_grad_());
+    EXPECT_TRUE(gradcheck(first_order, inputs).ok);
+  }
+}
+
+TEST(EmbeddingBag, ErrorsNameTheProblem) {
 
   const Tensor table = randn64({5, 2}, 720);
   const Tensor flat = ids({0, 1, 2}, {3});
