@@ -315,6 +315,10 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
     monitor.window_size = c.throughput_monitor.window_size;
     o.callbacks.push_back(std::make_shared<trainer::ThroughputMonitor>(monitor));
   }
+  if (c.device_stats_monitor.enabled) {
+    o.callbacks.push_back(std::make_shared<trainer::DeviceStatsMonitor>(
+        trainer::DeviceStatsMonitorOptions{.cpu_stats = c.device_stats_monitor.cpu_stats}));
+  }
   if (!c.accumulate_grad_schedule.empty()) {
     std::map<int64_t, int64_t> scheduling;
     for (const auto& entry : c.accumulate_grad_schedule) scheduling[entry.at(0)] = entry.at(1);

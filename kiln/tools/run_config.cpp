@@ -208,6 +208,10 @@ void declare_callbacks(Schema<R>& s) {
   auto tp = cb.section("throughput_monitor", &C::throughput_monitor, "ThroughputMonitor");
   tp.add("enabled", &C::ThroughputMonitor::enabled, "log batches and samples per second (train/device/...)");
   tp.add("window_size", &C::ThroughputMonitor::window_size, "the rates are over this many batches").at_least(2);
+  auto ds = cb.section("device_stats_monitor", &C::device_stats_monitor, "DeviceStatsMonitor");
+  ds.add("enabled", &C::DeviceStatsMonitor::enabled, "log the device's memory (a GPU's) or the host's CPU and "
+         "memory (the CPU) around training batches");
+  ds.add("cpu_stats", &C::DeviceStatsMonitor::cpu_stats, "on a GPU, log the host's stats too");
   cb.add("accumulate_grad_schedule", &C::accumulate_grad_schedule, "gradient accumulation by epoch, [[first epoch, "
          "factor], ...] as Lightning's GradientAccumulationScheduler ([[0, 8], [4, 1]]: 8 batches a step in epochs 0-3, "
          "then 1); needs trainer.accumulate_grad_batches 1");
@@ -316,6 +320,8 @@ void check_run_config(const RunConfig& c) {
              "callbacks.lr_monitor needs a logger (logger.csv or logger.tensorboard)");
   KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.throughput_monitor.enabled,
              "callbacks.throughput_monitor.enabled needs a logger (logger.csv or logger.tensorboard)");
+  KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.device_stats_monitor.enabled,
+             "callbacks.device_stats_monitor.enabled needs a logger (logger.csv or logger.tensorboard)");
 }
 
 const trainer::Schema<RunConfig>& run_config_schema() {

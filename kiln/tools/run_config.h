@@ -186,10 +186,16 @@ struct RunConfig {
       int64_t window_size = 100;
       bool operator==(const ThroughputMonitor&) const = default;
     };
+    struct DeviceStatsMonitor {
+      bool enabled = false;
+      bool cpu_stats = false;
+      bool operator==(const DeviceStatsMonitor&) const = default;
+    };
     Checkpoint checkpoint;
     EarlyStopping early_stopping;
     bool lr_monitor = false;
     ThroughputMonitor throughput_monitor;
+    DeviceStatsMonitor device_stats_monitor;
     bool on_exception_checkpoint = true;  // an OnExceptionCheckpoint beside ModelCheckpoint's files
     // [[first epoch, factor], ...]: a GradientAccumulationScheduler (empty: none)
     std::vector<std::vector<int64_t>> accumulate_grad_schedule;

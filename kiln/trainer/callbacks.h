@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kiln/trainer/callback.h"
+#include "kiln/trainer/device_stats_monitor.h"
 #include "kiln/trainer/early_stopping.h"
 #include "kiln/trainer/finetuning.h"
 #include "kiln/trainer/lambda_callback.h"

@@ -375,6 +375,21 @@ TEST_F(Cli, AThroughputMonitorFromTheConfig) {
                  {"callbacks.throughput_monitor.window_size"});
 }
 
+TEST_F(Cli, ADeviceStatsMonitorFromTheConfig) {
+  train({"--set", "trainer.max_epochs=1", "--set", "trainer.log_every_n_steps=4", "--set",
+         "callbacks.device_stats_monitor.enabled=true"});
+  std::vector<int64_t> steps;
+  for (const auto& row : read_csv_table(run_dir() / "metrics.csv").rows) {
+    if (row.at("DeviceStatsMonitor.on_train_batch_end/process_rss_mib").empty()) continue;
+    steps.push_back(std::stoll(row.at("step")));
+    EXPECT_GT(std::stod(row.at("DeviceStatsMonitor.on_train_batch_start/process_rss_mib")), 1.0);
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 8, 12}));
+  expect_failure({"train", "--config", config_, "--set", "callbacks.device_stats_monitor.enabled=true", "--set",
+                  "logger.csv=false", "--set", "logger.tensorboard=false"},
+                 1, {"callbacks.device_stats_monitor.enabled needs a logger"});
+}
+
 // A run stopped after one epoch and resumed to two continues in its own folder, and ends exactly where a run
 // of two epochs straight through ends.
 TEST_F(Cli, ResumeContinuesTheSameRunFolder) {
