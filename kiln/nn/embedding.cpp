@@ -57,8 +57,6 @@ struct Bags {
   int64_t size(int64_t b) const { return start[b + 1] - start[b]; }
 };
 
-thread_local bool force_composite = false;
-
 // Calls f.template operator()<T>() with T the C++ type of dtype (float32 or float64, checked by the caller).
 template <typename F>
 void on_floating(DType dtype, F&& f) {
@@ -338,9 +336,6 @@ struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
 
 }  // namespace
 
-EmbeddingBagCompositeGuard::EmbeddingBagCompositeGuard() : previous_(force_composite) { force_composite = true; }
-EmbeddingBagCompositeGuard::~EmbeddingBagCompositeGuard() { force_composite = previous_; }
-
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
                  std::optional<double> max_norm, double norm_type) {
   KILN_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be int64 or int32, got ",
@@ -410,7 +405,7 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
   }
   if (options.max_norm)  // every index the bags hold, as PyTorch renormalizes them
     renorm_rows("embedding_bag", weight, input.reshape({-1}).to(kInt64), *options.max_norm, options.norm_type);
-  const bool fused = !force_composite && weight.device().is_cpu() &&
+  const bool fused = !CompositeOnlyGuard::active() && weight.device().is_cpu() &&
                      (weight.dtype() == kFloat32 || weight.dtype() == kFloat64) &&
                      (!per_sample_weights.defined() || per_sample_weights.device().is_cpu());
   if (!fused) return embedding_bag_composite(*bags, weight, options.mode, per_sample_weights);

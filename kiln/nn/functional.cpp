@@ -11,6 +11,14 @@
 
 namespace kiln::nn::functional {
 
+namespace {
+thread_local bool composite_only = false;
+}  // namespace
+
+CompositeOnlyGuard::CompositeOnlyGuard() : previous_(composite_only) { composite_only = true; }
+CompositeOnlyGuard::~CompositeOnlyGuard() { composite_only = previous_; }
+bool CompositeOnlyGuard::active() { return composite_only; }
+
 Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
   switch (reduction) {
     case Reduction::None:

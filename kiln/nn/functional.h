@@ -15,6 +15,23 @@
 
 namespace kiln::nn::functional {
 
+// Some functions have fused CPU kernels beside a composite of differentiable ops, which other devices and dtypes
+// take (embedding_bag; grid_sample over images in bilinear and nearest modes). While a CompositeOnlyGuard lives,
+// those functions take the composite on this thread on the CPU too: for tests that hold the two against each
+// other.
+class CompositeOnlyGuard {
+ public:
+  CompositeOnlyGuard();
+  ~CompositeOnlyGuard();
+  CompositeOnlyGuard(const CompositeOnlyGuard&) = delete;
+  CompositeOnlyGuard& operator=(const CompositeOnlyGuard&) = delete;
+  // Whether one lives on this thread.
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 enum class Reduction { None, Mean, Sum };
 
 // x: (..., in), weight: (out, in), bias: (out) or undefined -> (..., out)
@@ -67,18 +84,7 @@ struct EmbeddingBagOptions {
 // (kiln/nn/embedding.cpp). The indices and offsets are read on the host (a synchronization on a GPU).
 Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets = {},
                      const EmbeddingBagOptions& options = {}, const Tensor& per_sample_weights = {});
-// While one lives, embedding_bag on this thread takes the composite path on the CPU too: for tests that hold
-// the fused kernels against it.
-class EmbeddingBagCompositeGuard {
- public:
-  EmbeddingBagCompositeGuard();
-  ~EmbeddingBagCompositeGuard();
-  EmbeddingBagCompositeGuard(const EmbeddingBagCompositeGuard&) = delete;
-  EmbeddingBagCompositeGuard& operator=(const EmbeddingBagCompositeGuard&) = delete;
 
- private:
-  bool previous_;
-};
 // x1 (..., in1), x2 (..., in2), weight (out, in1, in2), bias (out) or undefined -> (..., out):
 // y[o] = x1 weight[o] x2 + bias[o].
 Tensor bilinear(const Tensor& x1, const Tensor& x2, const Tensor& weight, const Tensor& bias = {});

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,7 +125,15 @@ TEST(GridSample, BicubicMatchesTheDefinitionAndGradchecks) {
                {"grid_sample", "bicubic takes a 4-d input"});
 }
 
-TEST(GridSample, EveryModeMatchesTheDefinitionAndGradchecks) {
+// Images in bilinear and nearest modes run fused CPU kernels; the composite path (volumes', bicubic's, every
+// other device's) is held to the same definition under CompositeOnlyGuard.
+class GridSamplePaths : public testing::TestWithParam<bool> {};  // true: the composite path
+INSTANTIATE_TEST_SUITE_P(GridSample, GridSamplePaths, testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Composite" : "Fused"; });
+
+TEST_P(GridSamplePaths, EveryModeMatchesTheDefinitionAndGradchecks) {
+  std::optional<F::CompositeOnlyGuard> composite;
+  if (GetParam()) composite.emplace();
   Generator gen(900);
   const Tensor x = randn64({2, 2, 4, 5}, 901);
   // positions inside and well outside the image (up to 2.5 image widths), where reflection folds twice
@@ -148,6 +157,65 @@ TEST(GridSample, EveryModeMatchesTheDefinitionAndGradchecks) {
   expect_error([&] { F::grid_sample(x, grid.narrow(3, 0, 1)); }, {"grid_sample", "(N, Ho, Wo, 2)", "(2, 3, 2, 1)"});
   expect_error([&] { F::grid_sample(x, grid, {.mode = "bilinaer"}); }, {"grid_sample", "\"bicubic\", got \"bilinaer\""});
   expect_error([&] { F::grid_sample(x, grid.to(kFloat32)); }, {"grid_sample", "float64", "float32"});
+}
+
+// The fused kernels against the composite on a larger random batch, with positions inside and far outside, in
+// float32 and float64, every mode and padding: outputs and both gradients. Then the fused results do not
+// depend on the thread count (one image per thread in backward).
+TEST(GridSample, FusedKernelsMatchTheCompositeAndAnyThreadCount) {
+  Generator gen(960);
+  for (DType dtype : {kFloat64, kFloat32})
+    for (const char* mode : {"bilinear", "nearest"})
+      for (const char* padding : {"zeros", "border", "reflection"})
+        for (bool align : {false, true}) {
+          const F::GridSampleOptions o{.mode = mode, .padding_mode = padding, .align_corners = align};
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + mode + ", " + padding + (align ? ", align" : ""));
+          const Tensor x0 = randn({3, 5, 7, 9}, TensorOptions(dtype), &gen);
+          const Tensor grid0 = rand({3, 6, 4, 2}, TensorOptions(dtype), &gen) * 3.0 - 1.5;
+          const Tensor up = randn({3, 5, 6, 4}, TensorOptions(dtype), &gen);
+          const auto run = [&](bool composite) {
+            std::optional<F::CompositeOnlyGuard> guard;
+            if (composite) guard.emplace();
+            const Tensor x = x0.detach().requires_grad_(), grid = grid0.detach().requires_grad_();
+            const Tensor y = F::grid_sample(x, grid, o);
+            (y * up).sum().backward();
+            return std::vector<Tensor>{y, x.grad(), grid.grad()};
+          };
+          const std::vector<Tensor> fused = run(false), composite = run(true);
+          const double tol = dtype == kFloat64 ? 1e-12 : 1e-4;
+          for (size_t i = 0; i < fused.size(); ++i) {
+            ASSERT_EQ(fused[i].defined(), composite[i].defined()) << "output " << i;
+            if (fused[i].defined()) EXPECT_TRUE(allclose(fused[i], composite[i], tol, tol)) << "output " << i;
+          }
+          const int threads = get_num_threads();
+          set_num_threads(1);
+          const std::vector<Tensor> one = run(false);
+          set_num_threads(3);
+          const std::vector<Tensor> three = run(false);
+          set_num_threads(threads);
+          for (size_t i = 0; i < fused.size(); ++i)
+            if (fused[i].defined()) EXPECT_TRUE(one[i].equal(fused[i]) && three[i].equal(fused[i])) << "output " << i;
+        }
+}
+
+// A backward with create_graph through the fused path: gradcheck of the first-order gradients (by the input,
+// the grid and the upstream gradient) checks the second derivatives.
+TEST(GridSample, SecondDerivativesThroughTheFusedPath) {
+  Generator gen(970);
+  for (const char* padding : {"zeros", "reflection"}) {
+    SCOPED_TRACE(padding);
+    const F::GridSampleOptions o{.padding_mode = padding};
+    // inputs: the image, the grid, the upstream gradient (gradcheck's numeric pass calls with grad off)
+    auto first_order = [&](const std::vector<Tensor>& in) {
+      EnableGradGuard grad_on;
+      std::vector<Tensor> t;
+      for (const Tensor& v : in) t.push_back(v.requires_grad() ? v : v.detach().requires_grad_());
+      return autograd::grad({F::grid_sample(t[0], t[1], o)}, {t[0], t[1]}, {t[2]}, std::nullopt, true);
+    };
+    EXPECT_TRUE(gradcheck(first_order, {randn64({1, 2, 3, 4}, 971).requires_grad_(),
+                                        (rand({1, 2, 3, 2}, kFloat64, &gen) * 2.4 - 1.2).requires_grad_(),
+                                        randn64({1, 2, 2, 3}, 972).requires_grad_()}).ok);
+  }
 }
 
 TEST(AffineGrid, MapsEachPixelThroughTheMatrixAndSamplesTheIdentity) {

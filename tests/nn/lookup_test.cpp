@@ -83,13 +83,13 @@ std::vector<double> bag_reference(const std::vector<double>& w, int64_t D, const
 }
 
 // On the CPU embedding_bag runs fused kernels; the composite path (every other device's) is held to the same
-// definition under EmbeddingBagCompositeGuard.
+// definition under CompositeOnlyGuard.
 class EmbeddingBagPaths : public testing::TestWithParam<bool> {};  // true: the composite path
 INSTANTIATE_TEST_SUITE_P(EmbeddingBag, EmbeddingBagPaths, testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Composite" : "Fused"; });
 
 TEST_P(EmbeddingBagPaths, EveryModeMatchesTheDefinition) {
-  std::optional<F::EmbeddingBagCompositeGuard> composite;
+  std::optional<F::CompositeOnlyGuard> composite;
   if (GetParam()) composite.emplace();
   const int64_t V = 7, D = 3;
   const Tensor w = randn64({V, D}, 710);
@@ -133,7 +133,7 @@ TEST_P(EmbeddingBagPaths, EveryModeMatchesTheDefinition) {
 }
 
 TEST_P(EmbeddingBagPaths, MaxGradientGoesToTheFirstMaximum) {
-  std::optional<F::EmbeddingBagCompositeGuard> composite;
+  std::optional<F::CompositeOnlyGuard> composite;
   if (GetParam()) composite.emplace();
   // Bag {0, 1}: row 1 is larger in dim 0, row 0 in dim 1.
   Tensor w = tensor(std::vector<double>{1, 5, 2, 3}, {2, 2}).requires_grad_();
@@ -171,7 +171,7 @@ TEST(EmbeddingBag, FusedKernelsMatchTheCompositeAndAnyThreadCount) {
         const Tensor up = randn({static_cast<int64_t>(starts.size()), D}, TensorOptions(dtype), &gen);
         // forward, then backward of (y * up).sum(): y, the table's gradient, the weights' gradient
         const auto run = [&](bool composite) {
-          std::optional<F::EmbeddingBagCompositeGuard> guard;
+          std::optional<F::CompositeOnlyGuard> guard;
           if (composite) guard.emplace();
           const Tensor w = w0.detach().requires_grad_(), psw = psw0.detach().requires_grad_();
           const Tensor y = F::embedding_bag(input, w, offsets, o, weighted ? psw : Tensor());
