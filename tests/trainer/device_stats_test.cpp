@@ -49,7 +49,8 @@ TEST(DeviceStatsMonitor, LogsTheHostsStatsAroundTheLoggedTrainingBatches) {
     EXPECT_EQ(logger->steps_with(p + "process_rss_mib"), (std::vector<int64_t>{4, 8})) << hook;
     for (const auto& [step, rss] : logger->series(p + "process_rss_mib")) {
       EXPECT_GT(rss, 1.0) << hook << " at " << step;
-      EXPECT_LE(rss, peak_rss_mib()) << hook << " at " << step;
+      // (1 MiB of slack: the kernel may fold a thread's cached page counts into the peak a little late)
+      EXPECT_LE(rss, peak_rss_mib() + 1.0) << hook << " at " << step;
     }
     for (const char* percent : {"cpu_vm_percent", "cpu_swap_percent", "cpu_percent"}) {
       for (const auto& [step, value] : logger->series(p + percent)) {
