@@ -12,8 +12,8 @@
 #include "kiln/autograd/meta.h"
 #include "kiln/tensor/error.h"
 #include "kiln/tensor/factories.h"
-#include "kiln/tensor/ops/reduce.h"
 #include "kiln/tensor/ops/indexing.h"
+#include "kiln/tensor/ops/reduce.h"
 
 namespace kiln::distributed {
 
@@ -293,14 +293,24 @@ void DistributedDataParallel::finalize() {
     throw;
   }
   NoGradGuard no_grad;
-  // A parameter frozen here went in as zeros, so its average is zero unless some rank did not freeze it: that
-  // rank trained it on a gradient this rank's zeros watered down. Caught here, on the freezing rank, with no
-  // extra communication (and why a bucket whose parameters are all frozen is still all-reduced); the other
-  // rank learns it when this one stops. A rank whose unfrozen copy had an exactly zero gradient goes unseen,
-  // and loses nothing. One host read covers them all (on a GPU, one synchronization, not one per parameter).
+  // A parameter frozen here went in as zeros, so its average is zero unless some rank did not freeze it. That
+  // rank's gradient for it was averaged with this rank's zeros, so this rank raises an error naming it; the
+  // other ranks, which cannot tell, fail at their next collective once this one stops (their one update with
+  // the watered-down gradient dies with the job). No extra communication, which is also why a bucket whose
+  // parameters are all frozen is still all-reduced. A rank whose unfrozen copy had an exactly zero gradient
+  // goes unseen, and loses nothing. One host read covers them all (on a GPU, one synchronization), and a
+  // bucket frozen whole (a frozen backbone) is checked as one tensor.
   std::vector<Tensor> frozen_nonzero;
-  for (const Param& p : params_)
-    if (p.frozen) frozen_nonzero.push_back(any(p.slot != 0).reshape({1}));
+  for (const Bucket& b : buckets_) {
+    size_t frozen = 0;
+    for (size_t k : b.spec.params) frozen += params_[k].frozen;
+    if (frozen == b.spec.params.size()) {
+      frozen_nonzero.push_back(any(b.buffer != 0).reshape({1}));
+    } else if (frozen > 0) {
+      for (size_t k : b.spec.params)
+        if (params_[k].frozen) frozen_nonzero.push_back(any(params_[k].slot != 0).reshape({1}));
+    }
+  }
   if (!frozen_nonzero.empty() && any(cat(frozen_nonzero)).item<bool>()) {
     const Param& p = *std::find_if(params_.begin(), params_.end(),
                                    [](const Param& q) { return q.frozen && any(q.slot != 0).item<bool>(); });

@@ -42,8 +42,8 @@
 // Frozen parameters: one that required grad when DDP was made but does not now (requires_grad_(false), as
 // BackboneFinetuning freezes a backbone) takes part in no round: it counts as arrived with zeros, so its
 // bucket is not held up, and its .grad is left alone. Every rank must freeze the same ones: a rank that
-// froze one finds a nonzero average for it when another rank did not, and raises an error naming it (finalize);
-// unfrozen again, it is averaged as before. A parameter that did not require grad when DDP was made is in no bucket: one made
+// froze one finds a nonzero average for it when another rank did not, and raises an error naming it (finalize;
+// the other ranks fail at their next collective once it stops); unfrozen again, it is averaged as before. A parameter that did not require grad when DDP was made is in no bucket: one made
 // trainable later is an error at the next backward (it needs a new DDP).
 #pragma once
 

@@ -57,13 +57,6 @@ struct Bags {
   int64_t size(int64_t b) const { return start[b + 1] - start[b]; }
 };
 
-// Calls f.template operator()<T>() with T the C++ type of dtype (float32 or float64, checked by the caller).
-template <typename F>
-void on_floating(DType dtype, F&& f) {
-  if (dtype == kFloat64) f.template operator()<double>();
-  else f.template operator()<float>();
-}
-
 Tensor as_index(const std::vector<int64_t>& v, Device device) {
   return tensor(v, {static_cast<int64_t>(v.size())}, TensorOptions(kInt64).device(device));
 }
@@ -81,7 +74,8 @@ Tensor embedding_bag_composite(const Bags& bags, const Tensor& weight, BagMode m
   const int64_t B = bags.count, D = weight.size(1);
   const Device device = weight.device();
   const Tensor zero = zeros({B, D}, TensorOptions(weight.dtype()).device(device));
-  if (bags.row.empty()) return zero + weight.sum() * 0.0;  // every bag empty: zeros, still in weight's graph
+  // Every bag empty: zeros, still in weight's graph (through an empty sum, which an inf in weight leaves 0).
+  if (bags.row.empty()) return zero + weight.narrow(0, 0, 0).sum();
   if (mode == BagMode::Max) {
     // The bags padded to the longest: (B, longest, D), the padding -inf, then the max over each bag.
     int64_t longest = 0;
@@ -101,7 +95,7 @@ Tensor embedding_bag_composite(const Bags& bags, const Tensor& weight, BagMode m
   }
   Tensor rows = index_select(weight, 0, as_index(bags.row, device));
   if (psw.defined())
-    rows = rows * index_select(psw.reshape({-1}), 0, as_index(bags.input, device)).unsqueeze(1).to(rows.dtype());
+    rows = rows * index_select(psw.reshape({-1}), 0, as_index(bags.input, device)).unsqueeze(1);
   const Tensor sums = index_add(zero, 0, as_index(bags.bag, device), rows);
   if (mode == BagMode::Sum) return sums;
   return sums / divisors(bags, TensorOptions(sums.dtype()).device(device)).unsqueeze(1);
@@ -120,9 +114,11 @@ inline void prefetch_row(const Bags& bags, const T* w, int64_t D, int64_t j) {
   for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) __builtin_prefetch(p + off);
 }
 
-// out (B, D) from w (V, D) contiguous; for max also each output element's row (-1 in an empty bag).
+// out (B, D) from the table w (V, D), both contiguous, and psw (the flattened input's numel) or null; for max
+// also argmax (B, D): each output element's row (-1 in an empty bag).
 template <typename T>
-void bag_forward(const Bags& bags, const T* w, const T* psw, int64_t D, BagMode mode, T* out, int64_t* argmax) {
+void embedding_bag_forward(const Bags& bags, const T* w, const T* psw, int64_t D, BagMode mode, T* out,
+                           int64_t* argmax) {
   const int64_t entries = static_cast<int64_t>(bags.row.size());
   const int64_t per_bag = std::max<int64_t>(1, entries / std::max<int64_t>(bags.count, 1));
   using Place = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
@@ -178,10 +174,12 @@ void bag_forward(const Bags& bags, const T* w, const T* psw, int64_t D, BagMode 
   });
 }
 
-// The table's gradient (V, D) for sum and mean: row r gets the sum, over the entries that name it in input
-// order, of the entry's scale times its bag's gradient. One thread per row, so no row is written twice at once.
+// The table's gradient grad_w (V, D) for sum and mean, from the output's g (B, D) and psw (the flattened
+// input's numel) or null: row r gets the sum, over the entries that name it in input order, of the entry's
+// scale times its bag's gradient. One thread per row, so no row is written twice at once.
 template <typename T>
-void bag_backward_rows(const Bags& bags, const T* g, const T* psw, int64_t V, int64_t D, BagMode mode, T* grad_w) {
+void embedding_bag_backward_weight(const Bags& bags, const T* g, const T* psw, int64_t V, int64_t D, BagMode mode,
+                                   T* grad_w) {
   // The entries grouped by row (a counting sort, stable: input order within a row).
   std::vector<int64_t> row_start(static_cast<size_t>(V) + 1, 0), order(bags.row.size());
   for (int64_t r : bags.row) ++row_start[r + 1];
@@ -195,7 +193,7 @@ void bag_backward_rows(const Bags& bags, const T* g, const T* psw, int64_t V, in
     inv.resize(static_cast<size_t>(bags.count));
     for (int64_t b = 0; b < bags.count; ++b) inv[b] = T(1) / static_cast<T>(std::max<int64_t>(bags.size(b), 1));
   }
-  parallel_for(0, V, std::max<int64_t>(1, kDefaultGrain / (2 * D)), [&](int64_t r0, int64_t r1) {
+  parallel_for(0, V, std::max<int64_t>(1, kDefaultGrain / (2 * D + 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* dst = grad_w + r * D;
       std::fill(dst, dst + D, T(0));
@@ -210,10 +208,12 @@ void bag_backward_rows(const Bags& bags, const T* g, const T* psw, int64_t V, in
   });
 }
 
-// max: each output element's gradient to the row that won it. Threads split the columns in blocks of a cache
-// line, so two never write one line; within a column the bags go in order.
+// max: grad_w (V, D) gets each element of g (B, D) at the row argmax (B, D) names. Threads split the columns
+// in blocks of a cache line's worth, so two never write one element (rows need not start on a line, so two
+// may share a line at a block's edge); within a column the bags go in order.
 template <typename T>
-void bag_backward_max(const int64_t* argmax, const T* g, int64_t B, int64_t V, int64_t D, T* grad_w) {
+void embedding_bag_backward_weight_max(const int64_t* argmax, const T* g, int64_t B, int64_t V, int64_t D,
+                                       T* grad_w) {
   parallel_for(0, V * D, kDefaultGrain, [&](int64_t i0, int64_t i1) { std::fill(grad_w + i0, grad_w + i1, T(0)); });
   constexpr int64_t kBlock = 64 / sizeof(T);
   const int64_t blocks = (D + kBlock - 1) / kBlock;
@@ -225,11 +225,12 @@ void bag_backward_max(const int64_t* argmax, const T* g, int64_t B, int64_t V, i
   });
 }
 
-// per_sample_weights' gradient: entry j's is its bag's gradient dotted with its row; left-out entries get 0.
+// per_sample_weights' gradient grad_psw (the flattened input's numel, zeroed by the caller): entry j's is its
+// bag's gradient (g, (B, D)) dotted with its row of w (V, D); left-out entries keep 0.
 template <typename T>
-void bag_backward_psw(const Bags& bags, const T* g, const T* w, int64_t D, T* grad_psw) {
+void embedding_bag_backward_per_sample_weights(const Bags& bags, const T* g, const T* w, int64_t D, T* grad_psw) {
   const int64_t entries = static_cast<int64_t>(bags.row.size());
-  parallel_for(0, entries, std::max<int64_t>(1, kDefaultGrain / D), [&](int64_t j0, int64_t j1) {
+  parallel_for(0, entries, std::max<int64_t>(1, kDefaultGrain / (D + 1)), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const T* row = w + bags.row[j] * D;
       const T* src = g + bags.bag[j] * D;
@@ -243,7 +244,7 @@ void bag_backward_psw(const Bags& bags, const T* g, const T* w, int64_t D, T* gr
 struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
   static constexpr const char* name = "EmbeddingBagBackward";
 
-  // weight (V, D) float32 or float64 on the CPU; psw undefined or with weight's dtype.
+  // weight (V, D) float32 or float64 on the CPU; psw undefined or the input's shape, with weight's dtype.
   static Tensor forward(autograd::AutogradContext* ctx, const Tensor& weight, const Tensor& psw,
                         std::shared_ptr<const Bags> bags, BagMode mode) {
     const int64_t D = weight.size(1);
@@ -252,9 +253,9 @@ struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
     Tensor out = empty({bags->count, D}, TensorOptions(weight.dtype()));
     Tensor argmax;
     if (mode == BagMode::Max) argmax = empty({bags->count, D}, TensorOptions(kInt64));
-    on_floating(weight.dtype(), [&]<typename T>() {
-      bag_forward<T>(*bags, w.data_ptr<T>(), p.defined() ? p.data_ptr<T>() : nullptr, D, mode, out.data_ptr<T>(),
-                     argmax.defined() ? argmax.data_ptr<int64_t>() : nullptr);
+    visit_dtype<kFloat32Set | kFloat64Set>(weight.dtype(), "embedding_bag", [&]<typename T>() {
+      embedding_bag_forward<T>(*bags, w.data_ptr<T>(), p.defined() ? p.data_ptr<T>() : nullptr, D, mode,
+                               out.data_ptr<T>(), argmax.defined() ? argmax.data_ptr<int64_t>() : nullptr);
     });
     // The table is needed only for per_sample_weights' gradient, per_sample_weights only for the table's.
     ctx->save_for_backward({psw.defined() ? weight : Tensor(), psw});
@@ -281,20 +282,22 @@ struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
     const Tensor gc = g.contiguous();
     Tensor grad_w, grad_psw;
     const Tensor p = psw.defined() ? psw.reshape({-1}).contiguous() : Tensor();
-    on_floating(g.dtype(), [&]<typename T>() {
+    visit_dtype<kFloat32Set | kFloat64Set>(g.dtype(), "embedding_bag backward", [&]<typename T>() {
       if (want_w) {
         grad_w = empty({V, D}, TensorOptions(g.dtype()));
         if (mode == BagMode::Max) {
-          bag_backward_max<T>(argmax.data_ptr<int64_t>(), gc.data_ptr<T>(), bags->count, V, D, grad_w.data_ptr<T>());
+          embedding_bag_backward_weight_max<T>(argmax.data_ptr<int64_t>(), gc.data_ptr<T>(), bags->count, V, D,
+                                               grad_w.data_ptr<T>());
         } else {
-          bag_backward_rows<T>(*bags, gc.data_ptr<T>(), p.defined() ? p.data_ptr<T>() : nullptr, V, D, mode,
-                               grad_w.data_ptr<T>());
+          embedding_bag_backward_weight<T>(*bags, gc.data_ptr<T>(), p.defined() ? p.data_ptr<T>() : nullptr, V, D,
+                                           mode, grad_w.data_ptr<T>());
         }
       }
       if (want_psw) {
         grad_psw = zeros({bags->num_inputs}, TensorOptions(g.dtype()));
         const Tensor w = weight.contiguous();
-        bag_backward_psw<T>(*bags, gc.data_ptr<T>(), w.data_ptr<T>(), D, grad_psw.data_ptr<T>());
+        embedding_bag_backward_per_sample_weights<T>(*bags, gc.data_ptr<T>(), w.data_ptr<T>(), D,
+                                                     grad_psw.data_ptr<T>());
         grad_psw = grad_psw.view(psw.sizes());
       }
     });
@@ -384,6 +387,10 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
     KILN_CHECK(options.mode == BagMode::Sum, "embedding_bag: per_sample_weights need mode Sum, as in PyTorch");
     KILN_CHECK(per_sample_weights.sizes() == input.sizes(), "embedding_bag: per_sample_weights must have the "
                "input's shape ", shape_str(input.sizes()), ", got ", shape_str(per_sample_weights.sizes()));
+    KILN_CHECK(per_sample_weights.dtype() == weight.dtype() && per_sample_weights.device() == weight.device(),
+               "embedding_bag: per_sample_weights must have weight's dtype and device (", weight.dtype(), " on ",
+               weight.device(), "), got ", per_sample_weights.dtype(), " on ", per_sample_weights.device(),
+               ", as in PyTorch");
   }
   auto bags = std::make_shared<Bags>();
   bags->count = static_cast<int64_t>(bounds.size()) - 1;
@@ -406,11 +413,9 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
   if (options.max_norm)  // every index the bags hold, as PyTorch renormalizes them
     renorm_rows("embedding_bag", weight, input.reshape({-1}).to(kInt64), *options.max_norm, options.norm_type);
   const bool fused = !CompositeOnlyGuard::active() && weight.device().is_cpu() &&
-                     (weight.dtype() == kFloat32 || weight.dtype() == kFloat64) &&
-                     (!per_sample_weights.defined() || per_sample_weights.device().is_cpu());
+                     (weight.dtype() == kFloat32 || weight.dtype() == kFloat64);
   if (!fused) return embedding_bag_composite(*bags, weight, options.mode, per_sample_weights);
-  const Tensor psw = per_sample_weights.defined() ? per_sample_weights.to(weight.dtype()) : Tensor();
-  return EmbeddingBagFunction::apply(weight, psw,
+  return EmbeddingBagFunction::apply(weight, per_sample_weights,
                                      std::shared_ptr<const Bags>(std::move(bags)), options.mode);
 }
 

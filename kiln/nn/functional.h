@@ -78,10 +78,10 @@ struct EmbeddingBagOptions {
 };
 // The rows of weight (num_embeddings, D) that each bag's indices name, reduced to one: (B, D). Bags are the rows
 // of a 2-d input (B, L), or, for a 1-d input, the runs offsets (B, int64, from 0, non-decreasing) start. An empty
-// bag gives zeros. per_sample_weights (input's shape, mode Sum only) scale each row first. Max's gradient goes to
-// the first maximum of each bag and dim. On the CPU (float32, float64 tables) fused kernels each way; elsewhere
-// a composite: for sum and mean one gather and one index_add, for max the bags padded to the longest one
-// (kiln/nn/embedding.cpp). The indices and offsets are read on the host (a synchronization on a GPU).
+// bag gives zeros. per_sample_weights (input's shape, weight's dtype, mode Sum only) scale each row first. Max's
+// gradient goes to the first maximum of each bag and dim. On the CPU (float32, float64 tables) fused kernels
+// each way; elsewhere a composite: for sum and mean one gather and one index_add, for max the bags padded to the
+// longest one (kiln/nn/embedding.cpp). The indices and offsets are read on the host (a synchronization on a GPU).
 Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets = {},
                      const EmbeddingBagOptions& options = {}, const Tensor& per_sample_weights = {});
 

@@ -44,7 +44,8 @@ Tensor pixel_coordinate(const Tensor& g, int64_t size, bool align_corners) {
 
 // The padding mode's rule for pixel coordinates outside: border clamps to the edge pixels; reflection mirrors
 // about the edges (the corner centres with align_corners, else the image's edges), then clamps; zeros leaves
-// them (they read 0).
+// them (they read 0). Where border or reflection clamp, the edges themselves included, the coordinate does not
+// move with the grid (PyTorch's rule: its gradient there is 0).
 Tensor padded_coordinate(Tensor c, int64_t size, const GridSampleOptions& o) {
   const double n = static_cast<double>(size);
   if (o.padding_mode == "reflection") {
@@ -56,7 +57,7 @@ Tensor padded_coordinate(Tensor c, int64_t size, const GridSampleOptions& o) {
     const Tensor extra = d - flips * span;
     c = where(flips.fmod(full_like(flips, 2.0)) == 0, extra + lo, (extra * -1.0) + (span + lo));
   }
-  if (o.padding_mode != "zeros") c = clamp(c, 0.0, n - 1);
+  if (o.padding_mode != "zeros") c = where(logical_and(c > 0.0, c < n - 1), c, clamp(c, 0.0, n - 1).detach());
   return c;
 }
 
@@ -138,7 +139,8 @@ Tensor grid_sample_composite(const Tensor& x, const Tensor& grid, const GridSamp
     }
     const Tensor flat = index.to(kInt64).reshape({N, 1, outputs});
     const Tensor v = gather(flat_x, 2, flat.expand({N, C, outputs})).view(out);
-    return v * where(inside, weight, zeros_like(weight)).unsqueeze(1);
+    // (where, not a product with a zero weight: an inf or NaN edge pixel read for an outside position stays out)
+    return where(inside.unsqueeze(1), v * weight.unsqueeze(1), 0.0);
   };
   if (o.mode == "bicubic") {
     // PyTorch's rule: the 4 x 4 taps around the unpadded position, each tap's own coordinate then padded (so
@@ -185,14 +187,18 @@ Tensor grid_sample_composite(const Tensor& x, const Tensor& grid, const GridSamp
   return y;
 }
 
-
 // ---- the CPU's fused path: images, bilinear or nearest, float32 or float64 ----
 
 enum class Padding { Zeros, Border, Reflection };
 
+Padding padding_of(const GridSampleOptions& o) {
+  if (o.padding_mode == "border") return Padding::Border;
+  return o.padding_mode == "reflection" ? Padding::Reflection : Padding::Zeros;
+}
+
 // The padded pixel coordinate along a dim of `size` that the normalized g names (as the composite's
 // source_coordinate), and through *d its derivative by g: the unnormalization's scale, flipped by each
-// reflection, zero where border or reflection clamp it.
+// reflection, and zero where border or reflection clamp it, the image's edges included (PyTorch's rule).
 template <typename T>
 T source(T g, int64_t size, Padding padding, bool align_corners, T* d) {
   const T n = static_cast<T>(size);
@@ -213,10 +219,7 @@ T source(T g, int64_t size, Padding padding, bool align_corners, T* d) {
     dc *= even ? sign : -sign;
     c = even ? extra + lo : span + lo - extra;
   }
-  if (padding != Padding::Zeros) {
-    if (c < 0) c = 0, dc = 0;
-    else if (c > n - 1) c = n - 1, dc = 0;
-  }
+  if (padding != Padding::Zeros && !(c > 0 && c < n - 1)) c = c <= 0 ? T(0) : n - 1, dc = 0;
   *d = dc;
   return c;
 }
@@ -224,7 +227,7 @@ T source(T g, int64_t size, Padding padding, bool align_corners, T* d) {
 // One output position's reads: up to four pixels of the plane (their offsets, -1 outside the image), each
 // with its weight; for bilinear also the shares along x and y, and the coordinates' derivatives by the grid.
 template <typename T>
-struct Taps {
+struct Corners {
   int64_t at[4] = {-1, -1, -1, -1};
   T weight[4] = {0, 0, 0, 0};
   T tx = 0, ty = 0, dx = 0, dy = 0;
@@ -232,8 +235,8 @@ struct Taps {
 };
 
 template <typename T>
-Taps<T> taps_at(T gx, T gy, int64_t H, int64_t W, Padding padding, bool align_corners, bool bilinear) {
-  Taps<T> t;
+Corners<T> corners_at(T gx, T gy, int64_t H, int64_t W, Padding padding, bool align_corners, bool bilinear) {
+  Corners<T> t;
   const T ix = source(gx, W, padding, align_corners, &t.dx), iy = source(gy, H, padding, align_corners, &t.dy);
   // (Coordinates are compared as T before becoming integers: a far-off or NaN one is outside, never converted.)
   const auto offset = [&](T y, T x) -> int64_t {
@@ -257,33 +260,72 @@ Taps<T> taps_at(T gx, T gy, int64_t H, int64_t W, Padding padding, bool align_co
   return t;
 }
 
+// out (N, C, Ho, Wo) from x (N, C, H, W) at grid (N, Ho, Wo, 2), all contiguous; P = Ho Wo.
+template <typename T>
+void grid_sample_forward(const T* x, const T* grid, T* out, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
+                         const GridSampleOptions& o) {
+  const Padding padding = padding_of(o);
+  const bool bilinear = o.mode == "bilinear";
+  parallel_for(0, N * P, std::max<int64_t>(1, kDefaultGrain / (4 * C + 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t n = i / P, p = i % P;
+      const Corners<T> t = corners_at(grid[2 * i], grid[2 * i + 1], H, W, padding, o.align_corners, bilinear);
+      for (int64_t c = 0; c < C; ++c) {
+        const T* plane = x + (n * C + c) * H * W;
+        T v = 0;
+        for (int k = 0; k < t.count; ++k)
+          if (t.at[k] >= 0) v += t.weight[k] * plane[t.at[k]];
+        out[(n * C + c) * P + p] = v;
+      }
+    }
+  });
+}
+
+// From g (N, C, Ho, Wo), the output's gradient: grad_x (N, C, H, W, zeroed by the caller) and grad_grid
+// (N, Ho, Wo, 2), either null when not wanted; x and grid as in forward. One image per thread: its pixels'
+// gradients are written by that thread alone, and the grid's gradient sums the channels in the same pass.
+template <typename T>
+void grid_sample_backward(const T* g, const T* x, const T* grid, T* grad_x, T* grad_grid, int64_t N, int64_t C,
+                          int64_t H, int64_t W, int64_t P, const GridSampleOptions& o) {
+  const Padding padding = padding_of(o);
+  const bool bilinear = o.mode == "bilinear";
+  parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t i = n * P + p;
+        const Corners<T> t = corners_at(grid[2 * i], grid[2 * i + 1], H, W, padding, o.align_corners, bilinear);
+        T by_x = 0, by_y = 0;  // d out / d ix and d out / d iy, summed over the channels
+        for (int64_t c = 0; c < C; ++c) {
+          const T u = g[(n * C + c) * P + p];
+          if (grad_x != nullptr) {
+            T* plane = grad_x + (n * C + c) * H * W;
+            for (int k = 0; k < t.count; ++k)
+              if (t.at[k] >= 0) plane[t.at[k]] += t.weight[k] * u;
+          }
+          if (grad_grid != nullptr) {
+            const T* plane = x + (n * C + c) * H * W;
+            T v[4];
+            for (int k = 0; k < 4; ++k) v[k] = t.at[k] >= 0 ? plane[t.at[k]] : T(0);
+            by_x += u * ((v[1] - v[0]) * (1 - t.ty) + (v[3] - v[2]) * t.ty);
+            by_y += u * ((v[2] - v[0]) * (1 - t.tx) + (v[3] - v[1]) * t.tx);
+          }
+        }
+        if (grad_grid != nullptr) grad_grid[2 * i] = by_x * t.dx, grad_grid[2 * i + 1] = by_y * t.dy;
+      }
+  });
+}
+
 struct GridSampleFunction : autograd::Function<GridSampleFunction> {
   static constexpr const char* name = "GridSampleBackward";
 
   // x (N, C, H, W), grid (N, Ho, Wo, 2): contiguous, float32 or float64 on the CPU.
   static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x, const Tensor& grid,
                         const GridSampleOptions& o) {
-    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), P = grid.size(1) * grid.size(2);
-    const Padding padding = padding_of(o);
-    const bool bilinear = o.mode == "bilinear";
+    const int64_t N = x.size(0), C = x.size(1), P = grid.size(1) * grid.size(2);
     Tensor out = empty({N, C, grid.size(1), grid.size(2)}, TensorOptions(x.dtype()));
-    on_floating(x.dtype(), [&]<typename T>() {
-      const T* xp = x.data_ptr<T>();
-      const T* gp = grid.data_ptr<T>();
-      T* op = out.data_ptr<T>();
-      parallel_for(0, N * P, std::max<int64_t>(1, kDefaultGrain / (4 * C + 1)), [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-          const int64_t n = i / P, p = i % P;
-          const Taps<T> t = taps_at(gp[2 * i], gp[2 * i + 1], H, W, padding, o.align_corners, bilinear);
-          for (int64_t c = 0; c < C; ++c) {
-            const T* plane = xp + (n * C + c) * H * W;
-            T v = 0;
-            for (int k = 0; k < t.count; ++k)
-              if (t.at[k] >= 0) v += t.weight[k] * plane[t.at[k]];
-            op[(n * C + c) * P + p] = v;
-          }
-        }
-      });
+    visit_dtype<kFloat32Set | kFloat64Set>(x.dtype(), "grid_sample", [&]<typename T>() {
+      grid_sample_forward<T>(x.data_ptr<T>(), grid.data_ptr<T>(), out.data_ptr<T>(), N, C, x.size(2), x.size(3), P,
+                             o);
     });
     ctx->save_for_backward({x, grid});
     ctx->saved_data["options"] = o;
@@ -298,43 +340,14 @@ struct GridSampleFunction : autograd::Function<GridSampleFunction> {
     if (!grads[0].defined()) return {Tensor(), Tensor()};
     if (autograd::GradMode::is_enabled()) return differentiable_backward(x, grid, grads[0], o, want_x, want_grid);
     const Tensor g = grads[0].contiguous();
-    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), P = grid.size(1) * grid.size(2);
-    const Padding padding = padding_of(o);
-    const bool bilinear = o.mode == "bilinear";
     Tensor grad_x = want_x ? zeros(x.sizes(), TensorOptions(x.dtype())) : Tensor();
     // nearest's output does not move with the grid: its gradient is zero (none, as the composite gives)
-    Tensor grad_grid = want_grid && bilinear ? empty(grid.sizes(), TensorOptions(grid.dtype())) : Tensor();
-    on_floating(x.dtype(), [&]<typename T>() {
-      const T* xp = x.data_ptr<T>();
-      const T* gp = grid.data_ptr<T>();
-      const T* up = g.data_ptr<T>();
-      T* gxp = grad_x.defined() ? grad_x.data_ptr<T>() : nullptr;
-      T* ggp = grad_grid.defined() ? grad_grid.data_ptr<T>() : nullptr;
-      // One image per thread: its pixels' gradients are written by that thread alone.
-      parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; ++n)
-          for (int64_t p = 0; p < P; ++p) {
-            const int64_t i = n * P + p;
-            const Taps<T> t = taps_at(gp[2 * i], gp[2 * i + 1], H, W, padding, o.align_corners, bilinear);
-            T by_x = 0, by_y = 0;  // d out / d ix and d out / d iy, summed over the channels
-            for (int64_t c = 0; c < C; ++c) {
-              const T u = up[(n * C + c) * P + p];
-              if (gxp != nullptr) {
-                T* plane = gxp + (n * C + c) * H * W;
-                for (int k = 0; k < t.count; ++k)
-                  if (t.at[k] >= 0) plane[t.at[k]] += t.weight[k] * u;
-              }
-              if (ggp != nullptr) {
-                const T* plane = xp + (n * C + c) * H * W;
-                T v[4];
-                for (int k = 0; k < 4; ++k) v[k] = t.at[k] >= 0 ? plane[t.at[k]] : T(0);
-                by_x += u * ((v[1] - v[0]) * (1 - t.ty) + (v[3] - v[2]) * t.ty);
-                by_y += u * ((v[2] - v[0]) * (1 - t.tx) + (v[3] - v[1]) * t.tx);
-              }
-            }
-            if (ggp != nullptr) ggp[2 * i] = by_x * t.dx, ggp[2 * i + 1] = by_y * t.dy;
-          }
-      });
+    Tensor grad_grid = want_grid && o.mode == "bilinear" ? empty(grid.sizes(), TensorOptions(grid.dtype())) : Tensor();
+    visit_dtype<kFloat32Set | kFloat64Set>(x.dtype(), "grid_sample backward", [&]<typename T>() {
+      grid_sample_backward<T>(g.data_ptr<T>(), x.data_ptr<T>(), grid.data_ptr<T>(),
+                              grad_x.defined() ? grad_x.data_ptr<T>() : nullptr,
+                              grad_grid.defined() ? grad_grid.data_ptr<T>() : nullptr, x.size(0), x.size(1),
+                              x.size(2), x.size(3), grid.size(1) * grid.size(2), o);
     });
     return {grad_x, grad_grid};
   }
@@ -349,17 +362,6 @@ struct GridSampleFunction : autograd::Function<GridSampleFunction> {
     const Tensor y = grid_sample_composite(x, grid, o);
     std::vector<Tensor> d = autograd::grad({y}, wrt, {g}, std::nullopt, /*create_graph=*/true, /*allow_unused=*/true);
     return {want_x ? d[0] : Tensor(), want_grid ? d.back() : Tensor()};
-  }
-
-  static Padding padding_of(const GridSampleOptions& o) {
-    if (o.padding_mode == "border") return Padding::Border;
-    return o.padding_mode == "reflection" ? Padding::Reflection : Padding::Zeros;
-  }
-  // Calls f.template operator()<T>() with T float or double, as dtype is.
-  template <typename F>
-  static void on_floating(DType dtype, F&& f) {
-    if (dtype == kFloat64) f.template operator()<double>();
-    else f.template operator()<float>();
   }
 };
 

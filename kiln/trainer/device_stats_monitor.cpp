@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -49,8 +50,11 @@ HostStats read_host_stats() {
 
 std::optional<double> cpu_percent_between(const HostStats& before, const HostStats& after) {
   if (!before.cpu_total || !after.cpu_total || *after.cpu_total <= *before.cpu_total) return std::nullopt;
-  const double total = static_cast<double>(*after.cpu_total - *before.cpu_total);
-  return 100.0 * static_cast<double>(*after.cpu_busy - *before.cpu_busy) / total;
+  // Signed: a hypervisor's steal time, or a CPU taken offline, can make a counter go back.
+  const double total = static_cast<double>(*after.cpu_total) - static_cast<double>(*before.cpu_total);
+  const double busy = static_cast<double>(*after.cpu_busy) - static_cast<double>(*before.cpu_busy);
+  if (busy < 0) return std::nullopt;
+  return std::min(100.0, 100.0 * busy / total);
 }
 
 std::map<std::string, double> DeviceStatsMonitor::read(Trainer& trainer, const std::string& hook) {

@@ -472,38 +472,43 @@ TEST(DDP, FrozenParametersSitOutTheRoundAndJoinAgainWhenUnfrozen) {
 }
 
 // A parameter frozen on one rank only: that rank's finalize finds a nonzero average for it (the other rank's
-// gradient) and raises an error naming it and the rank, rather than both training on a gradient averaged with
-// zeros. The round's collectives all completed, so the next round, frozen alike again, is averaged correctly.
+// gradient) and raises an error naming it and the rank. (Rank 0 cannot tell; in a job it fails at its next
+// collective once rank 1 stops.) The round's collectives all completed, so the next round, with the parameter
+// unfrozen on both ranks, is averaged correctly.
+// Both ways the check reads the buckets: the parameter sharing a bucket with others, and alone in its own
+// (bucket_cap_mb 0), a bucket frozen whole.
 TEST(DDP, AParameterFrozenOnOneRankOnlyIsAnError) {
-  const std::string path = store_path("frozen_one");
-  auto results = run_ranks(2, [&](int rank) {
-    auto pg = make_group(path, rank, 2);
-    auto model = make_mlp(7), ref = make_mlp(7);
-    DistributedDataParallel ddp(model, pg);
-    if (rank == 1) model->fc1->named_parameters()[0].second.requires_grad_(false);
-    auto [x, y] = batch(0);
-    std::string message;
-    try {
+  for (double cap : {25.0, 0.0}) {
+    const std::string path = store_path(cap > 0 ? "frozen_one" : "frozen_one_alone");
+    auto results = run_ranks(2, [&](int rank) {
+      auto pg = make_group(path, rank, 2);
+      auto model = make_mlp(7), ref = make_mlp(7);
+      DistributedDataParallel ddp(model, pg, DDPOptions{.bucket_cap_mb = cap});
+      if (rank == 1) model->fc1->named_parameters()[0].second.requires_grad_(false);
+      auto [x, y] = batch(0);
+      std::string message;
+      try {
+        F::mse_loss(ddp(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+        ddp.finalize();
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      if (rank == 1) {
+        rank_check(message.find("parameter 'fc1.weight' is frozen (requires_grad false) on rank 1, but another rank "
+                                "sent a gradient for it") != std::string::npos,
+                   "rank 1 froze fc1.weight alone: " + message);
+      } else {
+        rank_check(message.empty(), "rank 0, whose round completed: " + message);
+      }
+      model->fc1->named_parameters()[0].second.requires_grad_(true);
+      for (const Tensor& p : model->parameters()) p.set_grad(Tensor());
       F::mse_loss(ddp(shard(x, rank, 2)), shard(y, rank, 2)).backward();
       ddp.finalize();
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    if (rank == 1) {
-      rank_check(message.find("parameter 'fc1.weight' is frozen (requires_grad false) on rank 1, but another rank "
-                              "sent a gradient for it") != std::string::npos,
-                 "rank 1 froze fc1.weight alone: " + message);
-    } else {
-      rank_check(message.empty(), "rank 0, whose round completed: " + message);
-    }
-    model->fc1->named_parameters()[0].second.requires_grad_(true);
-    for (const Tensor& p : model->parameters()) p.set_grad(Tensor());
-    F::mse_loss(ddp(shard(x, rank, 2)), shard(y, rank, 2)).backward();
-    ddp.finalize();
-    F::mse_loss((*ref)(x), y).backward();
-    check_models_close(*model, *ref, "the round after the error", true);
-  });
-  expect_all_ok(results);
+      F::mse_loss((*ref)(x), y).backward();
+      check_models_close(*model, *ref, "the round after the error", true);
+    });
+    expect_all_ok(results);
+  }
 }
 
 // Parameters of different shapes on different ranks: every rank fails at construction, naming the parameter

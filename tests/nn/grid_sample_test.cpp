@@ -198,6 +198,40 @@ TEST(GridSample, FusedKernelsMatchTheCompositeAndAnyThreadCount) {
         }
 }
 
+// An exact identity grid (affine_grid of the identity with align_corners: the edge positions exactly -1 and 1,
+// as a spatial transformer starts) under border and reflection padding: the edges count as clamped, so the
+// grid's gradient there is 0 along that dim, as PyTorch has it, and the rest moves. On both paths; also a
+// 1-pixel-wide image, where every position is an edge.
+TEST_P(GridSamplePaths, ClampedEdgesPassTheGridNoGradient) {
+  std::optional<F::CompositeOnlyGuard> composite;
+  if (GetParam()) composite.emplace();
+  const Tensor identity = tensor(std::vector<double>{1, 0, 0, 0, 1, 0}, {1, 2, 3});
+  for (const char* padding : {"border", "reflection"}) {
+    SCOPED_TRACE(padding);
+    const F::GridSampleOptions o{.padding_mode = padding, .align_corners = true};
+    const Tensor x = randn64({1, 2, 4, 5}, 980);
+    Tensor grid = F::affine_grid(identity, {1, 2, 4, 5}, true).detach().requires_grad_();
+    (F::grid_sample(x, grid, o) * randn64({1, 2, 4, 5}, 981)).sum().backward();
+    const Tensor gx = grid.grad().select(-1, 0), gy = grid.grad().select(-1, 1);  // (1, 4, 5)
+    for (int64_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(gx[0][i][0].item<double>(), 0.0) << "row " << i;
+      EXPECT_EQ(gx[0][i][4].item<double>(), 0.0) << "row " << i;
+      EXPECT_NE(gx[0][i][2].item<double>(), 0.0) << "row " << i;
+    }
+    for (int64_t j = 0; j < 5; ++j) {
+      EXPECT_EQ(gy[0][0][j].item<double>(), 0.0) << "column " << j;
+      EXPECT_EQ(gy[0][3][j].item<double>(), 0.0) << "column " << j;
+    }
+    // A 1-pixel-wide image: x is always clamped; the output is the column itself.
+    const Tensor column = randn64({1, 1, 3, 1}, 982);
+    Tensor g1 = F::affine_grid(identity, {1, 1, 3, 1}, true).detach().requires_grad_();
+    const Tensor y = F::grid_sample(column, g1, o);
+    EXPECT_TRUE(allclose(y, column, 1e-12, 1e-12));
+    y.sum().backward();
+    EXPECT_EQ(g1.grad().select(-1, 0).abs().sum().item<double>(), 0.0);
+  }
+}
+
 // A backward with create_graph through the fused path: gradcheck of the first-order gradients (by the input,
 // the grid and the upstream gradient) checks the second derivatives.
 TEST(GridSample, SecondDerivativesThroughTheFusedPath) {

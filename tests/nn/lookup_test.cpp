@@ -198,6 +198,41 @@ TEST(EmbeddingBag, FusedKernelsMatchTheCompositeAndAnyThreadCount) {
       }
 }
 
+// The inputs the fused path must take as the composite does: int32 indices, a non-contiguous table, a table of
+// width 0, bags all empty over a table holding inf (zeros, not NaN), and per_sample_weights of another dtype
+// (an error, as in PyTorch).
+TEST_P(EmbeddingBagPaths, OddInputs) {
+  std::optional<F::CompositeOnlyGuard> composite;
+  if (GetParam()) composite.emplace();
+  const Tensor table = randn64({6, 4}, 750);
+  const std::vector<int64_t> idx = {1, 4, 4, 0, 5, 2};
+  const Tensor offsets = ids({0, 2, 2, 5}, {4});
+  const F::EmbeddingBagOptions sum{.mode = F::BagMode::Sum};
+  const Tensor want = F::embedding_bag(ids(idx, {6}), table, offsets, sum);
+  EXPECT_TRUE(F::embedding_bag(ids(idx, {6}).to(kInt32), table, offsets.to(kInt32), sum).equal(want));
+  // the same table, stored transposed
+  const Tensor strided = table.t().contiguous().t();
+  ASSERT_FALSE(strided.is_contiguous());
+  Tensor leaf = strided.detach().requires_grad_();
+  const Tensor y = F::embedding_bag(ids(idx, {6}), leaf, offsets, sum);
+  EXPECT_TRUE(y.equal(want));
+  y.sum().backward();
+  EXPECT_EQ(leaf.grad().sum({1}).to_vector<double>(), (std::vector<double>{4, 4, 4, 0, 8, 4}));
+  // width 0: (B, 0) out, (6, 0) gradient
+  Tensor thin = zeros({6, 0}, kFloat64).requires_grad_();
+  const Tensor y0 = F::embedding_bag(ids(idx, {6}), thin, offsets, {.mode = F::BagMode::Max});
+  EXPECT_EQ(y0.sizes(), (Shape{4, 0}));
+  y0.sum().backward();
+  EXPECT_EQ(thin.grad().sizes(), (Shape{6, 0}));
+  // every bag empty, over a table with an inf in it
+  Tensor infinite = table.clone();
+  infinite.index_put_({ids({3}, {1})}, full({1, 4}, std::numeric_limits<double>::infinity(), kFloat64));
+  const Tensor empty_bags = F::embedding_bag(ids({}, {0}), infinite, ids({0, 0}, {2}), sum);
+  EXPECT_TRUE(empty_bags.equal(zeros({2, 4}, kFloat64)));
+  expect_error([&] { F::embedding_bag(ids(idx, {6}), table, offsets, sum, randn64({6}, 751).to(kFloat32)); },
+               {"per_sample_weights", "float64", "float32"});
+}
+
 // A backward with create_graph runs the fused path's gradient as differentiable ops: the second derivatives
 // (the table's gradient by the per-sample weights and by the upstream gradient) pass gradcheck, as mean's
 // and max's first-order gradients do by the upstream gradient.

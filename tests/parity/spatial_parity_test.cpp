@@ -579,6 +579,19 @@ TEST(SpatialParity, GridSampleAndAffineGridMatchLibTorch) {
                         },
                         1e-12, what, 504);
         }
+  // An exact identity grid with align_corners (the edges at exactly -1 and 1): where border and reflection
+  // padding clamp, the edges included, the grid's gradient is 0 along that dim.
+  const Tensor identity_grid = nn::F::affine_grid(tensor(std::vector<double>{1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0},
+                                                         {2, 2, 3}),
+                                                  {2, 3, 5, 6}, true);
+  for (const std::string padding : {"zeros", "border", "reflection"}) {
+    const nn::F::GridSampleOptions o{.padding_mode = padding, .align_corners = true};
+    expect_parity({x, identity_grid}, [&](const std::vector<Tensor>& t) { return nn::F::grid_sample(t[0], t[1], o); },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    return tf::grid_sample(t[0], t[1], torch_grid_options("bilinear", padding, true));
+                  },
+                  1e-12, "grid_sample of an exact identity grid, " + padding, 510);
+  }
   // Bicubic, images only: each of its 16 taps padded on its own. LibTorch's grid_sampler op takes the mode as
   // a number (2: bicubic), the padding too (0 zeros, 1 border, 2 reflection).
   for (bool align : {false, true})
