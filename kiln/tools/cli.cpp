@@ -311,9 +311,8 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
   }
   if (c.lr_monitor) o.callbacks.push_back(std::make_shared<trainer::LearningRateMonitor>());
   if (c.throughput_monitor.enabled) {
-    trainer::ThroughputMonitorOptions monitor;  // not designated: GCC warns that batch_size_fn, length_fn are left out
-    monitor.window_size = c.throughput_monitor.window_size;
-    o.callbacks.push_back(std::make_shared<trainer::ThroughputMonitor>(monitor));
+    o.callbacks.push_back(std::make_shared<trainer::ThroughputMonitor>(
+        trainer::ThroughputMonitorOptions{.window_size = c.throughput_monitor.window_size}));
   }
   if (c.device_stats_monitor.enabled) {
     o.callbacks.push_back(std::make_shared<trainer::DeviceStatsMonitor>(

@@ -50,7 +50,7 @@ struct BackboneFinetuningOptions {
   int64_t unfreeze_backbone_at_epoch = 10;
   // The factor of the backbone's lr at the start of each epoch after the unfreeze, given epoch + 1 (Lightning's
   // lambda_func). Not given: 2 every epoch (Lightning's `multiplicative`).
-  std::function<double(int64_t)> lambda_func;
+  std::function<double(int64_t)> lambda_func = {};
   double backbone_initial_ratio_lr = 0.1;
   std::optional<double> backbone_initial_lr;  // given: the backbone's first lr, in place of the ratio
   bool should_align = true;  // the backbone's lr never passes the first group's

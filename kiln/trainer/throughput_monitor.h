@@ -31,9 +31,9 @@ namespace kiln::trainer {
 
 struct ThroughputMonitorOptions {
   // Samples in a batch; by default Trainer::batch_size_of (dim 0 of its first field).
-  std::function<int64_t(const data::Batch&)> batch_size_fn;
+  std::function<int64_t(const data::Batch&)> batch_size_fn = {};
   // Items in a batch (a text batch's tokens): adds lengths and items_per_sec. Not given: none.
-  std::function<int64_t(const data::Batch&)> length_fn;
+  std::function<int64_t(const data::Batch&)> length_fn = {};
   // Floating-point operations of one batch (a training batch's forward and backward): adds flops_per_sec. 0: none.
   double flops_per_batch = 0;
   // The device's peak FLOP/s for the dtype trained in: adds mfu, flops_per_sec over this. 0: none.

@@ -156,7 +156,6 @@ TEST(CallbacksEarlyStopping, StateRoundTrip) {
 
 // ---- LearningRateMonitor ----
 
-
 struct Scheduled : Regression {
   std::string interval = "epoch";
   OptimizerSetup configure_optimizers() override {

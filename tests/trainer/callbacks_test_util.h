@@ -1,6 +1,7 @@
 // Shared by the callback tests (callbacks_test.cpp, model_checkpoint_test.cpp, ...): a fresh folder per test, a
 // tiny linear regression whose validation logs a scripted "val/score" per epoch, its data, quiet Trainer
-// options, and a logger that keeps what it is sent. The scripted score is what lets each test write its expectations out by hand.
+// options, and a logger that keeps what it is sent. The scripted score is what lets each test write its
+// expectations out by hand.
 #pragma once
 
 #include <gtest/gtest.h>
