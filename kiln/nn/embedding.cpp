@@ -1,25 +1,26 @@
 // Lookups: embedding and embedding_bag.
 //
-// embedding_bag first turns its input into bags: for each bag, the entries that stay in it (padding_idx's
-// leave), in input order, with their table rows. Then one of two paths reduces them:
-//   - on the CPU, for float32 and float64 tables, fused kernels (EmbeddingBagFunction): each bag's rows summed,
-//     averaged or maxed straight into the output, and backward writing the table's gradient row by row, with
-//     the entries grouped by row (a counting sort), so that no two threads write one row and the sum over a
-//     row's entries runs in input order whatever the thread count. No (entries, D) copy of the rows is made
-//     either way; the composite below makes two (the gathered rows forward, the gathered gradients backward).
-//   - anywhere else (a GPU, a 16-bit table), a composite of differentiable ops: one gather and one index_add
-//     for sum and mean; for max the bags padded to the longest and a max over them.
+// embedding_bag first turns its input into bags on the host: a BagLayout (kiln/tensor/ops/embedding_bag.h),
+// each bag's entries that stay in it (padding_idx's leave), in input order, with their table rows. Then one of
+// two paths reduces them:
+//   - for float32 and float64 tables on a device with the kernels (the CPU and CUDA), the fused kernels
+//     (EmbeddingBagFunction over ops::embedding_bag_*): each bag's rows summed, averaged or maxed straight into
+//     the output, and backward writing the table's gradient row by row from the entries grouped by row, so
+//     that no two threads write one row and the sum over a row's entries runs in input order whatever the
+//     thread count. No (entries, D) copy of the rows is made either way; the composite makes two.
+//   - anywhere else (a 16-bit table), a composite of differentiable ops: one gather and one index_add for sum
+//     and mean; for max the bags padded to the longest and a max over them.
 // A backward with create_graph (a second derivative) runs the fused path's gradient as differentiable ops.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "kiln/autograd/function.h"
 #include "kiln/nn/functional.h"
-#include "kiln/tensor/parallel.h"
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/embedding_bag.h"
 
 namespace kiln::nn::functional {
 
@@ -46,292 +47,111 @@ void renorm_rows(const char* op, const Tensor& weight, const Tensor& flat, doubl
   weight.index_put_({flat}, rows * where(norms > max_norm, max_norm / (norms + 1e-7), 1.0));
 }
 
-// The bags' entries that stay in them, in input order (so bag by bag).
-struct Bags {
-  int64_t count = 0;           // B
-  int64_t num_inputs = 0;      // the input's numel (per_sample_weights has as many)
-  std::vector<int64_t> input;  // each entry's position in the flattened input
-  std::vector<int64_t> row;    // its row of the table
-  std::vector<int64_t> bag;    // its bag
-  std::vector<int64_t> start;  // B + 1: bag b's entries are [start[b], start[b + 1])
-  int64_t size(int64_t b) const { return start[b + 1] - start[b]; }
-};
-
-Tensor as_index(const std::vector<int64_t>& v, Device device) {
-  return tensor(v, {static_cast<int64_t>(v.size())}, TensorOptions(kInt64).device(device));
+BagReduce reduce_of(BagMode mode) {
+  return mode == BagMode::Sum ? BagReduce::Sum : mode == BagMode::Mean ? BagReduce::Mean : BagReduce::Max;
 }
 
-// max(size, 1) per bag, as a (B) tensor: mean's divisor (an empty bag's zero sum stays zero).
-Tensor divisors(const Bags& bags, const TensorOptions& options) {
-  std::vector<double> n(static_cast<size_t>(bags.count));
-  for (int64_t b = 0; b < bags.count; ++b) n[b] = static_cast<double>(std::max<int64_t>(bags.size(b), 1));
-  return tensor(n, {bags.count}, options);
+// max(size, 1) per bag, as a (B) tensor of `dtype` on the layout's device: mean's divisor (an empty bag's zero
+// sum stays zero).
+Tensor divisors(const BagLayout& bags, DType dtype) {
+  const Tensor& start = bags.start;
+  return clamp(start.narrow(0, 1, bags.count) - start.narrow(0, 0, bags.count), 1, std::nullopt).to(dtype);
 }
 
 // ---- the composite path ----
 
-Tensor embedding_bag_composite(const Bags& bags, const Tensor& weight, BagMode mode, const Tensor& psw) {
+// host: the layout on the host (Max pads the bags there); bags: the same on weight's device.
+Tensor embedding_bag_composite(const BagLayout& host, const BagLayout& bags, const Tensor& weight, BagReduce mode,
+                               const Tensor& psw) {
   const int64_t B = bags.count, D = weight.size(1);
   const Device device = weight.device();
   const Tensor zero = zeros({B, D}, TensorOptions(weight.dtype()).device(device));
   // Every bag empty: zeros, still in weight's graph (through an empty sum, which an inf in weight leaves 0).
-  if (bags.row.empty()) return zero + weight.narrow(0, 0, 0).sum();
-  if (mode == BagMode::Max) {
+  if (bags.row.numel() == 0) return zero + weight.narrow(0, 0, 0).sum();
+  if (mode == BagReduce::Max) {
     // The bags padded to the longest: (B, longest, D), the padding -inf, then the max over each bag.
+    const int64_t* start = host.start.data_ptr<int64_t>();
+    const int64_t* row = host.row.data_ptr<int64_t>();
     int64_t longest = 0;
-    for (int64_t b = 0; b < B; ++b) longest = std::max(longest, bags.size(b));
+    for (int64_t b = 0; b < B; ++b) longest = std::max(longest, start[b + 1] - start[b]);
     std::vector<int64_t> grid(static_cast<size_t>(B * longest), 0), filled(static_cast<size_t>(B * longest), 0);
-    std::vector<int64_t> sizes(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) {
-      sizes[b] = bags.size(b);
-      for (int64_t j = bags.start[b], k = 0; j < bags.start[b + 1]; ++j, ++k)
-        grid[b * longest + k] = bags.row[j], filled[b * longest + k] = 1;
-    }
-    const Tensor mask = (as_index(filled, device) > 0).view({B, longest, 1});
-    const Tensor rows = index_select(weight, 0, as_index(grid, device)).view({B, longest, D});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = start[b], k = 0; j < start[b + 1]; ++j, ++k) grid[b * longest + k] = row[j], filled[b * longest + k] = 1;
+    const TensorOptions index_options = TensorOptions(kInt64).device(device);
+    const Tensor mask = (tensor(filled, {B * longest}, index_options) > 0).view({B, longest, 1});
+    const Tensor rows = index_select(weight, 0, tensor(grid, {B * longest}, index_options)).view({B, longest, D});
     const Tensor best = max(masked_fill(rows, logical_not(mask), -std::numeric_limits<double>::infinity()), 1).first;
-    const Tensor nonempty = (as_index(sizes, device) > 0).unsqueeze(1);
+    const Tensor nonempty = (bags.start.narrow(0, 1, B) > bags.start.narrow(0, 0, B)).unsqueeze(1);
     return where(nonempty, best, zero);
   }
-  Tensor rows = index_select(weight, 0, as_index(bags.row, device));
-  if (psw.defined())
-    rows = rows * index_select(psw.reshape({-1}), 0, as_index(bags.input, device)).unsqueeze(1);
-  const Tensor sums = index_add(zero, 0, as_index(bags.bag, device), rows);
-  if (mode == BagMode::Sum) return sums;
-  return sums / divisors(bags, TensorOptions(sums.dtype()).device(device)).unsqueeze(1);
+  Tensor rows = index_select(weight, 0, bags.row);
+  if (psw.defined()) rows = rows * index_select(psw.reshape({-1}), 0, bags.input).unsqueeze(1);
+  const Tensor sums = index_add(zero, 0, bags.bag, rows);
+  if (mode == BagReduce::Sum) return sums;
+  return sums / divisors(bags, sums.dtype()).unsqueeze(1);
 }
 
-// ---- the CPU's fused path ----
-
-// The rows are read in random order from a table usually far larger than the caches: asking for the row a few
-// entries ahead keeps several misses in flight (the max kernel's forward on composite_bench's batch: 36 ms
-// to 17 on 1 thread; sum's 12.5 to 11).
-constexpr int64_t kPrefetchAhead = 4;
-template <typename T>
-inline void prefetch_row(const Bags& bags, const T* w, int64_t D, int64_t j) {
-  if (j >= static_cast<int64_t>(bags.row.size())) return;
-  const char* p = reinterpret_cast<const char*>(w + bags.row[j] * D);
-  for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) __builtin_prefetch(p + off);
-}
-
-// out (B, D) from the table w (V, D), both contiguous, and psw (the flattened input's numel) or null; for max
-// also argmax (B, D): each output element's row (-1 in an empty bag).
-template <typename T>
-void embedding_bag_forward(const Bags& bags, const T* w, const T* psw, int64_t D, BagMode mode, T* out,
-                           int64_t* argmax) {
-  const int64_t entries = static_cast<int64_t>(bags.row.size());
-  const int64_t per_bag = std::max<int64_t>(1, entries / std::max<int64_t>(bags.count, 1));
-  using Place = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
-  parallel_for(0, bags.count, std::max<int64_t>(1, kDefaultGrain / (D * per_bag + 1)), [&](int64_t b0, int64_t b1) {
-    std::vector<Place> place(mode == BagMode::Max ? static_cast<size_t>(D) : 0);
-    for (int64_t b = b0; b < b1; ++b) {
-      T* o = out + b * D;
-      const int64_t first = bags.start[b], last = bags.start[b + 1];
-      if (mode == BagMode::Max) {
-        int64_t* arg = argmax + b * D;
-        if (first == last) {
-          std::fill(o, o + D, T(0)), std::fill(arg, arg + D, int64_t{-1});
-          continue;
-        }
-        // Each element's winner as its place in the bag, an integer as wide as T, so that the loop below
-        // vectorizes (a compare, then two blends); turned into table rows after.
-        const int64_t r0 = bags.row[first];
-        std::copy(w + r0 * D, w + r0 * D + D, o);
-        std::fill(place.begin(), place.end(), Place{0});
-        for (int64_t j = first + 1; j < last; ++j) {
-          prefetch_row(bags, w, D, j + kPrefetchAhead);
-          const T* __restrict row = w + bags.row[j] * D;
-          T* __restrict best = o;
-          Place* __restrict at = place.data();
-          const Place k = static_cast<Place>(j - first);
-          // The first maximum wins; a NaN, once met, stays (as max does).
-          for (int64_t d = 0; d < D; ++d) {
-            const T v = row[d], m = best[d];
-            const bool take = v > m || (v != v && m == m);
-            best[d] = take ? v : m;
-            at[d] = take ? k : at[d];
-          }
-        }
-        for (int64_t d = 0; d < D; ++d) arg[d] = bags.row[first + place[d]];
-        continue;
-      }
-      std::fill(o, o + D, T(0));
-      for (int64_t j = first; j < last; ++j) {
-        prefetch_row(bags, w, D, j + kPrefetchAhead);
-        const T* row = w + bags.row[j] * D;
-        if (psw != nullptr) {
-          const T s = psw[bags.input[j]];
-          for (int64_t d = 0; d < D; ++d) o[d] += row[d] * s;
-        } else {
-          for (int64_t d = 0; d < D; ++d) o[d] += row[d];
-        }
-      }
-      if (mode == BagMode::Mean && last > first) {
-        const T n = static_cast<T>(last - first);
-        for (int64_t d = 0; d < D; ++d) o[d] /= n;
-      }
-    }
-  });
-}
-
-// The table's gradient grad_w (V, D) for sum and mean, from the output's g (B, D) and psw (the flattened
-// input's numel) or null: row r gets the sum, over the entries that name it in input order, of the entry's
-// scale times its bag's gradient. One thread per row, so no row is written twice at once.
-template <typename T>
-void embedding_bag_backward_weight(const Bags& bags, const T* g, const T* psw, int64_t V, int64_t D, BagMode mode,
-                                   T* grad_w) {
-  // The entries grouped by row (a counting sort, stable: input order within a row).
-  std::vector<int64_t> row_start(static_cast<size_t>(V) + 1, 0), order(bags.row.size());
-  for (int64_t r : bags.row) ++row_start[r + 1];
-  for (int64_t r = 0; r < V; ++r) row_start[r + 1] += row_start[r];
-  {
-    std::vector<int64_t> next(row_start.begin(), row_start.end() - 1);
-    for (size_t j = 0; j < bags.row.size(); ++j) order[next[bags.row[j]]++] = static_cast<int64_t>(j);
-  }
-  std::vector<T> inv;
-  if (mode == BagMode::Mean) {
-    inv.resize(static_cast<size_t>(bags.count));
-    for (int64_t b = 0; b < bags.count; ++b) inv[b] = T(1) / static_cast<T>(std::max<int64_t>(bags.size(b), 1));
-  }
-  parallel_for(0, V, std::max<int64_t>(1, kDefaultGrain / (2 * D + 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      T* dst = grad_w + r * D;
-      std::fill(dst, dst + D, T(0));
-      for (int64_t k = row_start[r]; k < row_start[r + 1]; ++k) {
-        const size_t j = static_cast<size_t>(order[k]);
-        const int64_t b = bags.bag[j];
-        const T s = psw != nullptr ? psw[bags.input[j]] : mode == BagMode::Mean ? inv[b] : T(1);
-        const T* src = g + b * D;
-        for (int64_t d = 0; d < D; ++d) dst[d] += s * src[d];
-      }
-    }
-  });
-}
-
-// max: grad_w (V, D) gets each element of g (B, D) at the row argmax (B, D) names. Threads split the columns
-// in blocks of a cache line's worth, so two never write one element (rows need not start on a line, so two
-// may share a line at a block's edge); within a column the bags go in order.
-template <typename T>
-void embedding_bag_backward_weight_max(const int64_t* argmax, const T* g, int64_t B, int64_t V, int64_t D,
-                                       T* grad_w) {
-  parallel_for(0, V * D, kDefaultGrain, [&](int64_t i0, int64_t i1) { std::fill(grad_w + i0, grad_w + i1, T(0)); });
-  constexpr int64_t kBlock = 64 / sizeof(T);
-  const int64_t blocks = (D + kBlock - 1) / kBlock;
-  parallel_for(0, blocks, 1, [&](int64_t k0, int64_t k1) {
-    const int64_t d0 = k0 * kBlock, d1 = std::min(D, k1 * kBlock);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t d = d0; d < d1; ++d)
-        if (const int64_t r = argmax[b * D + d]; r >= 0) grad_w[r * D + d] += g[b * D + d];
-  });
-}
-
-// per_sample_weights' gradient grad_psw (the flattened input's numel, zeroed by the caller): entry j's is its
-// bag's gradient (g, (B, D)) dotted with its row of w (V, D); left-out entries keep 0.
-template <typename T>
-void embedding_bag_backward_per_sample_weights(const Bags& bags, const T* g, const T* w, int64_t D, T* grad_psw) {
-  const int64_t entries = static_cast<int64_t>(bags.row.size());
-  parallel_for(0, entries, std::max<int64_t>(1, kDefaultGrain / (D + 1)), [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const T* row = w + bags.row[j] * D;
-      const T* src = g + bags.bag[j] * D;
-      T dot = 0;
-      for (int64_t d = 0; d < D; ++d) dot += row[d] * src[d];
-      grad_psw[bags.input[j]] = dot;
-    }
-  });
-}
+// ---- the fused path ----
 
 struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
   static constexpr const char* name = "EmbeddingBagBackward";
 
-  // weight (V, D) float32 or float64 on the CPU; psw undefined or the input's shape, with weight's dtype.
+  // weight (V, D) float32 or float64; psw undefined or the input's shape, with weight's dtype; bags on
+  // weight's device.
   static Tensor forward(autograd::AutogradContext* ctx, const Tensor& weight, const Tensor& psw,
-                        std::shared_ptr<const Bags> bags, BagMode mode) {
-    const int64_t D = weight.size(1);
-    const Tensor w = weight.contiguous();
-    const Tensor p = psw.defined() ? psw.reshape({-1}).contiguous() : Tensor();
-    Tensor out = empty({bags->count, D}, TensorOptions(weight.dtype()));
-    Tensor argmax;
-    if (mode == BagMode::Max) argmax = empty({bags->count, D}, TensorOptions(kInt64));
-    visit_dtype<kFloat32Set | kFloat64Set>(weight.dtype(), "embedding_bag", [&]<typename T>() {
-      embedding_bag_forward<T>(*bags, w.data_ptr<T>(), p.defined() ? p.data_ptr<T>() : nullptr, D, mode,
-                               out.data_ptr<T>(), argmax.defined() ? argmax.data_ptr<int64_t>() : nullptr);
-    });
+                        std::shared_ptr<const BagLayout> bags, BagReduce mode) {
+    ops::EmbeddingBagForward f = ops::embedding_bag_forward(weight, psw, *bags, mode);
     // The table is needed only for per_sample_weights' gradient, per_sample_weights only for the table's.
     ctx->save_for_backward({psw.defined() ? weight : Tensor(), psw});
     ctx->saved_data["bags"] = bags;
     ctx->saved_data["mode"] = mode;
-    ctx->saved_data["argmax"] = argmax;
+    ctx->saved_data["argmax"] = f.argmax;
     ctx->saved_data["rows"] = weight.size(0);
-    return out;
+    return f.out;
   }
 
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
     const auto saved = ctx->get_saved_variables();
     const Tensor &weight = saved[0], &psw = saved[1];
-    const auto bags = std::any_cast<std::shared_ptr<const Bags>>(ctx->saved_data["bags"]);
-    const auto mode = std::any_cast<BagMode>(ctx->saved_data["mode"]);
+    const auto bags = std::any_cast<std::shared_ptr<const BagLayout>>(ctx->saved_data["bags"]);
+    const auto mode = std::any_cast<BagReduce>(ctx->saved_data["mode"]);
     const auto argmax = std::any_cast<Tensor>(ctx->saved_data["argmax"]);
     const auto V = std::any_cast<int64_t>(ctx->saved_data["rows"]);
     const Tensor& g = grads[0];
     if (!g.defined()) return {Tensor(), Tensor()};
-    const int64_t D = g.size(1);
     const bool want_w = ctx->needs_input_grad(0), want_psw = psw.defined() && ctx->needs_input_grad(1);
     if (autograd::GradMode::is_enabled())
       return differentiable_backward(*bags, g, weight, psw, argmax, mode, V, want_w, want_psw);
-    const Tensor gc = g.contiguous();
     Tensor grad_w, grad_psw;
-    const Tensor p = psw.defined() ? psw.reshape({-1}).contiguous() : Tensor();
-    visit_dtype<kFloat32Set | kFloat64Set>(g.dtype(), "embedding_bag backward", [&]<typename T>() {
-      if (want_w) {
-        grad_w = empty({V, D}, TensorOptions(g.dtype()));
-        if (mode == BagMode::Max) {
-          embedding_bag_backward_weight_max<T>(argmax.data_ptr<int64_t>(), gc.data_ptr<T>(), bags->count, V, D,
-                                               grad_w.data_ptr<T>());
-        } else {
-          embedding_bag_backward_weight<T>(*bags, gc.data_ptr<T>(), p.defined() ? p.data_ptr<T>() : nullptr, V, D,
-                                           mode, grad_w.data_ptr<T>());
-        }
-      }
-      if (want_psw) {
-        grad_psw = zeros({bags->num_inputs}, TensorOptions(g.dtype()));
-        const Tensor w = weight.contiguous();
-        embedding_bag_backward_per_sample_weights<T>(*bags, gc.data_ptr<T>(), w.data_ptr<T>(), D,
-                                                     grad_psw.data_ptr<T>());
-        grad_psw = grad_psw.view(psw.sizes());
-      }
-    });
+    if (want_w) grad_w = ops::embedding_bag_backward_weight(g, psw, argmax, *bags, V, mode);
+    if (want_psw) grad_psw = ops::embedding_bag_backward_per_sample_weights(g, weight, *bags).view(psw.sizes());
     return {grad_w, grad_psw};
   }
 
   // The same gradients as differentiable ops (a backward with create_graph).
-  static std::vector<Tensor> differentiable_backward(const Bags& bags, const Tensor& g, const Tensor& weight,
-                                                     const Tensor& psw, const Tensor& argmax, BagMode mode, int64_t V,
-                                                     bool want_w, bool want_psw) {
+  static std::vector<Tensor> differentiable_backward(const BagLayout& bags, const Tensor& g, const Tensor& weight,
+                                                     const Tensor& psw, const Tensor& argmax, BagReduce mode,
+                                                     int64_t V, bool want_w, bool want_psw) {
     const int64_t D = g.size(1);
-    const TensorOptions options = TensorOptions(g.dtype());
+    const TensorOptions options = TensorOptions(g.dtype()).device(g.device());
     Tensor grad_w, grad_psw;
-    if (mode == BagMode::Max) {
-      std::vector<int64_t> to, from;  // flat positions in the table's gradient and in g
-      const int64_t* arg = argmax.data_ptr<int64_t>();
-      for (int64_t i = 0; i < bags.count * D; ++i)
-        if (arg[i] >= 0) to.push_back(arg[i] * D + i % D), from.push_back(i);
-      grad_w = index_add(zeros({V * D}, options), 0, as_index(to, kCPU),
-                         index_select(g.reshape({-1}), 0, as_index(from, kCPU))).view({V, D});
+    if (mode == BagReduce::Max) {
+      // Each output element's gradient to its flat position argmax * D + d in the table's gradient.
+      const Tensor won = argmax >= 0;
+      const Tensor to = masked_select(argmax * D + arange(D, TensorOptions(kInt64).device(g.device())), won);
+      grad_w = index_add(zeros({V * D}, options), 0, to, masked_select(g, won)).view({V, D});
       return {grad_w, Tensor()};
     }
-    const Tensor bag_of = as_index(bags.bag, kCPU);
-    Tensor per_entry = index_select(g, 0, bag_of);  // each entry's bag's gradient
-    if (mode == BagMode::Mean) per_entry = per_entry / index_select(divisors(bags, options), 0, bag_of).unsqueeze(1);
-    const Tensor entries = as_index(bags.input, kCPU);
+    Tensor per_entry = index_select(g, 0, bags.bag);  // each entry's bag's gradient
+    if (mode == BagReduce::Mean) per_entry = per_entry / index_select(divisors(bags, g.dtype()), 0, bags.bag).unsqueeze(1);
     if (want_w) {
       const Tensor scaled =
-          psw.defined() ? per_entry * index_select(psw.reshape({-1}), 0, entries).unsqueeze(1) : per_entry;
-      grad_w = index_add(zeros({V, D}, options), 0, as_index(bags.row, kCPU), scaled);
+          psw.defined() ? per_entry * index_select(psw.reshape({-1}), 0, bags.input).unsqueeze(1) : per_entry;
+      grad_w = index_add(zeros({V, D}, options), 0, bags.row, scaled);
     }
     if (want_psw) {
-      const Tensor dots = (per_entry * index_select(weight, 0, as_index(bags.row, kCPU))).sum({1});
-      grad_psw = index_add(zeros({bags.num_inputs}, options), 0, entries, dots).view(psw.sizes());
+      const Tensor dots = (per_entry * index_select(weight, 0, bags.row)).sum({1});
+      grad_psw = index_add(zeros({bags.num_inputs}, options), 0, bags.input, dots).view(psw.sizes());
     }
     return {grad_w, grad_psw};
   }
@@ -392,31 +212,44 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
                weight.device(), "), got ", per_sample_weights.dtype(), " on ", per_sample_weights.device(),
                ", as in PyTorch");
   }
-  auto bags = std::make_shared<Bags>();
-  bags->count = static_cast<int64_t>(bounds.size()) - 1;
-  bags->num_inputs = n;
-  const std::vector<int64_t> ids = input.reshape({-1}).to(kInt64).to_vector<int64_t>();
+  // The layout, on the host, written straight into its tensors.
+  const int64_t B = static_cast<int64_t>(bounds.size()) - 1;
+  const Tensor ids_tensor = input.reshape({-1}).to(kInt64).contiguous();
+  const int64_t* ids = ids_tensor.data_ptr<int64_t>();
   // (-1, which no valid index equals, where there is no padding_idx)
   const int64_t pad = options.padding_idx ? padding_row("embedding_bag", options.padding_idx, weight.size(0)) : -1;
-  bags->input.reserve(ids.size()), bags->row.reserve(ids.size()), bags->bag.reserve(ids.size());
-  bags->start.push_back(0);
-  for (int64_t b = 0; b < bags->count; ++b) {
+  BagLayout host;
+  host.count = B, host.num_inputs = n;
+  host.input = empty({n}, TensorOptions(kInt64)), host.row = empty({n}, TensorOptions(kInt64));
+  host.bag = empty({n}, TensorOptions(kInt64)), host.start = empty({B + 1}, TensorOptions(kInt64));
+  int64_t *at = host.input.data_ptr<int64_t>(), *row = host.row.data_ptr<int64_t>();
+  int64_t *bag = host.bag.data_ptr<int64_t>(), *start = host.start.data_ptr<int64_t>();
+  int64_t entries = 0;
+  start[0] = 0;
+  for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = bounds[b]; i < bounds[b + 1]; ++i) {
       const int64_t id = ids[i];
       KILN_CHECK(id >= 0 && id < weight.size(0), "embedding_bag: index ", id, " at position ", i,
                  " is outside the ", weight.size(0), " embeddings");
       if (id == pad) continue;
-      bags->input.push_back(i), bags->row.push_back(id), bags->bag.push_back(b);
+      at[entries] = i, row[entries] = id, bag[entries] = b;
+      ++entries;
     }
-    bags->start.push_back(static_cast<int64_t>(bags->row.size()));
+    start[b + 1] = entries;
+  }
+  if (entries < n) {  // padding left: the first `entries` (views of the same memory)
+    host.input = host.input.narrow(0, 0, entries), host.row = host.row.narrow(0, 0, entries);
+    host.bag = host.bag.narrow(0, 0, entries);
   }
   if (options.max_norm)  // every index the bags hold, as PyTorch renormalizes them
     renorm_rows("embedding_bag", weight, input.reshape({-1}).to(kInt64), *options.max_norm, options.norm_type);
-  const bool fused = !CompositeOnlyGuard::active() && weight.device().is_cpu() &&
-                     (weight.dtype() == kFloat32 || weight.dtype() == kFloat64);
-  if (!fused) return embedding_bag_composite(*bags, weight, options.mode, per_sample_weights);
-  return EmbeddingBagFunction::apply(weight, per_sample_weights,
-                                     std::shared_ptr<const Bags>(std::move(bags)), options.mode);
+  auto bags = std::make_shared<const BagLayout>(host.to(weight.device()));
+  const BagReduce mode = reduce_of(options.mode);
+  const bool fused = !CompositeOnlyGuard::active() &&
+                     (weight.dtype() == kFloat32 || weight.dtype() == kFloat64) &&
+                     has_kernel<Op::embedding_bag>(weight.device().type);
+  if (!fused) return embedding_bag_composite(host, *bags, weight, mode, per_sample_weights);
+  return EmbeddingBagFunction::apply(weight, per_sample_weights, std::move(bags), mode);
 }
 
 }  // namespace kiln::nn::functional

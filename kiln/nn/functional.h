@@ -15,10 +15,10 @@
 
 namespace kiln::nn::functional {
 
-// Some functions have fused CPU kernels beside a composite of differentiable ops, which other devices and dtypes
-// take (embedding_bag; grid_sample over images in bilinear and nearest modes). While a CompositeOnlyGuard lives,
-// those functions take the composite on this thread on the CPU too: for tests that hold the two against each
-// other.
+// Some functions have fused kernels (CPU and CUDA) beside a composite of differentiable ops, which other dtypes
+// and shapes take (embedding_bag; grid_sample over images in bilinear and nearest modes). While a
+// CompositeOnlyGuard lives, those functions take the composite on this thread everywhere: for tests that hold
+// the two against each other.
 class CompositeOnlyGuard {
  public:
   CompositeOnlyGuard();
@@ -79,9 +79,10 @@ struct EmbeddingBagOptions {
 // The rows of weight (num_embeddings, D) that each bag's indices name, reduced to one: (B, D). Bags are the rows
 // of a 2-d input (B, L), or, for a 1-d input, the runs offsets (B, int64, from 0, non-decreasing) start. An empty
 // bag gives zeros. per_sample_weights (input's shape, weight's dtype, mode Sum only) scale each row first. Max's
-// gradient goes to the first maximum of each bag and dim. On the CPU (float32, float64 tables) fused kernels
-// each way; elsewhere a composite: for sum and mean one gather and one index_add, for max the bags padded to the
-// longest one (kiln/nn/embedding.cpp). The indices and offsets are read on the host (a synchronization on a GPU).
+// gradient goes to the first maximum of each bag and dim. For float32 and float64 tables fused kernels each way
+// (CPU and CUDA); for 16-bit ones a composite: for sum and mean one gather and one index_add, for max the bags
+// padded to the longest one (kiln/nn/embedding.cpp). The indices and offsets are read on the host (a
+// synchronization on a GPU), where the bags are laid out, then copied to the table's device.
 Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& offsets = {},
                      const EmbeddingBagOptions& options = {}, const Tensor& per_sample_weights = {});
 
@@ -298,9 +299,11 @@ struct GridSampleOptions {
 };
 // Samples x (N, C, H, W) at grid (N, Ho, Wo, 2) of normalized (x, y) positions -> (N, C, Ho, Wo), as
 // torch.nn.functional.grid_sample; volumes x (N, C, D, H, W) at grid (N, Do, Ho, Wo, 3) of (x, y, z) ->
-// (N, C, Do, Ho, Wo), "bilinear" then being trilinear, as in PyTorch. A composite: the positions unnormalized,
-// padded and reflected with differentiable ops, then one gather per corner (4 or 8). Gradients reach x and
-// (bilinear, bicubic) the grid.
+// (N, C, Do, Ho, Wo), "bilinear" then being trilinear, as in PyTorch. Images in float32 or float64, bilinear or
+// nearest, take fused kernels (CPU and CUDA); the rest a composite: the positions unnormalized, padded and
+// reflected with differentiable ops, then one gather per corner (4 or 8). Gradients reach x and (bilinear,
+// bicubic) the grid. On a GPU the fused backward adds into x's gradient with atomics (its last bits may vary
+// from run to run).
 Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& options = {});
 // x: (N, C, ...). Training: normalizes with the batch's statistics over every dim but C and updates the running
 // ones (running = (1 - momentum) running + momentum batch, with the unbiased batch variance); eval: uses them.

@@ -1,13 +1,13 @@
 // affine_grid and grid_sample (PyTorch's spatial transformer sampling).
 //
 // grid_sample has two paths:
-//   - on the CPU, for images (N, C, H, W) in float32 or float64 sampled bilinearly or at the nearest pixel,
-//     fused kernels (GridSampleFunction): each output position's coordinates, padding and corner weights are
+//   - for images (N, C, H, W) in float32 or float64 sampled bilinearly or at the nearest pixel, on a device
+//     with the kernels (the CPU and CUDA), fused kernels (GridSampleFunction over ops::grid_sample_2d; the math
+//     is in kiln/tensor/ops/grid_sample.h): each output position's coordinates, padding and corner weights are
 //     worked out once and used for every channel; backward scatters into the input's gradient and sums the
-//     grid's gradient over the channels in the same pass, one image per thread (so no two threads write one
-//     pixel, and the result does not depend on the thread count), as PyTorch's CPU kernel splits the work.
-//   - anywhere else (volumes, bicubic, a GPU, 16-bit types), a composite of differentiable ops: a gather per
-//     corner (or tap), weighted and summed.
+//     grid's gradient over the channels in the same pass.
+//   - anywhere else (volumes, bicubic, 16-bit types), a composite of differentiable ops: a gather per corner
+//     (or tap), weighted and summed.
 // A backward with create_graph (a second derivative) differentiates the composite on the saved inputs.
 #include <algorithm>
 #include <array>
@@ -18,7 +18,8 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/function.h"
 #include "kiln/nn/functional.h"
-#include "kiln/tensor/parallel.h"
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/grid_sample.h"
 
 namespace kiln::nn::functional {
 
@@ -187,149 +188,27 @@ Tensor grid_sample_composite(const Tensor& x, const Tensor& grid, const GridSamp
   return y;
 }
 
-// ---- the CPU's fused path: images, bilinear or nearest, float32 or float64 ----
+// ---- the fused path: images, bilinear or nearest, float32 or float64 ----
 
-enum class Padding { Zeros, Border, Reflection };
-
-Padding padding_of(const GridSampleOptions& o) {
-  if (o.padding_mode == "border") return Padding::Border;
-  return o.padding_mode == "reflection" ? Padding::Reflection : Padding::Zeros;
-}
-
-// The padded pixel coordinate along a dim of `size` that the normalized g names (as the composite's
-// source_coordinate), and through *d its derivative by g: the unnormalization's scale, flipped by each
-// reflection, and zero where border or reflection clamp it, the image's edges included (PyTorch's rule).
-template <typename T>
-T source(T g, int64_t size, Padding padding, bool align_corners, T* d) {
-  const T n = static_cast<T>(size);
-  T dc = align_corners ? (n - 1) / 2 : n / 2;
-  T c = align_corners ? (g + 1) * dc : ((g + 1) * n - 1) / 2;
-  if (padding == Padding::Reflection) {
-    // Reflect about [lo, lo + span]: the distance from lo, folded back and forth over spans.
-    const T lo = align_corners ? T(0) : T(-0.5), span = align_corners ? n - 1 : n;
-    if (span <= 0) {
-      *d = 0;
-      return 0;
-    }
-    const T distance = std::abs(c - lo);
-    const T flips = std::floor(distance / span);
-    const T extra = distance - flips * span;
-    const bool even = std::fmod(flips, T(2)) == 0;
-    const T sign = c > lo ? T(1) : c < lo ? T(-1) : T(0);  // the distance's derivative (abs' at 0 is 0)
-    dc *= even ? sign : -sign;
-    c = even ? extra + lo : span + lo - extra;
-  }
-  if (padding != Padding::Zeros && !(c > 0 && c < n - 1)) c = c <= 0 ? T(0) : n - 1, dc = 0;
-  *d = dc;
-  return c;
-}
-
-// One output position's reads: up to four pixels of the plane (their offsets, -1 outside the image), each
-// with its weight; for bilinear also the shares along x and y, and the coordinates' derivatives by the grid.
-template <typename T>
-struct Corners {
-  int64_t at[4] = {-1, -1, -1, -1};
-  T weight[4] = {0, 0, 0, 0};
-  T tx = 0, ty = 0, dx = 0, dy = 0;
-  int count = 0;
-};
-
-template <typename T>
-Corners<T> corners_at(T gx, T gy, int64_t H, int64_t W, Padding padding, bool align_corners, bool bilinear) {
-  Corners<T> t;
-  const T ix = source(gx, W, padding, align_corners, &t.dx), iy = source(gy, H, padding, align_corners, &t.dy);
-  // (Coordinates are compared as T before becoming integers: a far-off or NaN one is outside, never converted.)
-  const auto offset = [&](T y, T x) -> int64_t {
-    if (!(x >= 0 && x <= static_cast<T>(W - 1) && y >= 0 && y <= static_cast<T>(H - 1))) return -1;
-    return static_cast<int64_t>(y) * W + static_cast<int64_t>(x);
-  };
-  if (!bilinear) {  // nearest: halves round to even (nearbyint in the default rounding mode)
-    t.count = 1;
-    t.at[0] = offset(std::nearbyint(iy), std::nearbyint(ix));
-    t.weight[0] = 1;
-    return t;
-  }
-  const T x0 = std::floor(ix), y0 = std::floor(iy);
-  t.tx = ix - x0, t.ty = iy - y0;
-  t.count = 4;
-  // nw, ne, sw, se
-  t.at[0] = offset(y0, x0), t.at[1] = offset(y0, x0 + 1);
-  t.at[2] = offset(y0 + 1, x0), t.at[3] = offset(y0 + 1, x0 + 1);
-  t.weight[0] = (1 - t.tx) * (1 - t.ty), t.weight[1] = t.tx * (1 - t.ty);
-  t.weight[2] = (1 - t.tx) * t.ty, t.weight[3] = t.tx * t.ty;
-  return t;
-}
-
-// out (N, C, Ho, Wo) from x (N, C, H, W) at grid (N, Ho, Wo, 2), all contiguous; P = Ho Wo.
-template <typename T>
-void grid_sample_forward(const T* x, const T* grid, T* out, int64_t N, int64_t C, int64_t H, int64_t W, int64_t P,
-                         const GridSampleOptions& o) {
-  const Padding padding = padding_of(o);
-  const bool bilinear = o.mode == "bilinear";
-  parallel_for(0, N * P, std::max<int64_t>(1, kDefaultGrain / (4 * C + 1)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n = i / P, p = i % P;
-      const Corners<T> t = corners_at(grid[2 * i], grid[2 * i + 1], H, W, padding, o.align_corners, bilinear);
-      for (int64_t c = 0; c < C; ++c) {
-        const T* plane = x + (n * C + c) * H * W;
-        T v = 0;
-        for (int k = 0; k < t.count; ++k)
-          if (t.at[k] >= 0) v += t.weight[k] * plane[t.at[k]];
-        out[(n * C + c) * P + p] = v;
-      }
-    }
-  });
-}
-
-// From g (N, C, Ho, Wo), the output's gradient: grad_x (N, C, H, W, zeroed by the caller) and grad_grid
-// (N, Ho, Wo, 2), either null when not wanted; x and grid as in forward. One image per thread: its pixels'
-// gradients are written by that thread alone, and the grid's gradient sums the channels in the same pass.
-template <typename T>
-void grid_sample_backward(const T* g, const T* x, const T* grid, T* grad_x, T* grad_grid, int64_t N, int64_t C,
-                          int64_t H, int64_t W, int64_t P, const GridSampleOptions& o) {
-  const Padding padding = padding_of(o);
-  const bool bilinear = o.mode == "bilinear";
-  parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      for (int64_t p = 0; p < P; ++p) {
-        const int64_t i = n * P + p;
-        const Corners<T> t = corners_at(grid[2 * i], grid[2 * i + 1], H, W, padding, o.align_corners, bilinear);
-        T by_x = 0, by_y = 0;  // d out / d ix and d out / d iy, summed over the channels
-        for (int64_t c = 0; c < C; ++c) {
-          const T u = g[(n * C + c) * P + p];
-          if (grad_x != nullptr) {
-            T* plane = grad_x + (n * C + c) * H * W;
-            for (int k = 0; k < t.count; ++k)
-              if (t.at[k] >= 0) plane[t.at[k]] += t.weight[k] * u;
-          }
-          if (grad_grid != nullptr) {
-            const T* plane = x + (n * C + c) * H * W;
-            T v[4];
-            for (int k = 0; k < 4; ++k) v[k] = t.at[k] >= 0 ? plane[t.at[k]] : T(0);
-            by_x += u * ((v[1] - v[0]) * (1 - t.ty) + (v[3] - v[2]) * t.ty);
-            by_y += u * ((v[2] - v[0]) * (1 - t.tx) + (v[3] - v[1]) * t.tx);
-          }
-        }
-        if (grad_grid != nullptr) grad_grid[2 * i] = by_x * t.dx, grad_grid[2 * i + 1] = by_y * t.dy;
-      }
-  });
+GridSampleParams params_of(const GridSampleOptions& o) {
+  GridSampleParams p;
+  p.bilinear = o.mode == "bilinear";
+  p.padding = o.padding_mode == "border"       ? GridPadding::Border
+              : o.padding_mode == "reflection" ? GridPadding::Reflection
+                                               : GridPadding::Zeros;
+  p.align_corners = o.align_corners;
+  return p;
 }
 
 struct GridSampleFunction : autograd::Function<GridSampleFunction> {
   static constexpr const char* name = "GridSampleBackward";
 
-  // x (N, C, H, W), grid (N, Ho, Wo, 2): contiguous, float32 or float64 on the CPU.
+  // x (N, C, H, W), grid (N, Ho, Wo, 2): float32 or float64, on a device with the kernels.
   static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x, const Tensor& grid,
                         const GridSampleOptions& o) {
-    const int64_t N = x.size(0), C = x.size(1), P = grid.size(1) * grid.size(2);
-    Tensor out = empty({N, C, grid.size(1), grid.size(2)}, TensorOptions(x.dtype()));
-    visit_dtype<kFloat32Set | kFloat64Set>(x.dtype(), "grid_sample", [&]<typename T>() {
-      grid_sample_forward<T>(x.data_ptr<T>(), grid.data_ptr<T>(), out.data_ptr<T>(), N, C, x.size(2), x.size(3), P,
-                             o);
-    });
     ctx->save_for_backward({x, grid});
     ctx->saved_data["options"] = o;
-    return out;
+    return ops::grid_sample_2d(x, grid, params_of(o));
   }
 
   static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
@@ -339,17 +218,10 @@ struct GridSampleFunction : autograd::Function<GridSampleFunction> {
     const bool want_x = ctx->needs_input_grad(0), want_grid = ctx->needs_input_grad(1);
     if (!grads[0].defined()) return {Tensor(), Tensor()};
     if (autograd::GradMode::is_enabled()) return differentiable_backward(x, grid, grads[0], o, want_x, want_grid);
-    const Tensor g = grads[0].contiguous();
-    Tensor grad_x = want_x ? zeros(x.sizes(), TensorOptions(x.dtype())) : Tensor();
     // nearest's output does not move with the grid: its gradient is zero (none, as the composite gives)
-    Tensor grad_grid = want_grid && o.mode == "bilinear" ? empty(grid.sizes(), TensorOptions(grid.dtype())) : Tensor();
-    visit_dtype<kFloat32Set | kFloat64Set>(x.dtype(), "grid_sample backward", [&]<typename T>() {
-      grid_sample_backward<T>(g.data_ptr<T>(), x.data_ptr<T>(), grid.data_ptr<T>(),
-                              grad_x.defined() ? grad_x.data_ptr<T>() : nullptr,
-                              grad_grid.defined() ? grad_grid.data_ptr<T>() : nullptr, x.size(0), x.size(1),
-                              x.size(2), x.size(3), grid.size(1) * grid.size(2), o);
-    });
-    return {grad_x, grad_grid};
+    const ops::GridSample2dGrads d = ops::grid_sample_2d_backward(grads[0], x, grid, params_of(o), want_x,
+                                                                  want_grid && o.mode == "bilinear");
+    return {d.x, d.grid};
   }
 
   // The same gradients as differentiable functions of the inputs and g: the composite differentiated.
@@ -383,8 +255,9 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
   KILN_CHECK(o.padding_mode == "zeros" || o.padding_mode == "border" || o.padding_mode == "reflection",
              "grid_sample: padding_mode must be \"zeros\", \"border\" or \"reflection\", got \"", o.padding_mode,
              "\"");
-  const bool fused = !CompositeOnlyGuard::active() && x.device().is_cpu() && x.dim() == 4 &&
-                     (x.dtype() == kFloat32 || x.dtype() == kFloat64) && (o.mode == "bilinear" || o.mode == "nearest");
+  const bool fused = !CompositeOnlyGuard::active() && x.dim() == 4 && (x.dtype() == kFloat32 || x.dtype() == kFloat64) &&
+                     (o.mode == "bilinear" || o.mode == "nearest") && grid.device() == x.device() &&
+                     has_kernel<Op::grid_sample_2d>(x.device().type);
   if (!fused) return grid_sample_composite(x, grid, o);
   return GridSampleFunction::apply(x.contiguous(), grid.contiguous(), o);
 }

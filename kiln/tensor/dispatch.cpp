@@ -40,6 +40,8 @@ void install_builtin_kernels() {
   detail::register_optim_cpu_kernels();
   detail::register_cross_entropy_cpu_kernels();
   detail::register_ctc_cpu_kernels();
+  detail::register_embedding_bag_cpu_kernels();
+  detail::register_grid_sample_cpu_kernels();
   detail::register_normalization_cpu_kernels();
 #ifdef KILN_WITH_CUDA
   detail::register_cuda_kernels();

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
 #include "kiln/nn/nn.h"
+#include "kiln/tensor/ops/embedding_bag.h"
 #include "nn/nn_test_util.h"
 #include "tensor/test_util.h"
 
@@ -279,6 +281,53 @@ TEST(EmbeddingBag, ErrorsNameTheProblem) {
   EXPECT_EQ(bag(ids({1, 2, 0, 3, 4}, {5}), ids({0, 2}, {2})).sizes(), (Shape{2, 4}));
   EXPECT_EQ(bag(ids({1, 2, 3, 4}, {2, 2})).sizes(), (Shape{2, 4}));
   EXPECT_EQ(bag->str(), "EmbeddingBag(10, 4, mode='sum', padding_idx=0)");
+}
+
+// The row groups the table's gradient walks (the CUDA kernels' for every mode, the CPU's for sum and mean):
+// against std::stable_sort of the entries by row.
+TEST(EmbeddingBag, RowGroupsAreAStableSortOfTheEntriesByRow) {
+  std::mt19937 rng(731);
+  std::uniform_int_distribution<int64_t> pick(0, 11);
+  for (int64_t entries : {0, 1, 40}) {
+    std::vector<int64_t> rows(static_cast<size_t>(entries));
+    for (int64_t& r : rows) r = pick(rng) < 6 ? pick(rng) % 3 : pick(rng);  // rows 0-2 named often
+    BagLayout bags;
+    bags.row = tensor(rows, {entries});
+    const RowGroups g = ops::group_by_row(bags, 12);
+    std::vector<int64_t> order(rows.size());
+    for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int64_t>(j);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a] < rows[b]; });
+    EXPECT_EQ(g.order.to_vector<int64_t>(), order);
+    std::vector<int64_t> named, starts;
+    for (size_t k = 0; k < order.size(); ++k)
+      if (k == 0 || rows[order[k]] != rows[order[k - 1]]) named.push_back(rows[order[k]]), starts.push_back(static_cast<int64_t>(k));
+    starts.push_back(entries);
+    EXPECT_EQ(g.rows_named.to_vector<int64_t>(), named);
+    EXPECT_EQ(g.row_start.to_vector<int64_t>(), starts);
+  }
+  BagLayout bad;
+  bad.row = tensor(std::vector<int64_t>{0, 12}, {2});
+  expect_error([&] { ops::group_by_row(bad, 12); }, {"entry 1", "row 12", "of 12"});
+}
+
+// The fused kernels' frontends refuse what their kernels cannot take, naming it.
+TEST(EmbeddingBag, FusedFrontendsCheckTheirOperands) {
+  BagLayout bags;
+  bags.count = 1, bags.num_inputs = 2;
+  bags.input = tensor(std::vector<int64_t>{0, 1}, {2}), bags.row = tensor(std::vector<int64_t>{2, 3}, {2});
+  bags.bag = tensor(std::vector<int64_t>{0, 0}, {2}), bags.start = tensor(std::vector<int64_t>{0, 2}, {2});
+  const Tensor table = randn64({5, 3}, 733);
+  const ops::EmbeddingBagForward f = ops::embedding_bag_forward(table, {}, bags, BagReduce::Sum);
+  EXPECT_TRUE(f.out.allclose(table.narrow(0, 2, 2).sum({0}, /*keepdim=*/true), 1e-15, 0));
+  expect_error([&] { ops::embedding_bag_forward(table.to(kFloat16), {}, bags, BagReduce::Sum); },
+               {"float32 or float64", "float16"});
+  expect_error([&] { ops::embedding_bag_forward(table, randn64({3}, 1), bags, BagReduce::Sum); },
+               {"per_sample_weights", "2", "got 3"});
+  BagLayout short_starts = bags;
+  short_starts.start = tensor(std::vector<int64_t>{0}, {1});
+  expect_error([&] { ops::embedding_bag_forward(table, {}, short_starts, BagReduce::Mean); }, {"1 bags", "2 starts"});
+  expect_error([&] { ops::embedding_bag_backward_weight(randn64({2, 3}, 2), {}, {}, bags, 5, BagReduce::Max); },
+               {"(1, D)"});
 }
 
 // max_norm against PyTorch's rule written here in float64: a named row whose p-norm exceeds max_norm becomes

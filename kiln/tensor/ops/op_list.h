@@ -169,6 +169,37 @@ using CtcLossBackwardKernel = void(const Tensor& grad_log_probs, const Tensor& g
                                    const Tensor& targets, const Tensor& input_lengths, const Tensor& target_lengths,
                                    const Tensor& nll, const Tensor& log_alpha, int64_t blank, bool zero_infinity);
 
+// embedding_bag's fused kernels (ops/embedding_bag.h has the layout and the math). weight: (V, D) float32 or
+// float64; psw (per-sample weights): (the flattened input's numel) in weight's dtype, or undefined; bags: on
+// weight's device. All contiguous. out: (B, D), written whole; argmax: (B, D) int64 for Max (each element's
+// row, -1 in an empty bag), else undefined.
+enum class BagReduce : uint8_t;
+struct BagLayout;
+using EmbeddingBagKernel = void(const Tensor& out, const Tensor& argmax, const Tensor& weight, const Tensor& psw,
+                                const BagLayout& bags, BagReduce mode);
+// grad_weight: (V, D), written whole, from grad_out (B, D); psw and argmax as the forward's. A kernel that needs
+// the entries grouped by row groups them (ops::group_by_row).
+using EmbeddingBagBackwardKernel = void(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& psw,
+                                        const Tensor& argmax, const BagLayout& bags, BagReduce mode);
+// grad_psw: (the flattened input's numel), written whole (0 where an entry left its bag).
+using EmbeddingBagPswBackwardKernel = void(const Tensor& grad_psw, const Tensor& grad_out, const Tensor& weight,
+                                           const BagLayout& bags);
+
+// grid_sample over images, bilinear or nearest (ops/grid_sample.h has the math).
+enum class GridPadding : uint8_t { Zeros, Border, Reflection };
+struct GridSampleParams {
+  bool bilinear = true;  // else the nearest pixel
+  GridPadding padding = GridPadding::Zeros;
+  bool align_corners = false;
+};
+// out: (N, C, Ho, Wo) from x (N, C, H, W) read at grid (N, Ho, Wo, 2); all contiguous, one dtype (float32 or
+// float64), one device.
+using GridSample2dKernel = void(const Tensor& out, const Tensor& x, const Tensor& grid, const GridSampleParams& p);
+// grad_x (x's shape, zeroed by the caller: the kernels add into it) and grad_grid (grid's shape, written whole),
+// each undefined where not wanted, from grad_out (out's shape); x and grid as the forward's.
+using GridSample2dBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_grid, const Tensor& grad_out,
+                                        const Tensor& x, const Tensor& grid, const GridSampleParams& p);
+
 // Layer normalization over the last dim, fused (ops/normalization.h has the math).
 // x, y: (M, D) contiguous; weight, bias: (D) in x's dtype or undefined; mean, rstd: (M) in x's op-math dtype.
 using LayerNormKernel = void(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
@@ -304,6 +335,12 @@ using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& gr
   X(adaptive_max_pool, AdaptiveMaxPoolKernel) \
   X(pad, PadKernel)                        \
   X(pad_backward, PadBackwardKernel)       \
+  X(grid_sample_2d, GridSample2dKernel)    \
+  X(grid_sample_2d_backward, GridSample2dBackwardKernel) \
+  /* lookups */                            \
+  X(embedding_bag, EmbeddingBagKernel)     \
+  X(embedding_bag_backward, EmbeddingBagBackwardKernel) \
+  X(embedding_bag_psw_backward, EmbeddingBagPswBackwardKernel) \
   /* fused losses */                       \
   X(cross_entropy, CrossEntropyKernel)     \
   X(cross_entropy_backward, CrossEntropyBackwardKernel) \

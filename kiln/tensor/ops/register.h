@@ -20,6 +20,8 @@ void register_pad_cpu_kernels();
 void register_optim_cpu_kernels();
 void register_cross_entropy_cpu_kernels();
 void register_ctc_cpu_kernels();
+void register_embedding_bag_cpu_kernels();
+void register_grid_sample_cpu_kernels();
 void register_normalization_cpu_kernels();
 
 #ifdef KILN_WITH_CUDA
