@@ -5,9 +5,9 @@
 // two paths reduces them:
 //   - for float32 and float64 tables on a device with the kernels (the CPU and CUDA), the fused kernels
 //     (EmbeddingBagFunction over ops::embedding_bag_*): each bag's rows summed, averaged or maxed straight into
-//     the output, and backward writing the table's gradient row by row from the entries grouped by row, so
-//     that no two threads write one row and the sum over a row's entries runs in input order whatever the
-//     thread count. No (entries, D) copy of the rows is made either way; the composite makes two.
+//     the output, and backward writing the table's gradient so that no two threads write one element and
+//     each element's sum runs in input order whatever the thread count (ops/embedding_bag.h says how). No
+//     (entries, D) copy of the rows is made either way; the composite makes two.
 //   - anywhere else (a 16-bit table), a composite of differentiable ops: one gather and one index_add for sum
 //     and mean; for max the bags padded to the longest and a max over them.
 // A backward with create_graph (a second derivative) runs the fused path's gradient as differentiable ops.
@@ -214,7 +214,7 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
   }
   // The layout, on the host, written straight into its tensors.
   const int64_t B = static_cast<int64_t>(bounds.size()) - 1;
-  const Tensor ids_tensor = input.reshape({-1}).to(kInt64).contiguous();
+  const Tensor ids_tensor = input.reshape({-1}).to(Device::cpu(), kInt64).contiguous();  // read here, on the host
   const int64_t* ids = ids_tensor.data_ptr<int64_t>();
   // (-1, which no valid index equals, where there is no padding_idx)
   const int64_t pad = options.padding_idx ? padding_row("embedding_bag", options.padding_idx, weight.size(0)) : -1;

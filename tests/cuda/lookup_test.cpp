@@ -48,7 +48,8 @@ Result run(const Batch& batch, const Tensor& weight, const Tensor& psw, const Te
            Device device) {
   Tensor w = weight.to(device).detach().requires_grad_();
   Tensor p = psw.defined() ? psw.to(device).detach().requires_grad_() : Tensor();
-  Tensor out = F::embedding_bag(batch.input.to(device), w, batch.offsets.to(device), o, p);
+  Tensor out = F::embedding_bag(batch.input.to(device), w, batch.offsets.defined() ? batch.offsets.to(device) : Tensor(),
+                                o, p);
   (out * g.to(device)).sum().backward();
   return {out.detach(), w.grad(), p.defined() ? p.grad() : Tensor()};
 }

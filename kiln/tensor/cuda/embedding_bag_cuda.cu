@@ -1,7 +1,8 @@
 // CUDA kernels of embedding_bag (ops/embedding_bag.h), the device twins of embedding_bag_cpu.cpp over the same
 // layout, moved to the device:
 //   - forward: one block per bag (and per slice of a wide row), one thread per column, walking the bag's
-//     entries in input order: sums, means and maxes add and compare in the order the CPU does;
+//     entries in input order: sums, means and maxes add and compare in the CPU's order (fused multiply-adds
+//     may still round a weighted sum differently in the last bit);
 //   - the table's gradient: one block per row named (and per slice), one thread per column, walking the row's
 //     entries (grouped by row on the host) in input order. No atomics: every element has one writer, and the
 //     result is the same on every run. Max adds a bag's gradient where its argmax names the row, once per bag

@@ -2,10 +2,12 @@
 // a table (V, D), and their gradients, for float32 and float64 tables on every device with the kernels.
 //
 // The caller (nn) turns the input into a BagLayout on the host: the entries that stay in their bags (padding
-// rows leave), in input order, so bag by bag. For the table's gradient the same entries are also grouped by
-// row (group_by_row), so that each named row's gradient is one thread's (or one CUDA thread's per column) sum
-// over its entries, in input order: no two writers meet, and the result has the same bits for any thread
-// count and on every run. The GPU's kernels read the same layout, moved to the device.
+// rows leave), in input order, so bag by bag. For the table's gradient of Sum and Mean (and of Max on the GPU)
+// the same entries are grouped by row (group_by_row), so that each named row's gradient is one thread's (or
+// one CUDA thread's per column) sum over its entries, in input order; the CPU's Max splits the columns between
+// threads and walks the bags in order, from the forward's argmax. No two writers meet, and the result has the
+// same bits for any thread count and on every run. The GPU's kernels read the same layout, moved to the
+// device.
 #pragma once
 
 #include <cstdint>

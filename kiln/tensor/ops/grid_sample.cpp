@@ -41,7 +41,7 @@ GridSample2dGrads grid_sample_2d_backward(const Tensor& grad_out, const Tensor& 
   KILN_CHECK(grad_out.defined() && grad_out.sizes() == out_shape && grad_out.dtype() == x.dtype() &&
                  grad_out.device() == x.device(),
              kOp, ": the output's gradient must be ", shape_str(out_shape), " ", x.dtype(), " on ", x.device());
-  const Tensor g_out = contiguous(grad_out);  // (before the gradients are allocated, as nn's path did: see below)
+  const Tensor g_out = contiguous(grad_out);
   const TensorOptions o = TensorOptions(x.dtype()).device(x.device());
   GridSample2dGrads g;
   if (want_x) g.x = zeros(x.sizes(), o);  // the kernels add into it
