@@ -40,7 +40,9 @@ void Optimizer::add_param_group(std::vector<Tensor> params, std::map<std::string
     KILN_CHECK(seen.insert(p.impl()).second, name(), ": parameter ", i,
                " of the new group appears in more than one parameter group");
   }
+  for (const auto& [key, value] : defaults_) options.try_emplace(key, value);
   validate_options(options);
+  if (groups_.empty() && defaults_.empty()) defaults_ = options;  // the constructor's group
   groups_.push_back(ParamGroup{std::move(params), std::move(options)});
 }
 

@@ -62,8 +62,12 @@ class Optimizer {
   // Clears every parameter's grad: drops it (set_to_none, the default, as in PyTorch), or fills it with zeros.
   void zero_grad(bool set_to_none = true);
 
-  // Appends a group with the given options (every option of this optimizer must be present).
+  // Appends a group with the given options. An option left out takes the optimizer's default: its value in
+  // the options the optimizer was made with, as PyTorch's add_param_group fills a group from `defaults`.
+  // (Each optimizer's typed overload, add_param_group(params, SGDOptions{...}), passes every option.)
   void add_param_group(std::vector<Tensor> params, std::map<std::string, double> options);
+  // The options the optimizer was made with (its first group's, before anything changed them).
+  const std::map<std::string, double>& defaults() const { return defaults_; }
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
@@ -97,6 +101,7 @@ class Optimizer {
 
  private:
   std::unordered_map<const TensorImpl*, ParamState> state_;
+  std::map<std::string, double> defaults_;
 };
 
 }  // namespace kiln::optim

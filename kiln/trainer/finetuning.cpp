@@ -79,11 +79,10 @@ void BackboneFinetuning::unfreeze(Trainer& trainer, TrainModule& module, double 
     if (!held.count(p.impl())) params.push_back(p);
   }
   for (const Tensor& p : params) p.requires_grad_(true);
+  // Lightning's call: the backbone's lr, and the optimizer's defaults for every other option (not the first
+  // group's current ones, which a scheduler or the user may have changed).
   optim::Optimizer& opt = *trainer.optimizers().front();
-  std::map<std::string, double> options = opt.param_groups().front().options;
-  options.erase("initial_lr");  // an LR scheduler's record of the first group's start
-  options["lr"] = lr;
-  opt.add_param_group(std::move(params), std::move(options));
+  opt.add_param_group(std::move(params), {{"lr", lr}});
   group_ = opt.param_groups().size() - 1;
   unfrozen_ = true;
   backbone_lr_ = lr;

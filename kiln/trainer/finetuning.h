@@ -19,8 +19,9 @@
 //     where Lightning's freeze also stops them).
 //   start of epoch unfreeze_backbone_at_epoch: they require grad again, and every backbone parameter that no
 //     optimizer holds yet (batch norms' too, when configure_optimizers left them out) joins the first
-//     optimizer as a new group, with the first group's other options and lr = backbone_initial_lr, or the
-//     first group's lr times backbone_initial_ratio_lr.
+//     optimizer as a new group with lr = backbone_initial_lr, or the first group's lr times
+//     backbone_initial_ratio_lr, and the optimizer's defaults for its other options (Optimizer::defaults(), as
+//     Lightning's add_param_group call leaves them to torch).
 //   start of each later epoch: the group's lr becomes lambda_func(epoch + 1) times its previous value (2 by
 //     default, as Lightning's), at most the first group's lr when should_align.
 // The optimizer must not hold the frozen parameters (build it from those that require grad, after setup): fit()

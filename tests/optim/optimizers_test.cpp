@@ -276,6 +276,23 @@ TEST(Optimizers, MinimizeAQuadraticThroughBackward) {
 
 // ---- groups, skipping, zero_grad ----
 
+// A group added with some options left out takes the optimizer's defaults for them, as PyTorch's
+// add_param_group does: the options it was made with, not the first group's as they are now.
+TEST(Optimizer, AnOptionLeftOutOfANewGroupTakesTheOptimizersDefault) {
+  Tensor p = make_param(initial_values()), q = make_param(initial_values());
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+  opt.param_groups()[0].options["momentum"] = 0.5;  // as a scheduler cycling momentum would
+  opt.add_param_group({q}, {{"lr", 0.2}, {"weight_decay", 0.0}});
+  const std::map<std::string, double>& g = opt.param_groups()[1].options;
+  EXPECT_EQ(g.at("lr"), 0.2);
+  EXPECT_EQ(g.at("weight_decay"), 0.0);
+  EXPECT_EQ(g.at("momentum"), 0.9);
+  EXPECT_EQ(g.at("dampening"), 0.0);
+  EXPECT_EQ(g.size(), opt.defaults().size());
+  EXPECT_EQ(opt.defaults().at("momentum"), 0.9);
+  EXPECT_EQ(opt.defaults().at("lr"), 0.1);
+}
+
 TEST(Optimizer, GroupsHaveTheirOwnOptionsAndParamsWithoutGradAreSkipped) {
   Tensor p = make_param(initial_values()), q = make_param(initial_values()), r = make_param(initial_values());
   optim::SGD opt({p}, {.lr = 0.1});
@@ -502,7 +519,7 @@ TEST(Optimizer, BadHyperparametersAndParametersAreErrors) {
   expect_error([&] { optim::SGD({nonleaf}); }, {"SGD", "non-leaf"});
   optim::SGD opt({p}, {.lr = 0.1});
   expect_error([&] { opt.add_param_group({p}, optim::SGDOptions{}); }, {"more than one parameter group"});
-  expect_error([&] { opt.add_param_group({make_param(initial_values())}, {{"lr", 0.1}}); }, {"SGD", "momentum", "missing"});
+  expect_error([&] { opt.add_param_group({make_param(initial_values())}, {{"lr", -1.0}}); }, {"SGD", "lr"});
 }
 
 }  // namespace

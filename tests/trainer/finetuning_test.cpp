@@ -177,6 +177,29 @@ TEST(BackboneFinetuning, TheUnfreezeAddsWhatNoOptimizerHolds) {
   EXPECT_EQ(got, want);  // fc's weight and bias, then bn's
 }
 
+// The backbone's group takes the backbone's lr and the optimizer's defaults for every other option (Lightning's
+// add_param_group call), not the head group's options as something changed them.
+TEST(BackboneFinetuning, TheBackbonesGroupTakesTheOptimizersDefaults) {
+  TempDir dir;
+  Data d;
+  Net net;  // SGD, lr 0.1, momentum 0.9
+  auto ft = std::make_shared<BackboneFinetuning>(BackboneFinetuningOptions{.unfreeze_backbone_at_epoch = 1});
+  LambdaHooks h;
+  h.on_train_epoch_start = [&](Trainer& t, TrainModule&) {
+    if (t.current_epoch() == 0) t.optimizers().front()->param_groups()[0].options["momentum"] = 0.5;
+  };
+  Trainer t(quiet(dir, 2, {std::make_shared<LambdaCallback>(h), ft}));
+  t.fit(net, *d.train);
+  const auto& groups = t.optimizers().front()->param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].get("momentum"), 0.5);
+  EXPECT_EQ(groups[1].get("momentum"), 0.9);
+  EXPECT_DOUBLE_EQ(groups[1].lr(), 0.1 * 0.1);  // the head's lr times backbone_initial_ratio_lr
+  std::map<std::string, double> rest = groups[1].options, defaults = t.optimizers().front()->defaults();
+  rest.erase("lr"), defaults.erase("lr");
+  EXPECT_EQ(rest, defaults);
+}
+
 // 7 epochs straight, against the same stopped after the unfreeze (at an epoch's end, and mid-epoch) and resumed.
 TEST(BackboneFinetuning, ResumesExactlyAfterTheUnfreeze) {
   constexpr int64_t kEpochs = 7;
@@ -254,6 +277,34 @@ TEST(BackboneFinetuning, UnderDdpTheRanksStayTogether) {
   kiln::test::expect_all_ok(results);
   EXPECT_EQ(kiln::test::read_numbers((dir.path / "weights.0").string()),
             kiln::test::read_numbers((dir.path / "weights.1").string()));
+}
+
+// Under parameter_server the workers refuse BackboneFinetuning when fit starts (the servers' optimizers are
+// made from the workers' groups then, and would never see the backbone's); the server learns that its workers
+// left, and every process ends well within the deadline.
+TEST(BackboneFinetuning, UnderAParameterServerTheWorkersRefuseIt) {
+  TempDir dir;
+  const uint16_t port = distributed::find_free_port();
+  const auto results = kiln::test::run_ranks(3, [&](int rank) {
+    kiln::test::set_rank_env(rank, 3, port);
+    Data d;
+    Net net;
+    TrainerOptions o = quiet(dir, 2, {std::make_shared<BackboneFinetuning>()});
+    o.strategy = "parameter_server";
+    o.ps.servers = 1;
+    o.process_group_timeout = 20;
+    std::string error;
+    try {
+      Trainer(o).fit(net, *d.train);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (rank == 0) return;  // the server: an error naming its lost workers, or none
+    kiln::test::rank_check(error.find("BackboneFinetuning: strategy 'parameter_server' is not supported") !=
+                               std::string::npos,
+                           "worker " + std::to_string(rank) + ": " + (error.empty() ? "no error" : error));
+  }, std::chrono::seconds(60));
+  kiln::test::expect_all_ok(results);
 }
 
 TEST(BackboneFinetuning, Errors) {
