@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -258,6 +259,56 @@ TEST(AdvancedIndex, ErrorsSayWhatAndWhere) {
   expect_error([&] { ops::index(c.x, {ai_ints({0}, {1})}); }, {"ops::index takes basic indices only"});
   // A failed write leaves the tensor as it was.
   ai_expect(y, {4, 5, 6}, [&](int64_t f) { return c.v[static_cast<size_t>(f)]; });
+}
+
+// Counts the bytes the CPU allocator hands out while it is installed, and passes every call on. One instance
+// for the whole run: a storage keeps the allocator that made it, and frees through it after the test.
+class CountingCpuAllocator : public Allocator {
+ public:
+  void* allocate(size_t nbytes, Device device) override {
+    bytes += nbytes;
+    return cpu_allocator()->allocate(nbytes, device);
+  }
+  void deallocate(void* ptr, size_t nbytes, Device device) override {
+    cpu_allocator()->deallocate(ptr, nbytes, device);
+  }
+  size_t bytes = 0;
+};
+
+// The bytes allocated on the CPU while `body` runs.
+size_t cpu_bytes_allocated_by(const std::function<void()>& body) {
+  static CountingCpuAllocator counting;
+  counting.bytes = 0;
+  set_allocator(DeviceType::CPU, &counting);
+  try {
+    body();
+  } catch (...) {
+    set_allocator(DeviceType::CPU, cpu_allocator());
+    throw;
+  }
+  set_allocator(DeviceType::CPU, cpu_allocator());
+  return counting.bytes;
+}
+
+// The gradient of a few picked rows (x[idx], gather, topk) is one zero-filled buffer of x's size with the rows
+// added in. x[idx]'s used to be three: its whole x[:] view filled a zeroed copy, and the index_add of the rows
+// copied its zeros before adding. gather's and topk's copied their zeros too.
+TEST(AdvancedIndex, BackwardOfAFewRowsWritesOneInputSizedBuffer) {
+  const Tensor x = randn({4096, 64}).requires_grad_();
+  const size_t x_bytes = static_cast<size_t>(x.numel()) * sizeof(float);
+  const Tensor idx = randint(0, 4096, {64});
+  for (const auto& [what, pick] : std::vector<std::pair<const char*, std::function<Tensor()>>>{
+           {"x[idx]", [&] { return x.index({idx}); }},
+           {"gather(x, 0, idx)", [&] { return gather(x, 0, idx.view({64, 1}).expand({64, 64}).contiguous()); }},
+           {"topk(x, 1, 0)", [&] { return topk(x, 1, 0).first; }}}) {
+    x.set_grad(Tensor());
+    const Tensor y = pick().sum();
+    const size_t bytes = cpu_bytes_allocated_by([&] { y.backward(); });
+    EXPECT_LT(bytes, x_bytes + x_bytes / 4) << what << "'s backward allocated " << bytes << " bytes for an x of "
+                                            << x_bytes;
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().sum().item<float>(), static_cast<float>(pick().numel())) << what;
+  }
 }
 
 }  // namespace

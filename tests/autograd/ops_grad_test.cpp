@@ -502,6 +502,19 @@ std::vector<GradCase> view_cases() {
       single("index_mixed", x, [](In in) { return in[0].index({Slice(), 1, None, Slice(None, None, 2)}); }),
       single("index_ellipsis", x, [](In in) { return in[0].index({Ellipsis, 2}); }),
       single("index_to_0dim", x, [](In in) { return in[0].index({1, 2, 3}); }),
+      // Views that hold every element of their input: the gradient is g reshaped, not written into zeros.
+      single("slice_whole", x, [](In in) { return in[0].slice(1); }),
+      single("narrow_whole", x, [](In in) { return in[0].narrow(2, 0, 4); }),
+      single("select_size1", leaves({{2, 1, 3}}), [](In in) { return in[0].select(1, 0) * in[0].squeeze(1); }),
+      single("index_whole_none", x, [](In in) { return in[0].index({Slice(), None, Ellipsis}); }),
+      single("index_int_size1", leaves({{1, 3}}), [](In in) { return in[0].index({0}); }),
+      single("slice_step_size1", leaves({{1, 3}}), [](In in) { return in[0].slice(0, 0, 1, 2); }),
+      single("narrow_whole_then_inplace", leaves({{2, 3}, {2, 3}}), [](In in) {
+        Tensor y = in[0] * 2.0;
+        Tensor v = y.narrow(0, 0, 2);
+        v.mul_(in[1]);
+        return y * in[0];
+      }),
       single("expand", leaves({{3, 1}}), [](In in) { return in[0].expand({2, 3, 4}); }),
       single("expand_keep", leaves({{3, 1}}), [](In in) { return in[0].expand({-1, 5}); }),
       single("expand_0dim", leaves({Shape{}}), [](In in) { return in[0].expand({2, 2}); }),

@@ -25,7 +25,9 @@ namespace {
 // The gradient of values picked from x along dim at `indices` (sort, topk): g goes back where each came from.
 TensorList scatter_back(const Tensor& g, const Shape& shape, int64_t dim, const Tensor& indices) {
   if (shape.empty()) return TensorList{g};
-  return TensorList{scatter(zeros(shape, TensorOptions(g.dtype()).device(g.device())), dim, indices, g)};
+  Tensor dx = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
+  scatter_(dx, dim, indices, g);  // in place: the out-of-place scatter would copy the zeros first
+  return TensorList{dx};
 }
 }  // namespace
 

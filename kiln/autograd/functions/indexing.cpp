@@ -95,7 +95,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       if (shape.empty()) return TensorList{g.reshape({})};
       Tensor g1 = g.dim() == 0 ? g.reshape({1}) : g;
       Tensor idx = index.dim() == 0 ? ops::reshape(index, {1}) : index;
-      return TensorList{index_add(zeros(shape, TensorOptions(g.dtype()).device(g.device())), dim, idx, g1)};
+      // In place on fresh zeros: index_add would copy them first (a whole x's worth of traffic for nothing).
+      Tensor dx = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
+      index_add_(dx, dim, idx, g1);
+      return TensorList{dx};
     });
   }
   return out;
@@ -117,7 +120,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = ops::gather(x, dim, index);
   if (should_record(x)) {
     record("gather", out, {x}, [shape = x.sizes(), dim, index](const Tensor& g, const OpNode&) {
-      return TensorList{scatter_add(zeros(shape, TensorOptions(g.dtype()).device(g.device())), dim, index, g)};
+      Tensor dx = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
+      scatter_add_(dx, dim, index, g);
+      return TensorList{dx};
     });
   }
   return out;

@@ -111,7 +111,9 @@ std::pair<Tensor, Tensor> extreme_dim(const char* name, const Tensor& x, int64_t
       if (shape.empty()) return TensorList{g};
       Tensor gk = keepdim ? g : g.unsqueeze(dim);
       Tensor ik = keepdim ? indices : ops::unsqueeze(indices, dim);
-      return TensorList{scatter(zeros(shape, TensorOptions(g.dtype()).device(g.device())), dim, ik, gk)};
+      Tensor dx = zeros(shape, TensorOptions(g.dtype()).device(g.device()));
+      scatter_(dx, dim, ik, gk);  // in place: the out-of-place scatter would copy the zeros first
+      return TensorList{dx};
     });
   }
   return {values, indices};

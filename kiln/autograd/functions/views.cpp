@@ -44,6 +44,14 @@ Tensor picking_view(const char* name, const Tensor& self, Tensor out, Pick pick)
   return out;
 }
 
+// The picking views that keep their input's order (narrow, slice, select, indexing with ints and slices): one
+// that holds every element (x[:], a narrow over a whole dim, a select from a size-1 dim) has g reshaped as its
+// gradient instead of a zero-filled copy of the input.
+Tensor ordered_picking_view(const char* name, const Tensor& self, Tensor out, Pick pick) {
+  if (out.numel() == self.numel()) return reshaping_view(name, self, std::move(out));
+  return picking_view(name, self, std::move(out), std::move(pick));
+}
+
 }  // namespace
 
 Tensor Tensor::alias() const {
@@ -109,17 +117,17 @@ Tensor Tensor::expand(IntArrayRef shape) const {
 }
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
-  return picking_view("narrow", *this, ops::narrow(*this, dim, start, length),
+  return ordered_picking_view("narrow", *this, ops::narrow(*this, dim, start, length),
                       [=](const Tensor& t) { return t.narrow(dim, start, length); });
 }
 
 Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step) const {
-  return picking_view("slice", *this, ops::slice(*this, dim, start, stop, step),
+  return ordered_picking_view("slice", *this, ops::slice(*this, dim, start, stop, step),
                       [=](const Tensor& t) { return t.slice(dim, start, stop, step); });
 }
 
 Tensor Tensor::select(int64_t dim, int64_t index) const {
-  return picking_view("select", *this, ops::select(*this, dim, index),
+  return ordered_picking_view("select", *this, ops::select(*this, dim, index),
                       [=](const Tensor& t) { return t.select(dim, index); });
 }
 
@@ -130,7 +138,7 @@ Tensor Tensor::index(std::initializer_list<TensorIndex> indices) const {
 Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   for (const TensorIndex& i : indices)
     if (std::holds_alternative<Tensor>(i.value)) return kiln::index(*this, indices);  // advanced_index.cpp
-  return picking_view("index", *this, ops::index(*this, indices),
+  return ordered_picking_view("index", *this, ops::index(*this, indices),
                       [indices](const Tensor& t) { return t.index(indices); });
 }
 
