@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <utility>
 
 #include "kiln/kiln.h"
@@ -468,6 +469,32 @@ TEST(AdaptiveMaxPool, ValuesIndicesAndGradientsMatchTheDefinition) {
   // Random inputs have no ties: central differences see the same gradient.
   gradcheck([](const std::vector<Tensor>& t) { return nn::F::adaptive_max_pool2d(t[0], {3, 4}); },
             {randn64({2, 2, 7, 9}, 43).requires_grad_()});
+}
+
+// Values from a set of five (-0, 0, 1, 2 and NaN): bins full of ties and NaNs, which the kernel settles
+// column by column and then along W, against the reference's single scan in (d, h, w) order.
+TEST(AdaptiveMaxPool, ManyTiesAndNansPickTheFirstInScanOrder) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> pool = {-0.0, 0.0, 1.0, 2.0, nan};
+  std::mt19937 rng(46);
+  for (const AdaptiveCase& c : kAdaptiveCases) {
+    Shape xs = {2, 3};
+    xs.insert(xs.end(), c.in.begin(), c.in.end());
+    for (const bool with_nan : {false, true}) {
+      std::vector<double> xv(static_cast<size_t>(shape_numel(xs)));
+      std::uniform_int_distribution<size_t> pick(0, with_nan ? 4 : 3);
+      for (double& v : xv) v = pool[pick(rng)];
+      std::vector<double> want;
+      std::vector<int64_t> want_idx;
+      adaptive_max_reference(xv, 6, c, &want, &want_idx);
+      for (DType d : {kFloat64, kFloat32, kBFloat16}) {
+        const Tensor x = tensor(xv, xs).to(d);
+        const std::string what = shape_str(c.in) + " to " + shape_str(c.out) + " " + dtype_name(d) +
+                                 (with_nan ? " with NaNs" : "");
+        EXPECT_EQ(nn::F::adaptive_max_pool_with_indices(x, c.out).second.to_vector<int64_t>(), want_idx) << what;
+      }
+    }
+  }
 }
 
 TEST(AdaptiveMaxPool, TiesNansModulesAndErrors) {

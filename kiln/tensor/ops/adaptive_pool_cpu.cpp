@@ -114,35 +114,65 @@ void backward(const Tensor& grad_x, const Tensor& grad_out) {
   });
 }
 
-// Each output's bin scanned for its max in (d, h, w) order: strictly greater keeps the first of ties, and the
-// first NaN wins and stays (as max_pool2d's). 16-bit values compare exactly in float.
+// Each output's max: the first in (d, h, w) order among equal values, and the first NaN, which then stays (as
+// max_pool2d's). Column first, as the average's sum is: for every w of an output row, the best of the bins' rows
+// (d, h), a loop with no dependency from one w to the next (so it vectorizes); then each bin along W picks among
+// its columns' winners, an equal value going to the earlier row, then to the earlier column, which is the
+// (d, h, w) order. Scanning each bin whole, one serial compare after another, took 1.3x LibTorch's time.
+// 16-bit values compare exactly in float.
+// One input row into its columns' best values and the rows they came from: greater, or a NaN over a number, in
+// two compares; an equal value keeps the earlier row. Everything arrives by value: read through a reference,
+// each store to the int64 rows might change the width, and the loop would neither vectorize nor lose its
+// branches.
+template <typename T, typename Acc>
+void take_row_max(const T* __restrict src, Acc* __restrict best, int64_t* __restrict from, int64_t row, int64_t W) {
+  for (int64_t w = 0; w < W; ++w) {
+    const Acc v = static_cast<Acc>(src[w]), cur = best[w];
+    const bool take = !(v <= cur) & (cur == cur);
+    best[w] = take ? v : cur;
+    from[w] = take ? row : from[w];
+  }
+}
+
 template <typename T>
 void argmax(const Tensor& indices, const Tensor& x) {
+  using Acc = opmath_t<T>;
   const Dims s = dims_of(x, indices);
   const T* px = x.data_ptr<T>();
   int64_t* pi = indices.data_ptr<int64_t>();
   const int64_t rows = s.B * s.OD * s.OH;
   const int64_t reads = (s.D / s.OD + 1) * (s.H / s.OH + 1) * s.W;
   parallel_for(0, rows, grain_for(reads), [&](int64_t r0, int64_t r1) {
+    std::vector<Acc> column_best(static_cast<size_t>(s.W));
+    std::vector<int64_t> column_row(static_cast<size_t>(s.W));  // d * H + h of each column's best
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t oh = r % s.OH, od = r / s.OH % s.OD, b = r / (s.OH * s.OD);
       const int64_t d0 = bin_start(od, s.D, s.OD), d1 = bin_end(od, s.D, s.OD);
       const int64_t h0 = bin_start(oh, s.H, s.OH), h1 = bin_end(oh, s.H, s.OH);
       const T* volume = px + b * s.D * s.H * s.W;
+      Acc* __restrict best = column_best.data();
+      int64_t* __restrict from = column_row.data();
+      for (int64_t d = d0; d < d1; ++d)
+        for (int64_t h = h0; h < h1; ++h) {
+          const int64_t row = d * s.H + h;
+          const T* __restrict src = volume + row * s.W;
+          if (row == d0 * s.H + h0) {
+            for (int64_t w = 0; w < s.W; ++w) best[w] = static_cast<Acc>(src[w]), from[w] = row;
+            continue;
+          }
+          take_row_max(src, best, from, row, s.W);
+        }
       for (int64_t ow = 0; ow < s.OW; ++ow) {
         const int64_t w0 = bin_start(ow, s.W, s.OW), w1 = bin_end(ow, s.W, s.OW);
-        int64_t arg = (d0 * s.H + h0) * s.W + w0;
-        opmath_t<T> best = static_cast<opmath_t<T>>(volume[arg]);
-        for (int64_t d = d0; d < d1; ++d)
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) {
-              const int64_t at = (d * s.H + h) * s.W + w;
-              const opmath_t<T> v = static_cast<opmath_t<T>>(volume[at]);
-              const bool take = (v > best) | ((v != v) & (best == best));
-              best = take ? v : best;
-              arg = take ? at : arg;
-            }
-        pi[r * s.OW + ow] = arg;
+        Acc top = best[w0];
+        int64_t top_row = from[w0], top_w = w0;
+        for (int64_t w = w0 + 1; w < w1; ++w) {
+          const Acc v = best[w];
+          const bool v_nan = v != v, top_nan = top != top, earlier = from[w] < top_row;
+          const bool take = top_nan ? v_nan && earlier : v_nan || v > top || (v == top && earlier);
+          if (take) top = v, top_row = from[w], top_w = w;
+        }
+        pi[r * s.OW + ow] = top_row * s.W + top_w;
       }
     }
   });
