@@ -164,6 +164,46 @@ TEST(Topk, IsTheHeadOfTheSortAndChecksK) {
   test::expect_error([&] { (void)topk(x, -1); }, {"topk", "k = -1"});
 }
 
+// The CPU's topk selects and sorts only its k; whatever the ties, NaNs and signed zeros, its values and indices
+// are the stable sort's first k.
+TEST(Topk, IsTheHeadOfTheStableSortWithTiesAndNansForEveryDtypeLayoutAndDim) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (DType d : {kFloat32, kFloat64, kBFloat16, kInt32, kInt64, kUInt8}) {
+    for (Layout layout : test::kLayouts) {
+      for (const Shape& shape : kShapes) {
+        Tensor x = floor(test::random_tensor(shape, kFloat64, rng, layout, 0, 4));
+        if (is_floating(d)) {
+          const std::vector<double> special = {NAN, -0.0, 0.0, INFINITY, -INFINITY, -1.5};
+          std::vector<double> v = test::values(x);
+          for (double& e : v)
+            if (pick(rng) < 3) e = special[static_cast<size_t>(pick(rng)) % special.size()];
+          x = test::make_tensor(v, shape, kFloat64);
+        }
+        x = x.to(d);
+        for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+          const int64_t n = x.size(dim);
+          for (int64_t k : {int64_t{1}, int64_t{16}, int64_t{17}, n / 2, n - 1, n}) {  // 16: the one-pass path's last
+            if (k < 1 || k > n) continue;
+            for (bool largest : {true, false}) {
+              const std::string what = std::string(dtype_name(d)) + " " + test::layout_name(layout) + " " +
+                                       shape_str(shape) + " dim " + std::to_string(dim) + " k " + std::to_string(k) +
+                                       (largest ? " largest" : " smallest");
+              auto [v, i] = topk(x, k, dim, largest);
+              auto [sv, si] = sort(x, dim, largest);
+              ASSERT_TRUE(equal(i, si.narrow(dim, 0, k))) << what;
+              const std::vector<double> got = test::values(v), want = test::values(sv.narrow(dim, 0, k));
+              ASSERT_EQ(got.size(), want.size()) << what;
+              for (size_t e = 0; e < got.size(); ++e)
+                ASSERT_TRUE(got[e] == want[e] || (std::isnan(got[e]) && std::isnan(want[e]))) << what << " at " << e;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AlongDim, SameResultsOnOneAndTwoThreads) {
   std::mt19937 rng(4);
   Tensor x = test::random_tensor({64, 512}, kFloat32, rng);

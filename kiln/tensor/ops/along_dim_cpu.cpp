@@ -1,9 +1,11 @@
-// CPU kernels of cumsum and sort.
+// CPU kernels of cumsum, sort and topk.
 //
 // The input is made contiguous and seen as (outer, n, inner), n the op's dim: a line is n elements `inner`
 // apart. cumsum runs down a block of neighbouring columns at once, so that every step reads contiguous memory;
 // sort copies each line out, sorts its positions with std::stable_sort and writes values and positions back.
-// Lines (or column blocks) are shared among the threads.
+// topk keeps a small k in order in one pass, or selects its k positions (std::nth_element) and sorts only those,
+// in an order made total by breaking ties by position: either way its k are the first k of the stable sort. Lines (or column blocks) are shared among the
+// threads.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -118,12 +120,80 @@ void sort_cpu(const Tensor& values, const Tensor& indices, const Tensor& x, int6
   });
 }
 
+// Up to this k, topk keeps its k in order in one pass over the line; above it, it selects and then sorts.
+constexpr int64_t kStreamingTopK = 16;
+
+void topk_cpu(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, int64_t k, bool largest) {
+  KILN_ASSERT(values.is_contiguous() && indices.is_contiguous() && indices.dtype() == kInt64 &&
+              values.dtype() == x.dtype() && k >= 1 && k <= x.size(dim));
+  const Tensor in = ops::contiguous(x);
+  const Lines g = lines_of(x, dim);
+  visit_dtype(x.dtype(), "topk", [&]<typename T>() {
+    using M = opmath_t<T>;
+    const T* p = in.data_ptr<T>();
+    T* v = values.data_ptr<T>();
+    int64_t* idx = indices.data_ptr<int64_t>();
+    parallel_for(0, g.outer * g.inner, std::max<int64_t>(1, kDefaultGrain / g.n), [&](int64_t begin, int64_t end) {
+      const size_t line_size = k > kStreamingTopK ? static_cast<size_t>(g.n) : 0;  // the selection's
+      std::vector<M> keys(line_size);
+      std::vector<int64_t> order(line_size);
+      // Sort's order (descending when largest), equal keys in position order: a strict total order.
+      const auto first = [&](int64_t a, int64_t b) {
+        const M ka = keys[static_cast<size_t>(a)], kb = keys[static_cast<size_t>(b)];
+        if (largest ? sorts_before(kb, ka) : sorts_before(ka, kb)) return true;
+        if (largest ? sorts_before(ka, kb) : sorts_before(kb, ka)) return false;
+        return a < b;
+      };
+      // Whether key a goes before key b (strictly) in the line's order.
+      const auto better = [largest](M a, M b) { return largest ? sorts_before(b, a) : sorts_before(a, b); };
+      std::vector<M> best_keys(static_cast<size_t>(k));
+      std::vector<int64_t> best_at(static_cast<size_t>(k));
+      for (int64_t line = begin; line < end; ++line) {
+        const int64_t outer = line / g.inner, col = line % g.inner;
+        const int64_t base = outer * g.n * g.inner + col, out_base = outer * k * g.inner + col;
+        if (k <= kStreamingTopK) {
+          // One pass in position order, keeping the best k so far in order: an element goes in only when it
+          // beats the k-th (on shuffled data, rarely after the first few k), and after every key it does not
+          // beat, so equal keys stay in position order.
+          int64_t kept = 0;
+          for (int64_t i = 0; i < g.n; ++i) {
+            const M key = static_cast<M>(p[base + i * g.inner]);
+            if (kept == k && !better(key, best_keys[static_cast<size_t>(k - 1)])) continue;
+            int64_t j = kept < k ? kept++ : k - 1;
+            for (; j > 0 && better(key, best_keys[static_cast<size_t>(j - 1)]); --j) {
+              best_keys[static_cast<size_t>(j)] = best_keys[static_cast<size_t>(j - 1)];
+              best_at[static_cast<size_t>(j)] = best_at[static_cast<size_t>(j - 1)];
+            }
+            best_keys[static_cast<size_t>(j)] = key, best_at[static_cast<size_t>(j)] = i;
+          }
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t from = best_at[static_cast<size_t>(i)];
+            v[out_base + i * g.inner] = p[base + from * g.inner];
+            idx[out_base + i * g.inner] = from;
+          }
+          continue;
+        }
+        for (int64_t i = 0; i < g.n; ++i) keys[static_cast<size_t>(i)] = static_cast<M>(p[base + i * g.inner]);
+        std::iota(order.begin(), order.end(), int64_t{0});
+        if (k < g.n) std::nth_element(order.begin(), order.begin() + k, order.end(), first);
+        std::sort(order.begin(), order.begin() + k, first);
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t from = order[static_cast<size_t>(i)];
+          v[out_base + i * g.inner] = p[base + from * g.inner];
+          idx[out_base + i * g.inner] = from;
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
 namespace detail {
 void register_along_dim_cpu_kernels() {
   register_kernel<Op::cumsum>(DeviceType::CPU, cumsum_cpu);
   register_kernel<Op::sort>(DeviceType::CPU, sort_cpu);
+  register_kernel<Op::topk>(DeviceType::CPU, topk_cpu);
 }
 }  // namespace detail
 }  // namespace kiln

@@ -55,6 +55,10 @@ using DimKernel = void(const Tensor& out, const Tensor& x, int64_t dim);
 // values, indices (int64): x's shape; each line of x along dim sorted, ascending or descending, stably (equal
 // values keep their order; -0.0 equals 0.0), NaN above every number; indices[...] is where values[...] was.
 using SortKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, bool descending);
+// values, indices (int64): x's shape with k (1 <= k <= x.size(dim)) along dim; each line's first k in sort's order,
+// descending when largest (the k largest, largest first) and ascending when not; equal values in index order.
+using TopKKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, int64_t k,
+                        bool largest);
 // out: (B, M, N), a: (B, M, K), b: (B, K, N); out = beta * out + alpha * (a @ b). With beta == 0 the old
 // contents of out are ignored (NaN included), as BLAS does.
 using BmmKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha);
@@ -316,6 +320,7 @@ using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& gr
   X(cumsum, DimKernel)                     \
   /* sorting */                            \
   X(sort, SortKernel)                      \
+  X(topk, TopKKernel)                      \
   /* linear algebra */                     \
   X(bmm, BmmKernel)                        \
   /* indexing */                           \
