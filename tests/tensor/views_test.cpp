@@ -182,5 +182,41 @@ TEST(Views, ShortInnermostDimsCopyEveryElementOnce) {
   EXPECT_EQ(values(small), tv);
 }
 
+// Copies into a contiguous tensor from one whose elements are adjacent along another dim than the last run in
+// 32 x 32 tiles (copy_cpu.cpp): every element lands where index arithmetic says, for partial tiles at the
+// edges, a unit-stride dim in the middle, other dims around the two, and every element size.
+TEST(Views, TransposedCopiesInTilesPutEveryElementInPlace) {
+  // (37, 50).t(): partial tiles along both dims. uint8 holds the positions mod 251.
+  for (DType d : {kUInt8, kFloat16, kFloat32, kFloat64}) {
+    const double wrap = d == kUInt8 ? 251 : 1e9;
+    std::vector<double> m, want;
+    for (int f = 0; f < 37 * 50; ++f) m.push_back(std::fmod(f, wrap));
+    for (int j = 0; j < 50; ++j)
+      for (int i = 0; i < 37; ++i) want.push_back(std::fmod(i * 50 + j, wrap));
+    EXPECT_EQ(values(test::make_tensor(m, {37, 50}, kFloat64).to(d).t().contiguous()), want) << dtype_name(d);
+  }
+  // (3, 40, 20, 17) permuted to (3, 17, 20, 40) ... as (a, b, c, e) -> (a, e, c, b): unit stride (e) in the
+  // middle of the result, with dims before and between the two tile dims.
+  const Tensor v = iota({3, 40, 20, 17});
+  const std::vector<double> vv = values(v);
+  std::vector<double> permuted;
+  for (int a = 0; a < 3; ++a)
+    for (int e = 0; e < 17; ++e)
+      for (int c = 0; c < 20; ++c)
+        for (int b = 0; b < 40; ++b) permuted.push_back(vv[((a * 40 + b) * 20 + c) * 17 + e]);
+  EXPECT_EQ(values(v.permute({0, 3, 2, 1}).contiguous()), permuted);
+  // A transposed slice (strides that are not the base's sizes) and a broadcast last dim (stride 0).
+  const Tensor tall = iota({64, 20});
+  std::vector<double> sliced;
+  for (int i = 0; i < 20; ++i)
+    for (int j = 0; j < 29; ++j) sliced.push_back((3 + 2 * j) * 20 + i);
+  EXPECT_EQ(values(tall.slice(0, 3, 61, 2).t().contiguous()), sliced);
+  const Tensor col = iota({24, 1});
+  std::vector<double> spread;
+  for (int i = 0; i < 24; ++i)
+    for (int j = 0; j < 20; ++j) spread.push_back(i);
+  EXPECT_EQ(values(col.expand({24, 20}).contiguous()), spread);
+}
+
 }  // namespace
 }  // namespace kiln
