@@ -4,13 +4,19 @@
 // spatial dim at a time; their filters are separable, so this is the sum PyTorch computes (rounded in another
 // order). Along one dim each output position reads a few input positions (taps) with weights computed here, on
 // the host, the way PyTorch's kernels compute them: nearest and nearest-exact one tap, linear two, cubic four
-// (clamped at the edges). The resize is then a weighted sum of index_selects, so it runs on every device and its
-// gradient is index_select's (summed where outputs share an input).
+// (clamped at the edges). The resize is then the weighted sum of its taps: for float32 and float64 on a device
+// with the kernels (the CPU), one pass of ops::resize_taps each way; otherwise (16-bit types, CUDA for now) a sum
+// of index_selects, whose gradient is index_select's (summed where outputs share an input). Both round each
+// product before adding it, so they give the same bits forward. Nearest is one index_select either way.
 #include <algorithm>
+#include <any>
 #include <cmath>
 #include <vector>
 
+#include "kiln/autograd/function.h"
 #include "kiln/nn/functional.h"
+#include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/ops/resize_taps.h"
 
 namespace kiln::nn::functional {
 
@@ -85,6 +91,37 @@ Taps cubic_taps(int64_t in, int64_t out, std::optional<double> factor, bool alig
   return t;
 }
 
+// The fused path: ops::resize_taps and its adjoint, each the other's gradient, so every order of derivative is
+// one kernel call (a backward with create_graph records the adjoint, whose backward is the resize again).
+struct TapTable {
+  int64_t dim, in;  // the resized dim, and the input's size along it
+  Tensor idx, w;    // (taps, out), on the input's device; constants, not inputs of the graph
+};
+struct TapsAdjoint;
+struct TapsResize : autograd::Function<TapsResize> {
+  static constexpr const char* name = "InterpolateBackward";
+  static Tensor forward(autograd::AutogradContext* ctx, const Tensor& x, const TapTable& taps) {
+    ctx->saved_data["taps"] = taps;
+    return ops::resize_taps(x, taps.dim, taps.idx, taps.w);
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads);
+};
+struct TapsAdjoint : autograd::Function<TapsAdjoint> {
+  static constexpr const char* name = "InterpolateBackwardBackward";
+  static Tensor forward(autograd::AutogradContext* ctx, const Tensor& g, const TapTable& taps) {
+    ctx->saved_data["taps"] = taps;
+    return ops::resize_taps_backward(g, taps.dim, taps.idx, taps.w, taps.in);
+  }
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
+    if (!grads[0].defined()) return {Tensor()};
+    return {TapsResize::apply(grads[0], std::any_cast<TapTable>(ctx->saved_data.at("taps")))};
+  }
+};
+std::vector<Tensor> TapsResize::backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
+  if (!grads[0].defined()) return {Tensor()};
+  return {TapsAdjoint::apply(grads[0], std::any_cast<TapTable>(ctx->saved_data.at("taps")))};
+}
+
 // x resized along dim to `out` positions: the weighted sum of its taps.
 Tensor resize_dim(const Tensor& x, int64_t dim, int64_t out, std::optional<double> factor, const InterpolateOptions& o) {
   const int64_t in = x.size(dim);
@@ -93,6 +130,18 @@ Tensor resize_dim(const Tensor& x, int64_t dim, int64_t out, std::optional<doubl
                                                                 : linear_taps(in, out, factor, o.align_corners);
   auto read = [&](size_t k) { return index_select(x, dim, tensor(taps.idx[k]).to(x.device())); };
   if (taps.idx.size() == 1) return read(0);  // nearest: a pick, in any dtype
+  if ((x.dtype() == kFloat32 || x.dtype() == kFloat64) && !CompositeOnlyGuard::active() &&
+      has_kernel<Op::resize_taps>(x.device().type) && has_kernel<Op::resize_taps_backward>(x.device().type)) {
+    std::vector<int64_t> idx;
+    std::vector<double> w;
+    for (size_t k = 0; k < taps.idx.size(); ++k) {
+      idx.insert(idx.end(), taps.idx[k].begin(), taps.idx[k].end());
+      w.insert(w.end(), taps.w[k].begin(), taps.w[k].end());
+    }
+    const int64_t n = static_cast<int64_t>(taps.idx.size());
+    return TapsResize::apply(x, TapTable{dim, in, tensor(idx, {n, out}).to(x.device()),
+                                         tensor(w, {n, out}, kFloat64).to(x.device(), x.dtype())});
+  }
   Shape wshape(static_cast<size_t>(x.dim()), 1);
   wshape[static_cast<size_t>(dim)] = out;
   Tensor y;

@@ -42,6 +42,7 @@ void install_builtin_kernels() {
   detail::register_ctc_cpu_kernels();
   detail::register_embedding_bag_cpu_kernels();
   detail::register_grid_sample_cpu_kernels();
+  detail::register_resize_taps_cpu_kernels();
   detail::register_normalization_cpu_kernels();
 #ifdef KILN_WITH_CUDA
   detail::register_cuda_kernels();

@@ -59,6 +59,13 @@ using SortKernel = void(const Tensor& values, const Tensor& indices, const Tenso
 // descending when largest (the k largest, largest first) and ascending when not; equal values in index order.
 using TopKKernel = void(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, int64_t k,
                         bool largest);
+// out: x's shape with out = idx.size(1) along dim; out[..., d, ...] = sum over taps k of
+// x[..., idx[k][d], ...] * w[k][d], in tap order. x, idx (taps, out) int64 and w (taps, out) in x's dtype are
+// contiguous and on one device (resize_taps.h).
+using ResizeTapsKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& w);
+// grad_x: x's shape, written whole: the adjoint of ResizeTapsKernel applied to grad_out (contiguous).
+using ResizeTapsBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_out, int64_t dim, const Tensor& idx,
+                                      const Tensor& w);
 // out: (B, M, N), a: (B, M, K), b: (B, K, N); out = beta * out + alpha * (a @ b). With beta == 0 the old
 // contents of out are ignored (NaN included), as BLAS does.
 using BmmKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha);
@@ -321,6 +328,9 @@ using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& gr
   /* sorting */                            \
   X(sort, SortKernel)                      \
   X(topk, TopKKernel)                      \
+  /* resizing */                           \
+  X(resize_taps, ResizeTapsKernel)         \
+  X(resize_taps_backward, ResizeTapsBackwardKernel) \
   /* linear algebra */                     \
   X(bmm, BmmKernel)                        \
   /* indexing */                           \

@@ -22,6 +22,7 @@ void register_cross_entropy_cpu_kernels();
 void register_ctc_cpu_kernels();
 void register_embedding_bag_cpu_kernels();
 void register_grid_sample_cpu_kernels();
+void register_resize_taps_cpu_kernels();
 void register_normalization_cpu_kernels();
 
 #ifdef KILN_WITH_CUDA
