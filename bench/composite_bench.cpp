@@ -1,12 +1,12 @@
 // The ops kiln builds from other ops against LibTorch's (which has kernels for most of them), on the CPU,
 // forward + backward through autograd where they are differentiable: indexing with index tensors (a row gather,
-// a mask, an accumulating write), einsum (attention scores, a chain of three), torch.nn's activations beyond
+// a mask, an accumulating write), topk, einsum (attention scores, a chain of three), torch.nn's activations beyond
 // relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
-// (bicubic up, area down), padding (reflect, replicate), an NCHW to NHWC copy, pixel_shuffle and rms_norm
-// (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools (kiln's composites over the
-// 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold, grid_sample, lp_pool2d and
-// channel_shuffle.
+// (bilinear and bicubic up, area down), padding (reflect, replicate), a transpose's copy, an NCHW to NHWC copy,
+// pixel_shuffle and rms_norm (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools
+// (kiln's composites over the 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold,
+// grid_sample, lp_pool2d and channel_shuffle.
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
   const std::vector<Row> differentiable = {
       {"x[idx] (rows)", "(65536, 256)[16384]", [&] { return rows[idx]; } THEIRS(trows.index({tidx}))},
       {"x[mask]", "(4096, 1024), half true", [&] { return wide[mask]; } THEIRS(twide.index({tmask}))},
+      {"topk, 5 of each row", "(4096, 1024)", [&] { return kiln::topk(wide, 5, 1).first; } THEIRS(std::get<0>(twide.topk(5, 1)))},
       {"einsum bhqd,bhkd->bhqk", "(8, 8, 128, 64) x2", [&] { return kiln::einsum("bhqd,bhkd->bhqk", {q, k}); }
        THEIRS(torch::einsum("bhqd,bhkd->bhqk", {tq, tk}))},
       {"einsum ij,jk,kl->il", "256x512x384x128", [&] { return kiln::einsum("ij,jk,kl->il", {a, b, c}); }
@@ -162,6 +163,8 @@ int main(int argc, char** argv) {
       {"hardshrink", "(1M)", [&] { return F::hardshrink(act, 0.5); } THEIRS(tf::hardshrink(tact, 0.5))},
       {"threshold", "(1M)", [&] { return F::threshold(act, 0.1, 20.0); } THEIRS(torch::threshold(tact, 0.1, 20.0))},
       {"log(abs)", "(1M)", [&] { return kiln::log(kiln::abs(act)); } THEIRS(torch::log(torch::abs(tact)))},
+      {"interpolate bilinear", "(8, 16, 64, 64) to 128", [&] { return F::interpolate(image, {.size = {128, 128}, .mode = "bilinear"}); }
+       THEIRS(tf::interpolate(timage, tf::InterpolateFuncOptions().size(std::vector<int64_t>{128, 128}).mode(torch::kBilinear).align_corners(false)))},
       {"interpolate bicubic", "(8, 16, 64, 64) to 128", [&] { return F::interpolate(image, {.size = {128, 128}, .mode = "bicubic"}); }
        THEIRS(tf::interpolate(timage, tf::InterpolateFuncOptions().size(std::vector<int64_t>{128, 128}).mode(torch::kBicubic).align_corners(false)))},
       {"interpolate area", "(8, 16, 128, 128) to 32", [&] { return F::interpolate(big, {.size = {32, 32}, .mode = "area"}); }
@@ -176,6 +179,8 @@ int main(int argc, char** argv) {
        THEIRS(tf::pad(timage, tf::PadFuncOptions({2, 2, 2, 2}).mode(torch::kReflect)))},
       {"pad replicate", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Replicate); }
        THEIRS(tf::pad(timage, tf::PadFuncOptions({2, 2, 2, 2}).mode(torch::kReplicate)))},
+      // A transpose's copy, in tiles (copy_cpu.cpp).
+      {"transpose, contiguous", "(4096, 1024)", [&] { return wide.t().contiguous(); } THEIRS(twide.t().contiguous())},
       // A copy whose innermost dim is short (3 channels): StridedIter moves a longer dim inside.
       {"NCHW to NHWC, contiguous", "(64, 3, 64, 64)", [&] { return img3.permute({0, 2, 3, 1}).contiguous(); }
        THEIRS(timg3.permute({0, 2, 3, 1}).contiguous())},

@@ -4,8 +4,8 @@
 // apart. cumsum runs down a block of neighbouring columns at once, so that every step reads contiguous memory;
 // sort copies each line out, sorts its positions with std::stable_sort and writes values and positions back.
 // topk keeps a small k in order in one pass, or selects its k positions (std::nth_element) and sorts only those,
-// in an order made total by breaking ties by position: either way its k are the first k of the stable sort. Lines (or column blocks) are shared among the
-// threads.
+// in an order made total by breaking ties by position: either way its k are the first k of the stable sort.
+// Lines (or column blocks) are shared among the threads.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -146,8 +146,9 @@ void topk_cpu(const Tensor& values, const Tensor& indices, const Tensor& x, int6
       };
       // Whether key a goes before key b (strictly) in the line's order.
       const auto better = [largest](M a, M b) { return largest ? sorts_before(b, a) : sorts_before(a, b); };
-      std::vector<M> best_keys(static_cast<size_t>(k));
-      std::vector<int64_t> best_at(static_cast<size_t>(k));
+      const size_t kept_size = k <= kStreamingTopK ? static_cast<size_t>(k) : 0;  // the one pass's
+      std::vector<M> best_keys(kept_size);
+      std::vector<int64_t> best_at(kept_size);
       for (int64_t line = begin; line < end; ++line) {
         const int64_t outer = line / g.inner, col = line % g.inner;
         const int64_t base = outer * g.n * g.inner + col, out_base = outer * k * g.inner + col;
