@@ -121,6 +121,8 @@ TEST(ResizeTaps, ErrorsNameTheProblem) {
   expect_error([&] { (void)ops::resize_taps(x, 1, idx.view({6}), w); }, {"resize_taps", "(taps, "});
   expect_error([&] { (void)ops::resize_taps(x, 1, idx + 1, w); }, {"resize_taps", "outside [0, 5)"});
   expect_error([&] { (void)ops::resize_taps(x, 2, idx, w); }, {"resize_taps", "dim"});
+  expect_error([&] { (void)ops::resize_taps(full({}, 1.0, TensorOptions(kFloat64)), 0, idx, w); },
+               {"resize_taps", "0-dim"});
   expect_error([&] { (void)ops::resize_taps_backward(randn64({2, 4}, 951), 1, idx, w, 5); },
                {"resize_taps backward", "(taps, 4)"});
 }
