@@ -100,22 +100,28 @@ void expect_stable_sort(const Tensor& x, int64_t dim, bool descending, const Ten
   }
 }
 
+// Inputs for sort and topk: few distinct values, so that ties are common (floats also get NaN, -0.0, 0.0 and
+// infinities), in dtype d and laid out as `layout` says (the values are drawn contiguous, then copied into a
+// tensor of that layout).
+Tensor tie_heavy(const Shape& shape, DType d, Layout layout, std::mt19937& rng) {
+  std::uniform_int_distribution<int> pick(0, 9);
+  std::vector<double> v = test::values(floor(test::random_tensor(shape, kFloat64, rng, Layout::Contiguous, 0, 4)));
+  if (is_floating(d)) {
+    const std::vector<double> special = {NAN, -0.0, 0.0, INFINITY, -INFINITY, -1.5};
+    for (double& e : v)
+      if (pick(rng) < 3) e = special[static_cast<size_t>(pick(rng)) % special.size()];
+  }
+  Tensor laid = test::random_tensor(shape, d, rng, layout);
+  laid.copy_(test::make_tensor(v, shape, kFloat64).to(d));
+  return laid;
+}
+
 TEST(Sort, StableAscendingAndDescendingForEveryDtypeLayoutAndDim) {
   std::mt19937 rng(2);
-  std::uniform_int_distribution<int> pick(0, 9);
   for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool}) {
     for (Layout layout : test::kLayouts) {
       for (const Shape& shape : kShapes) {
-        // Few distinct values so that ties are common; floats also get NaN, -0.0, 0.0 and infinities.
-        Tensor x = floor(test::random_tensor(shape, kFloat64, rng, layout, 0, 4));
-        if (is_floating(d)) {
-          const std::vector<double> special = {NAN, -0.0, 0.0, INFINITY, -INFINITY, -1.5};
-          std::vector<double> v = test::values(x);
-          for (double& e : v)
-            if (pick(rng) < 3) e = special[static_cast<size_t>(pick(rng)) % special.size()];
-          x = test::make_tensor(v, shape, kFloat64);
-        }
-        x = x.to(d);
+        const Tensor x = tie_heavy(shape, d, layout, rng);
         for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
           for (bool descending : {false, true}) {
             auto [values, indices] = sort(x, dim, descending);
@@ -168,22 +174,10 @@ TEST(Topk, IsTheHeadOfTheSortAndChecksK) {
 // are the stable sort's first k.
 TEST(Topk, IsTheHeadOfTheStableSortWithTiesAndNansForEveryDtypeLayoutAndDim) {
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int> pick(0, 9);
   for (DType d : {kFloat32, kFloat64, kBFloat16, kInt32, kInt64, kUInt8}) {
     for (Layout layout : test::kLayouts) {
       for (const Shape& shape : kShapes) {
-        Tensor x = floor(test::random_tensor(shape, kFloat64, rng, layout, 0, 4));
-        if (is_floating(d)) {
-          const std::vector<double> special = {NAN, -0.0, 0.0, INFINITY, -INFINITY, -1.5};
-          std::vector<double> v = test::values(x);
-          for (double& e : v)
-            if (pick(rng) < 3) e = special[static_cast<size_t>(pick(rng)) % special.size()];
-          x = test::make_tensor(v, shape, kFloat64);
-        }
-        // The values laid out as `layout` says (floor and make_tensor return contiguous tensors).
-        Tensor laid = test::random_tensor(shape, d, rng, layout);
-        laid.copy_(x.to(d));
-        x = laid;
+        const Tensor x = tie_heavy(shape, d, layout, rng);
         for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
           const int64_t n = x.size(dim);
           for (int64_t k : {int64_t{1}, int64_t{16}, int64_t{17}, n / 2, n - 1, n}) {  // 16: the one-pass path's last
