@@ -95,9 +95,9 @@ void scatter_slab(T* __restrict gx, const T* __restrict gy, const int64_t* __res
     }
 }
 
-// One row along the last dim: each input element gathers the outputs whose taps read it, from `readers` (the
-// (output, weight) pairs of input i are entries [start[i], start[i + 1]), in output order, then tap order: the
-// order the slab loop adds them in, so the sums have its bits). Added one after another into one element, as
+// One row along the last dim: each input element gathers the outputs whose taps read it. The (output, weight)
+// pairs of input i are entries [start[i], start[i + 1]) of `from` and `weight`, in output order, then tap order:
+// the order the slab loop adds them in, so the sums have its bits. Added one after another into one element, as
 // the slab loop does along the last dim, each add would wait for the store before it.
 template <typename T>
 void gather_row(T* __restrict gx, const T* __restrict gy, const int64_t* __restrict start,
