@@ -5,8 +5,8 @@
 // order). Along one dim each output position reads a few input positions (taps) with weights computed here, on
 // the host, the way PyTorch's kernels compute them: nearest and nearest-exact one tap, linear two, cubic four
 // (clamped at the edges). The resize is then the weighted sum of its taps: for float32 and float64 on a device
-// with the kernels (the CPU), one pass of ops::resize_taps each way; otherwise (16-bit types, CUDA for now) a sum
-// of index_selects, whose gradient is index_select's (summed where outputs share an input). Both round each
+// with the kernels (the CPU and CUDA), one pass of ops::resize_taps each way; otherwise (16-bit types) a sum of
+// index_selects, whose gradient is index_select's (summed where outputs share an input). Both round each
 // product before adding it, so they give the same bits forward. Nearest is one index_select either way.
 #include <algorithm>
 #include <any>

@@ -337,6 +337,32 @@ TEST_F(CudaReduce, CumsumAndSortMatchTheCpuBitForBit) {
   }
 }
 
+// topk's first k in sort's order, equal keys in position order: k from 0 to the whole line, both directions.
+// Few distinct values, so ties are common; lines past 8192 elements and k past 16 take the sort (the kernel's
+// other path).
+void check_topk(const std::vector<ShapeCase>& shapes, std::initializer_list<Layout> layouts, int specials) {
+  for_each_dim_case(shapes, layouts, specials, -1, 1, [](const Pair& x, int64_t dim, const std::string& where) {
+    const int64_t n = x.cpu.dim() == 0 ? 1 : x.cpu.size((dim + x.cpu.dim()) % x.cpu.dim());
+    for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, n - 1, n}) {
+      if (k < 0 || k > n) continue;
+      for (bool largest : {true, false}) {
+        const std::string context = "topk k " + std::to_string(k) + (largest ? " largest" : " smallest") + " of " + where;
+        auto [want_v, want_i] = topk(x.cpu, k, dim, largest);
+        auto [got_v, got_i] = topk(x.gpu, k, dim, largest);
+        test::expect_matches_cpu(got_v, want_v, context + " values");
+        test::expect_matches_cpu(got_i, want_i, context + " indices");
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  });
+}
+
+TEST_F(CudaReduce, TopkMatchesTheCpuBitForBit) {
+  check_topk({{{}, {}}, {{1}, {}}, {{33}, {}}, {{5, 33, 7}, {}}, {{3, 0, 4}, {}}, {{1000, 40}, {}}, {{2, 9000}, {}}},
+             {Layout::Contiguous, Layout::Transposed, Layout::Strided}, 0);
+  check_topk({{{33}, {}}, {{300, 17}, {}}}, {Layout::Contiguous, Layout::Transposed}, 8);
+}
+
 // ---- softmax, log_softmax ----
 
 void check_softmax(IntArrayRef shape, Layout layout, DType dtype, std::mt19937& rng, uint32_t seed, int specials,

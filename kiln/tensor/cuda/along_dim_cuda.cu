@@ -1,4 +1,4 @@
-// CUDA kernels of cumsum and sort; the CPU kernels (ops/along_dim_cpu.cpp) are the reference they match.
+// CUDA kernels of cumsum, sort and topk; the CPU kernels (ops/along_dim_cpu.cpp) are the reference they match.
 //
 // cumsum: as on the CPU the input is made contiguous and seen as (outer, n, inner); one thread runs down each
 // line, accumulating in float64 (floating types) or int64 (integers) in the CPU's order, so the two devices
@@ -10,10 +10,17 @@
 // float64 and int64 for the integers and bool, with every NaN made +NaN and -0.0 made 0.0 first, so that the
 // radix order is sort's order (NaN above +inf, -0.0 equal to 0.0); the values are then gathered from the input
 // by the sorted positions, so they keep their own bits.
+//
+// topk: for k up to 16 on lines of up to 8192 elements, one warp per line (moved to the last dim). Each lane
+// keeps the best k of its elements (positions lane, lane + 32, ...) in order, then the warp merges the lanes'
+// lists, one shuffle reduction per place, in sort's order with equal keys in position order: the CPU's result.
+// Other cases sort the lines and take the first k. The limits are a first guess, not yet tuned on a GPU.
 #include <cub/device/device_segmented_sort.cuh>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/row_reduce.cuh"
@@ -126,12 +133,122 @@ void sort_cuda(const Tensor& values, const Tensor& indices, const Tensor& x, int
   ops::copy_(indices, ops::transpose(sorted_positions, dim, last));
 }
 
+constexpr int kWarpTopK = 16;           // the largest k the warp kernel keeps
+constexpr int64_t kWarpTopKLine = 8192;  // and the longest line it reads (256 elements per lane)
+
+// The type a key is compared and shuffled in: the float it is computed in, or int64 for the integers and bool.
+template <typename T>
+using topk_key_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, opmath_t<T>, long long>;
+
+// Whether key a at position ia comes before key b at ib in topk's result: sort's order (NaN above every number,
+// -0.0 equal to 0.0), descending when largest, equal keys in position order. Position -1 is an empty slot, after
+// everything.
+template <typename K>
+__device__ bool ranks_before(K a, int64_t ia, K b, int64_t ib, bool largest) {
+  if (ib < 0) return ia >= 0;
+  if (ia < 0) return false;
+  if constexpr (std::is_floating_point_v<K>) {
+    const bool na = isnan(a), nb = isnan(b);
+    if (na != nb) return largest ? na : nb;
+    if (na) return ia < ib;
+  }
+  if (a != b) return largest ? a > b : a < b;
+  return ia < ib;
+}
+
+// lines: (rows, n) contiguous; values, indices: (rows, k) contiguous, 1 <= k <= min(n, kWarpTopK).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    topk_warp_kernel(const T* __restrict__ lines, T* __restrict__ values, int64_t* __restrict__ indices,
+                     int64_t rows, int64_t n, int k, bool largest) {
+  using K = topk_key_t<T>;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < rows; row += warps) {
+    const T* line = lines + row * n;
+    // This lane's best k so far, in order.
+    K key[kWarpTopK];
+    int64_t at[kWarpTopK];
+    int count = 0;
+    for (int64_t j = lane; j < n; j += 32) {
+      const K v = static_cast<K>(static_cast<opmath_t<T>>(line[j]));
+      if (count == k && !ranks_before(v, j, key[k - 1], at[k - 1], largest)) continue;
+      int slot = count < k ? count++ : k - 1;
+      for (; slot > 0 && ranks_before(v, j, key[slot - 1], at[slot - 1], largest); --slot) {
+        key[slot] = key[slot - 1];
+        at[slot] = at[slot - 1];
+      }
+      key[slot] = v;
+      at[slot] = j;
+    }
+    // Each place goes to the best of the lanes' heads; positions are unique, so the order is strict and every
+    // lane ends the reduction with the same winner, whose lane moves its head on.
+    int head = 0;
+    for (int place = 0; place < k; ++place) {
+      K best = head < count ? key[head] : K(0);
+      int64_t best_at = head < count ? at[head] : -1;
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const K other = __shfl_xor_sync(0xffffffffu, best, offset);
+        const auto other_at = static_cast<int64_t>(
+            __shfl_xor_sync(0xffffffffu, static_cast<long long>(best_at), offset));
+        if (ranks_before(other, other_at, best, best_at, largest)) best = other, best_at = other_at;
+      }
+      if (head < count && at[head] == best_at) ++head;
+      if (lane == 0) {
+        values[row * k + place] = line[best_at];
+        indices[row * k + place] = best_at;
+      }
+    }
+  }
+}
+
+void topk_cuda(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, int64_t k, bool largest) {
+  KILN_ASSERT(values.is_contiguous() && indices.is_contiguous() && indices.dtype() == kInt64 &&
+              values.dtype() == x.dtype() && k >= 1 && k <= x.size(dim));
+  const int device = x.device().index;
+  cuda::DeviceGuard guard(device);
+  const int64_t last = x.dim() - 1, n = x.size(dim);
+  if (k > kWarpTopK || n > kWarpTopKLine) {
+    // The whole lines sorted, the first k kept.
+    Tensor all_values = empty(x.sizes(), TensorOptions(x.dtype()).device(x.device()));
+    Tensor all_indices = empty(x.sizes(), TensorOptions(kInt64).device(x.device()));
+    sort_cuda(all_values, all_indices, x, dim, /*descending=*/largest);
+    ops::copy_(values, ops::narrow(all_values, dim, 0, k));
+    ops::copy_(indices, ops::narrow(all_indices, dim, 0, k));
+    return;
+  }
+  cudaStream_t stream = cuda::current_stream(device).handle;
+  const Tensor lines = ops::contiguous(ops::transpose(x, dim, last));  // (..., n)
+  const int64_t rows = x.numel() / n;
+  // Along the last dim the results go straight into values and indices; otherwise into lines of k, moved back.
+  Shape moved = lines.sizes();
+  moved.back() = k;
+  const bool direct = dim == last;
+  const Tensor v = direct ? values : empty(moved, TensorOptions(x.dtype()).device(x.device()));
+  const Tensor i = direct ? indices : empty(moved, TensorOptions(kInt64).device(x.device()));
+  const int64_t warps_per_block = kThreads / 32;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((rows + warps_per_block - 1) / warps_per_block,
+                                                              int64_t{1} << 20));
+  visit_dtype(x.dtype(), "topk (CUDA)", [&]<typename T>() {
+    topk_warp_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(lines.raw_data_ptr()),
+                                                          static_cast<T*>(v.raw_data_ptr()),
+                                                          static_cast<int64_t*>(i.raw_data_ptr()), rows, n,
+                                                          static_cast<int>(k), largest);
+    KILN_CUDA_CHECK_LAUNCH("topk");
+  });
+  if (!direct) {
+    ops::copy_(values, ops::transpose(v, dim, last));
+    ops::copy_(indices, ops::transpose(i, dim, last));
+  }
+}
+
 }  // namespace
 
 namespace detail {
 void register_cuda_along_dim_kernels() {
   register_kernel<Op::cumsum>(DeviceType::CUDA, cumsum_cuda);
   register_kernel<Op::sort>(DeviceType::CUDA, sort_cuda);
+  register_kernel<Op::topk>(DeviceType::CUDA, topk_cuda);
 }
 }  // namespace detail
 }  // namespace kiln

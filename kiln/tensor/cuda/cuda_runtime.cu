@@ -345,6 +345,7 @@ void register_cuda_cross_entropy_kernels(); // cross_entropy_cuda.cu
 void register_cuda_ctc_kernels();          // ctc_cuda.cu
 void register_cuda_embedding_bag_kernels(); // embedding_bag_cuda.cu
 void register_cuda_grid_sample_kernels();  // grid_sample_cuda.cu
+void register_cuda_resize_taps_kernels();  // resize_taps_cuda.cu
 void register_cuda_normalization_kernels(); // normalization_cuda.cu
 void register_cuda_activation_kernels();   // activation_cuda.cu
 
@@ -366,6 +367,7 @@ void register_cuda_kernels() {
   register_cuda_ctc_kernels();
   register_cuda_embedding_bag_kernels();
   register_cuda_grid_sample_kernels();
+  register_cuda_resize_taps_kernels();
   register_cuda_normalization_kernels();
 }
 
