@@ -6,7 +6,7 @@
 // (bilinear and bicubic up, area down), padding (reflect, replicate), a transpose's copy, an NCHW to NHWC copy,
 // pixel_shuffle and rms_norm (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools
 // (kiln's composites over the 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold,
-// grid_sample, lp_pool2d and channel_shuffle.
+// grid_sample, lp_pool2d and channel_shuffle; and max_pool2d with padding (ResNet's stem pool, a kernel).
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.
 //
@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
        THEIRS(tf::adaptive_avg_pool2d(timage, tf::AdaptiveAvgPool2dFuncOptions({7, 7})))},
       {"adaptive_max_pool2d, uneven", "(8, 16, 64, 64) to 7", [&] { return F::adaptive_max_pool2d(image, {7, 7}); }
        THEIRS(tf::adaptive_max_pool2d(timage, tf::AdaptiveMaxPool2dFuncOptions({7, 7})))},
+      {"max_pool2d 3x3, stride 2, padding 1", "(8, 16, 64, 64)", [&] { return F::max_pool2d(image, 3, 2, 1); }
+       THEIRS(tf::max_pool2d(timage, tf::MaxPool2dFuncOptions(3).stride(2).padding(1)))},
       {"pad reflect", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Reflect); }
        THEIRS(tf::pad(timage, tf::PadFuncOptions({2, 2, 2, 2}).mode(torch::kReflect)))},
       {"pad replicate", "(8, 16, 64, 64) by 2", [&] { return F::pad(image, {2, 2, 2, 2}, F::PadMode::Replicate); }

@@ -392,6 +392,10 @@ TEST(MaxPoolOps, MatchesLoopsWithTiesNaNPaddingDilation) {
       {{2, 3, 7, 9}, 3, 1, 0, 1},
       {{2, 2, 9, 8}, 3, 2, 0, 2},
       {{3, 2, 5, 7}, {3, 2}, {1, 2}, {0, 0}, {1, 2}},
+      // Padded: the whole windows vectorized, a border a window wide by the general loop (ResNet's stem pool).
+      {{2, 2, 11, 12}, 3, 2, 1, 1},
+      {{1, 3, 10, 9}, {3, 2}, {2, 1}, {1, 1}, {2, 1}},
+      {{1, 1, 3, 3}, 3, 1, 1, 1},  // no whole window at all
   };
   uint64_t seed = 700;
   for (const PoolCase& c : cases) {

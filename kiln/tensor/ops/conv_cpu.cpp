@@ -236,16 +236,17 @@ void conv2d_backward_weight(const Tensor& grad_w, const Tensor& grad_out, const 
 }
 
 // ---- max pooling ----
-// One plane's max pooling when every window lies inside the image (no padding). off[f] is where the window
-// of output f = i * OW + j starts in the plane; the window's elements are taken in the same order as in the
-// general loop of max_pool2d_forward, but one offset (u, v) at a time across all the plane's outputs: the
-// inner loop then has no dependency from one output to the next and vectorizes, with gathered loads. On W3's
-// 2x2 pooling that is ~5-8x the window-at-a-time loop, whose compares are branches random data mispredicts.
+// Outputs whose windows lie whole inside the image (no padding or clipped edge in them) take the vectorized
+// path: off[f] is where the window of output f starts in the plane, and the window's elements are taken in the
+// same order as in the general loop, but one offset (u, v) at a time across a run of outputs: the inner loop
+// then has no dependency from one output to the next and vectorizes, with gathered loads. On W3's 2x2 pooling
+// that is ~5-8x the window-at-a-time loop, whose compares are branches random data mispredicts. With padding,
+// that is every output but a border a window wide; the border takes the general loop.
 // Everything arrives by value: read through references, each store to the int64 indices might change the
-// sizes, and the loop would not vectorize.
+// sizes, and the loops would reload them (and not vectorize).
 template <typename T>
-void max_pool2d_plane_inside(const T* xq, T* __restrict best, int64_t* __restrict arg,
-                             const int32_t* __restrict off, int64_t n, int64_t W, Pool2dParams p) {
+void max_pool2d_run_inside(const T* xq, T* __restrict best, int64_t* __restrict arg, const int32_t* __restrict off,
+                           int64_t n, int64_t W, Pool2dParams p) {
   for (int64_t u = 0; u < p.kernel[0]; ++u)
     for (int64_t v = 0; v < p.kernel[1]; ++v) {
       const auto d = static_cast<int32_t>(u * p.dilation[0] * W + v * p.dilation[1]);
@@ -264,6 +265,76 @@ void max_pool2d_plane_inside(const T* xq, T* __restrict best, int64_t* __restric
     }
 }
 
+// The window's rows u in [lo, hi) and columns in [vlo[j], vhi[j]) that fall inside the image, per output.
+struct PoolWindows {
+  std::vector<int64_t> ulo, uhi, vlo, vhi;
+};
+
+// Outputs (i, j) for j in [j0, j1) of one output row, window by window over the part inside the image
+// (padding is -inf: it never wins).
+template <typename T>
+void max_pool2d_row_general(const T* xq, T* __restrict best_out, int64_t* __restrict arg_out, int64_t i, int64_t j0,
+                            int64_t j1, int64_t ulo, int64_t uhi, const int64_t* __restrict vlo,
+                            const int64_t* __restrict vhi, int64_t W, Pool2dParams p) {
+  const int64_t yoff = i * p.stride[0] - p.padding[0];
+  for (int64_t j = j0; j < j1; ++j) {
+    const int64_t zoff = j * p.stride[1] - p.padding[1];
+    T best = -std::numeric_limits<T>::infinity();
+    int64_t arg = -1;  // only for a window that dilation and padding leave empty
+    if (ulo < uhi && vlo[j] < vhi[j]) {
+      arg = (yoff + ulo * p.dilation[0]) * W + zoff + vlo[j] * p.dilation[1];
+      best = xq[arg];
+      for (int64_t u = ulo; u < uhi; ++u) {
+        const int64_t row = (yoff + u * p.dilation[0]) * W + zoff;
+        for (int64_t v = vlo[j]; v < vhi[j]; ++v) {
+          const int64_t at = row + v * p.dilation[1];
+          const T val = xq[at];
+          // Strictly greater keeps the first of ties; the first NaN wins and stays (val != val: NaN).
+          // Written as selects, not branches: on random data a branch mispredicts half the time.
+          const bool take = (val > best) | ((val != val) & (best == best));
+          best = take ? val : best;
+          arg = take ? at : arg;
+        }
+      }
+    }
+    best_out[j] = best;
+    arg_out[j] = arg;
+  }
+}
+
+// One plane: whole windows (rows [i0, i1) by columns [j0, j1) of the outputs, starting at off) vectorized, the
+// rest by the general loop.
+template <typename T>
+void max_pool2d_plane(const T* xq, T* __restrict po, int64_t* __restrict pi, const PoolWindows& win,
+                      const int32_t* __restrict off, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t OH,
+                      int64_t OW, int64_t W, Pool2dParams p) {
+  const int64_t* vlo = win.vlo.data();
+  const int64_t* vhi = win.vhi.data();
+  for (int64_t i = 0; i < OH; ++i) {
+    T* best = po + i * OW;
+    int64_t* arg = pi + i * OW;
+    const int64_t ulo = win.ulo[static_cast<size_t>(i)], uhi = win.uhi[static_cast<size_t>(i)];
+    if (i < i0 || i >= i1) {
+      max_pool2d_row_general(xq, best, arg, i, 0, OW, ulo, uhi, vlo, vhi, W, p);
+      continue;
+    }
+    max_pool2d_row_general(xq, best, arg, i, 0, j0, ulo, uhi, vlo, vhi, W, p);
+    max_pool2d_run_inside(xq, best + j0, arg + j0, off + (i - i0) * (j1 - j0), j1 - j0, W, p);
+    max_pool2d_row_general(xq, best, arg, i, j1, OW, ulo, uhi, vlo, vhi, W, p);
+  }
+}
+
+// [first, last) of the outputs along one dim whose windows lie whole inside the input (empty if none).
+void whole_windows(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, int64_t k, int64_t* first,
+                   int64_t* last) {
+  const auto n = static_cast<int64_t>(lo.size());
+  int64_t f = 0;
+  while (f < n && !(lo[static_cast<size_t>(f)] == 0 && hi[static_cast<size_t>(f)] == k)) ++f;
+  int64_t l = f;
+  while (l < n && lo[static_cast<size_t>(l)] == 0 && hi[static_cast<size_t>(l)] == k) ++l;
+  *first = f, *last = l;  // the windows' starts grow with the output, so the whole ones are one run
+}
+
 // out, indices (N, C, OH, OW) from x (N, C, H, W); the index of a max is h * W + w in its plane.
 template <typename T>
 void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x, const Pool2dParams& p) {
@@ -272,56 +343,29 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
   T* po = out.data_ptr<T>();
   int64_t* pi = indices.data_ptr<int64_t>();
   const int64_t work = std::max<int64_t>(1, OH * OW * p.kernel[0] * p.kernel[1]);
-  // The window's rows u in [ulo, uhi) and columns v in [vlo, vhi) that fall inside the image (padding is -inf:
-  // it never wins), computed once: the divisions cost more than the comparisons of a 2x2 window.
-  std::vector<int64_t> ulo(OH), uhi(OH), vlo(OW), vhi(OW);
-  for (int64_t i = 0; i < OH; ++i) valid_range(i * p.stride[0] - p.padding[0], p.dilation[0], H, p.kernel[0], &ulo[i], &uhi[i]);
-  for (int64_t j = 0; j < OW; ++j) valid_range(j * p.stride[1] - p.padding[1], p.dilation[1], W, p.kernel[1], &vlo[j], &vhi[j]);
-  const int64_t grain = std::max<int64_t>(1, kDefaultGrain / work);
-  // Whole windows only: no padding, and (ceil_mode) no last window running past the end.
-  const bool inside = p.padding[0] == 0 && p.padding[1] == 0 &&
-                      (OH - 1) * p.stride[0] + p.dilation[0] * (p.kernel[0] - 1) < H &&
-                      (OW - 1) * p.stride[1] + p.dilation[1] * (p.kernel[1] - 1) < W;
-  if (inside && H * W <= std::numeric_limits<int32_t>::max()) {
-    std::vector<int32_t> off(static_cast<size_t>(OH * OW));
-    for (int64_t i = 0; i < OH; ++i)
-      for (int64_t j = 0; j < OW; ++j) off[i * OW + j] = static_cast<int32_t>(i * p.stride[0] * W + j * p.stride[1]);
-    parallel_for(0, planes, grain, [&](int64_t b, int64_t e) {
-      for (int64_t q = b; q < e; ++q)
-        max_pool2d_plane_inside(px + q * H * W, po + q * OH * OW, pi + q * OH * OW, off.data(), OH * OW, W, p);
-    });
-    return;
+  // The part of each window inside the image, computed once: the divisions cost more than the comparisons of a
+  // 2x2 window.
+  PoolWindows win{std::vector<int64_t>(OH), std::vector<int64_t>(OH), std::vector<int64_t>(OW),
+                  std::vector<int64_t>(OW)};
+  for (int64_t i = 0; i < OH; ++i)
+    valid_range(i * p.stride[0] - p.padding[0], p.dilation[0], H, p.kernel[0], &win.ulo[i], &win.uhi[i]);
+  for (int64_t j = 0; j < OW; ++j)
+    valid_range(j * p.stride[1] - p.padding[1], p.dilation[1], W, p.kernel[1], &win.vlo[j], &win.vhi[j]);
+  int64_t i0 = 0, i1 = 0, j0 = 0, j1 = 0;
+  if (H * W <= std::numeric_limits<int32_t>::max()) {  // the vectorized path's offsets are int32
+    whole_windows(win.ulo, win.uhi, p.kernel[0], &i0, &i1);
+    whole_windows(win.vlo, win.vhi, p.kernel[1], &j0, &j1);
+    if (i0 == i1 || j0 == j1) i0 = i1 = j0 = j1 = 0;
   }
-  parallel_for(0, planes, grain, [&](int64_t b, int64_t e) {
-    for (int64_t q = b; q < e; ++q) {
-      const T* xq = px + q * H * W;
-      for (int64_t i = 0; i < OH; ++i) {
-        const int64_t yoff = i * p.stride[0] - p.padding[0];
-        for (int64_t j = 0; j < OW; ++j) {
-          const int64_t zoff = j * p.stride[1] - p.padding[1];
-          T best = -std::numeric_limits<T>::infinity();
-          int64_t arg = -1;  // only for a window that dilation and padding leave empty
-          if (ulo[i] < uhi[i] && vlo[j] < vhi[j]) {
-            arg = (yoff + ulo[i] * p.dilation[0]) * W + zoff + vlo[j] * p.dilation[1];
-            best = xq[arg];
-            for (int64_t u = ulo[i]; u < uhi[i]; ++u) {
-              const int64_t row = (yoff + u * p.dilation[0]) * W + zoff;
-              for (int64_t v = vlo[j]; v < vhi[j]; ++v) {
-                const int64_t at = row + v * p.dilation[1];
-                const T val = xq[at];
-                // Strictly greater keeps the first of ties; the first NaN wins and stays (val != val: NaN).
-                // Written as selects, not branches: on random data a branch mispredicts half the time.
-                const bool take = (val > best) | ((val != val) & (best == best));
-                best = take ? val : best;
-                arg = take ? at : arg;
-              }
-            }
-          }
-          po[(q * OH + i) * OW + j] = best;
-          pi[(q * OH + i) * OW + j] = arg;
-        }
-      }
-    }
+  std::vector<int32_t> off(static_cast<size_t>((i1 - i0) * (j1 - j0)));
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = j0; j < j1; ++j)
+      off[static_cast<size_t>((i - i0) * (j1 - j0) + j - j0)] =
+          static_cast<int32_t>((i * p.stride[0] - p.padding[0]) * W + j * p.stride[1] - p.padding[1]);
+  parallel_for(0, planes, std::max<int64_t>(1, kDefaultGrain / work), [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q)
+      max_pool2d_plane(px + q * H * W, po + q * OH * OW, pi + q * OH * OW, win, off.data(), i0, i1, j0, j1, OH, OW,
+                       W, p);
   });
 }
 
