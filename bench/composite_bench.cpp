@@ -1,6 +1,6 @@
 // The ops kiln builds from other ops against LibTorch's (which has kernels for most of them), on the CPU,
 // forward + backward through autograd where they are differentiable: indexing with index tensors (a row gather,
-// a mask, an accumulating write), topk, einsum (attention scores, a chain of three), torch.nn's activations beyond
+// a mask, an accumulating write), topk, sort (a kernel), einsum (attention scores, a chain of three), torch.nn's activations beyond
 // relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
 // (bilinear and bicubic up, area down), padding (reflect, replicate), a transpose's copy, an NCHW to NHWC copy,
@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
       {"x[idx] (rows)", "(65536, 256)[16384]", [&] { return rows[idx]; } THEIRS(trows.index({tidx}))},
       {"x[mask]", "(4096, 1024), half true", [&] { return wide[mask]; } THEIRS(twide.index({tmask}))},
       {"topk, 5 of each row", "(4096, 1024)", [&] { return kiln::topk(wide, 5, 1).first; } THEIRS(std::get<0>(twide.topk(5, 1)))},
+      {"sort, each row", "(4096, 1024)", [&] { return kiln::sort(wide, 1).first; } THEIRS(std::get<0>(twide.sort(1)))},
       {"einsum bhqd,bhkd->bhqk", "(8, 8, 128, 64) x2", [&] { return kiln::einsum("bhqd,bhkd->bhqk", {q, k}); }
        THEIRS(torch::einsum("bhqd,bhkd->bhqk", {tq, tk}))},
       {"einsum ij,jk,kl->il", "256x512x384x128", [&] { return kiln::einsum("ij,jk,kl->il", {a, b, c}); }

@@ -149,6 +149,45 @@ TEST(Sort, ByHand) {
   test::expect_error([&] { (void)sort(x, 1); }, {"sort", "dim"});
 }
 
+// Lines long enough for the radix sort (over 256 elements), with values over each type's whole range: both
+// signs, magnitudes from subnormal to huge, the extremes, NaN, both zeros, and repeats (stability), laid out
+// as a column as well as a row.
+TEST(Sort, LongLinesOverTheWholeRangeOfEachType) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool}) {
+    for (const Shape& shape : {Shape{5000}, Shape{3, 1000}, Shape{700, 3}}) {
+      std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+      const double top = d == kFloat64 ? 300 : 38;  // decimal exponents: past the 16-bit types' range on purpose
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double sign = unit(rng) < 0.5 ? -1 : 1, u = unit(rng);
+        if (i > 0 && u < 0.2) {
+          v[i] = v[static_cast<size_t>(rng() % i)];  // a repeat of an earlier value
+        } else if (is_floating(d)) {
+          const std::vector<double> special = {NAN, -0.0, 0.0, INFINITY, -INFINITY, 5e-324, -1.7e308, 1.4e-45};
+          v[i] = u < 0.3 ? special[rng() % special.size()] : sign * std::pow(10.0, (2 * unit(rng) - 1) * top);
+        } else if (d == kInt64) {
+          v[i] = sign * std::floor(u * 4503599627370496.0);  // |v| < 2^52: exact in the checker's doubles
+        } else if (d == kInt32) {
+          v[i] = std::floor(-2147483648.0 + u * 4294967295.0);
+        } else {
+          v[i] = std::floor(u * (d == kBool ? 2 : 256));
+        }
+      }
+      const Tensor x = test::make_tensor(v, shape, kFloat64).to(d);
+      for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+        for (bool descending : {false, true}) {
+          auto [values, indices] = sort(x, dim, descending);
+          expect_stable_sort(x, dim, descending, values, indices,
+                             std::string(dtype_name(d)) + " " + shape_str(shape) + " dim " + std::to_string(dim) +
+                                 (descending ? " descending" : ""));
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 TEST(Topk, IsTheHeadOfTheSortAndChecksK) {
   std::mt19937 rng(3);
   Tensor x = test::random_tensor({6, 40}, kFloat32, rng, Layout::Transposed);

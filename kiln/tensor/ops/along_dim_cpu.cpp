@@ -2,14 +2,22 @@
 //
 // The input is made contiguous and seen as (outer, n, inner), n the op's dim: a line is n elements `inner`
 // apart. cumsum runs down a block of neighbouring columns at once, so that every step reads contiguous memory;
-// sort copies each line out, sorts its positions with std::stable_sort and writes values and positions back.
+// sort copies each line out, sorts its positions and writes values and positions back: a line longer than
+// kRadixMin by a least-significant-digit radix sort of its keys mapped to unsigned integers in sort's order
+// (stable by construction, one pass per byte that is not the same in every key), a shorter one with
+// std::stable_sort.
 // topk keeps a small k in order in one pass, or selects its k positions (std::nth_element) and sorts only those,
 // in an order made total by breaking ties by position: either way its k are the first k of the stable sort.
 // Lines (or column blocks) are shared among the threads.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor/dispatch.h"
@@ -84,6 +92,75 @@ bool sorts_before(M a, M b) {
   return a < b;
 }
 
+// Lines longer than this are radix sorted; shorter ones compared.
+constexpr int64_t kRadixMin = 256;
+
+// A key as an unsigned integer whose order is sort's: floats by their bits with the sign made the top of the
+// order (negative ones' bits flipped), -0.0 taken as 0.0 and every NaN the largest key; signed integers with
+// the sign bit flipped. Descending sorts take the complement. 16-bit types arrive as float, bool and 8- and
+// 16-bit integers widened to 32 bits.
+template <typename M>
+using radix_key_t = std::conditional_t<sizeof(M) <= 4, uint32_t, uint64_t>;
+
+template <typename M>
+radix_key_t<M> radix_key(M x, bool descending) {
+  using U = radix_key_t<M>;
+  constexpr U top = U(1) << (8 * sizeof(U) - 1);
+  U key;
+  if constexpr (std::is_floating_point_v<M>) {
+    static_assert(sizeof(M) == sizeof(U));
+    const M y = x == M(0) ? M(0) : x;
+    std::memcpy(&key, &y, sizeof key);
+    key = std::isnan(x) ? ~U(0) : (key & top) ? ~key : (key | top);
+  } else if constexpr (std::is_signed_v<M>) {
+    key = static_cast<U>(static_cast<std::make_signed_t<U>>(x)) ^ top;
+  } else {
+    key = static_cast<U>(x);
+  }
+  return descending ? ~key : key;
+}
+
+// The positions 0..n-1 of keys[0, n) in ascending order of key, equal keys in position order: one stable
+// counting pass per byte, least significant first, skipping a byte that is the same in every key. The buffers
+// hold n each; returns the one (order or spare_order) the result ends in.
+template <typename U>
+const uint32_t* radix_sort_positions(U* keys, U* spare_keys, uint32_t* order, uint32_t* spare_order, int64_t n) {
+  constexpr int kBytes = sizeof(U);
+  std::array<std::array<uint32_t, 256>, kBytes> count{};
+  for (int64_t i = 0; i < n; ++i)
+    for (int b = 0; b < kBytes; ++b) ++count[b][(keys[i] >> (8 * b)) & 0xFF];
+  std::iota(order, order + n, uint32_t{0});
+  for (int b = 0; b < kBytes; ++b) {
+    std::array<uint32_t, 256>& c = count[b];
+    if (std::any_of(c.begin(), c.end(), [n](uint32_t m) { return m == n; })) continue;  // nothing would move
+    uint32_t sum = 0;
+    for (uint32_t& m : c) sum += std::exchange(m, sum);
+    for (int64_t i = 0; i < n; ++i) {
+      const U key = keys[i];
+      const uint32_t at = c[(key >> (8 * b)) & 0xFF]++;
+      spare_keys[at] = key;
+      spare_order[at] = order[i];
+    }
+    std::swap(keys, spare_keys);
+    std::swap(order, spare_order);
+  }
+  return order;
+}
+
+// One line of n keys (strided `inner` apart from p): values and positions written in sort's order, by the radix
+// sort. The buffers are the calling thread's, n elements each.
+template <typename T, typename U>
+void radix_sort_line(const T* p, T* v, int64_t* idx, int64_t n, int64_t inner, bool descending, U* keys,
+                     U* spare_keys, uint32_t* order, uint32_t* spare_order) {
+  for (int64_t i = 0; i < n; ++i) keys[i] = radix_key(static_cast<opmath_t<T>>(p[i * inner]), descending);
+  const uint32_t* sorted = radix_sort_positions(keys, spare_keys, order, spare_order, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t from = sorted[i];
+    v[i * inner] = p[from * inner];
+    idx[i * inner] = from;
+  }
+}
+
 void sort_cpu(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t dim, bool descending) {
   KILN_ASSERT(values.is_contiguous() && indices.is_contiguous() && indices.dtype() == kInt64 &&
               values.dtype() == x.dtype());
@@ -91,10 +168,23 @@ void sort_cpu(const Tensor& values, const Tensor& indices, const Tensor& x, int6
   const Lines g = lines_of(x, dim);
   visit_dtype(x.dtype(), "sort", [&]<typename T>() {
     using M = opmath_t<T>;
+    using U = radix_key_t<M>;
     const T* p = in.data_ptr<T>();
     T* v = values.data_ptr<T>();
     int64_t* idx = indices.data_ptr<int64_t>();
+    const bool radix = g.n > kRadixMin && g.n <= std::numeric_limits<uint32_t>::max();
     parallel_for(0, g.outer * g.inner, std::max<int64_t>(1, kDefaultGrain / g.n), [&](int64_t begin, int64_t end) {
+      if (radix) {
+        const auto size = static_cast<size_t>(g.n);
+        std::vector<U> keys(size), spare_keys(size);
+        std::vector<uint32_t> order(size), spare_order(size);
+        for (int64_t line = begin; line < end; ++line) {
+          const int64_t base = (line / g.inner) * g.n * g.inner + line % g.inner;
+          radix_sort_line(p + base, v + base, idx + base, g.n, g.inner, descending, keys.data(), spare_keys.data(),
+                          order.data(), spare_order.data());
+        }
+        return;
+      }
       std::vector<M> keys(static_cast<size_t>(g.n));
       std::vector<int64_t> order(static_cast<size_t>(g.n));
       for (int64_t line = begin; line < end; ++line) {
