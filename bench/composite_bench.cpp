@@ -1,7 +1,7 @@
 // The ops kiln builds from other ops against LibTorch's (which has kernels for most of them), on the CPU,
 // forward + backward through autograd where they are differentiable: indexing with index tensors (a row gather,
-// a mask, an accumulating write), topk, sort (a kernel), einsum (attention scores, a chain of three), torch.nn's activations beyond
-// relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
+// a mask, an accumulating write; nonzero, forward only), topk, sort, gather, cumsum and tril (kernels), einsum
+// (attention scores, a chain of three), torch.nn's activations beyond relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
 // tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
 // (bilinear and bicubic up, area down), padding (reflect, replicate), a transpose's copy, an NCHW to NHWC copy,
 // pixel_shuffle and rms_norm (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools
@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   Tensor idx = kiln::randint(0, 65536, {16384});
   Tensor wide = kiln::randn({4096, 1024}).requires_grad_();
   Tensor mask = kiln::rand({4096, 1024}) > 0.5;
+  Tensor picks = kiln::randint(0, 1024, {4096, 16});  // 16 columns of each row of `wide`
   Tensor updates = kiln::randn({16384, 256});
   Tensor q = kiln::randn({8, 8, 128, 64}).requires_grad_(), k = kiln::randn({8, 8, 128, 64}).requires_grad_();
   Tensor a = kiln::randn({256, 512}).requires_grad_(), b = kiln::randn({512, 384}).requires_grad_(),
@@ -129,6 +130,7 @@ int main(int argc, char** argv) {
   };
   auto leaf = [](const Tensor& t) { return to_torch(t).requires_grad_(); };
   torch::Tensor trows = leaf(rows), tidx = to_torch(idx), twide = leaf(wide), tmask = to_torch(mask);
+  torch::Tensor tpicks = to_torch(picks);
   torch::Tensor tupdates = to_torch(updates), tq = leaf(q), tk = leaf(k), ta = leaf(a), tb = leaf(b), tc = leaf(c);
   torch::Tensor tact = leaf(act), timage = leaf(image), tbig = leaf(big), tnorm_weight = leaf(norm_weight), timg3 = leaf(img3);
   torch::Tensor twarp = leaf(warp);
@@ -149,6 +151,10 @@ int main(int argc, char** argv) {
       {"x[mask]", "(4096, 1024), half true", [&] { return wide[mask]; } THEIRS(twide.index({tmask}))},
       {"topk, 5 of each row", "(4096, 1024)", [&] { return kiln::topk(wide, 5, 1).first; } THEIRS(std::get<0>(twide.topk(5, 1)))},
       {"sort, each row", "(4096, 1024)", [&] { return kiln::sort(wide, 1).first; } THEIRS(std::get<0>(twide.sort(1)))},
+      {"gather along rows", "(4096, 1024), 16 of each row", [&] { return kiln::gather(wide, 1, picks); }
+       THEIRS(twide.gather(1, tpicks))},
+      {"cumsum along rows", "(4096, 1024)", [&] { return kiln::cumsum(wide, 1); } THEIRS(twide.cumsum(1))},
+      {"tril", "(4096, 1024)", [&] { return kiln::tril(wide); } THEIRS(twide.tril())},
       {"einsum bhqd,bhkd->bhqk", "(8, 8, 128, 64) x2", [&] { return kiln::einsum("bhqd,bhkd->bhqk", {q, k}); }
        THEIRS(torch::einsum("bhqd,bhkd->bhqk", {tq, tk}))},
       {"einsum ij,jk,kl->il", "256x512x384x128", [&] { return kiln::einsum("ij,jk,kl->il", {a, b, c}); }
@@ -236,9 +242,12 @@ int main(int argc, char** argv) {
                      z.index_put_({idx}, updates, true);
                      return z;
                    } THEIRS(torch_put(tidx, tupdates))};
-  if (wanted(put)) {
+  const Row nonzero = {"nonzero", "(4096, 1024), half true", [&] { return kiln::nonzero(mask); }
+                       THEIRS(tmask.nonzero())};
+  for (const Row& row : {put, nonzero}) {
+    if (!wanted(row)) continue;
     kiln::NoGradGuard no_grad;
-    run(put, reps, false);
+    run(row, reps, false);
   }
 #undef THEIRS
   return 0;

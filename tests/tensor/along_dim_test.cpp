@@ -9,7 +9,7 @@ namespace {
 
 using test::Layout;
 
-const std::vector<Shape> kShapes = {{7}, {3, 5}, {2, 3, 4}, {1, 1}, {4, 1, 3}, {0, 3}, {300, 2}, {2, 300}};
+const std::vector<Shape> kShapes = {{7}, {3, 5}, {2, 3, 4}, {1, 1}, {4, 1, 3}, {0, 3}, {300, 2}, {2, 300}, {7, 300}};
 
 // Element i of x (row-major) and the line structure along dim: line l, position p -> flat index.
 struct LineIndex {

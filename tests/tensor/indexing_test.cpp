@@ -110,6 +110,32 @@ TEST(Gather, Errors) {
   test::expect_error([&] { gather(x, 1, full({1, 1}, 5, kInt64)); }, {"gather", "index 5", "dim 1", "size 5"});
 }
 
+// Along the last dim with x, index and out contiguous and of one size outside it: the kernel's row-by-row path
+// (the cases above, whose index is smaller than x, take the strided one). Every dtype, 2-d and 3-d, enough rows
+// to be split across threads, and its index check.
+TEST(Gather, AlongTheLastDimOfContiguousRows) {
+  std::mt19937 rng(13);
+  for (DType dtype : test::kAllDTypes) {
+    for (const auto& [shape, ishape] : std::vector<std::pair<Shape, Shape>>{{{37, 50}, {37, 9}}, {{3, 7, 20}, {3, 7, 5}},
+                                                                           {{4096, 64}, {4096, 16}}}) {
+      const Tensor x = test::random_tensor(shape, dtype, rng);
+      const Tensor index = tensor(random_indices(shape_numel(ishape), shape.back(), rng), ishape).to(kInt64);
+      const auto xv = values(x), iv = values(index);
+      std::vector<double> want(iv.size());
+      for (size_t f = 0; f < want.size(); ++f) {
+        Shape c = unravel(static_cast<int64_t>(f), ishape);
+        c.back() = static_cast<int64_t>(iv[f]);
+        want[f] = xv[ravel(c, shape)];
+      }
+      test::expect_tensor_near(gather(x, -1, index), want, ishape,
+                               std::string(dtype_name(dtype)) + " " + shape_str(shape));
+    }
+  }
+  Tensor x = zeros({4, 5});
+  test::expect_error([&] { gather(x, 1, full({4, 2}, 5, kInt64)); }, {"gather", "index 5", "dim 1", "size 5"});
+  test::expect_error([&] { gather(x, 1, full({4, 2}, -1, kInt64)); }, {"gather", "index -1", "dim 1"});
+}
+
 // ---- scatter, scatter_add ----
 
 // Indices for scatter along dim d of a tensor of size n there: distinct within every line along d, so the
@@ -328,6 +354,43 @@ TEST(Nonzero, MatchesALoopOverCoordinatesInEveryDtypeAndLayout) {
         EXPECT_EQ(sel.dtype(), dtype) << what;
         EXPECT_EQ(values(sel), picked) << what;
       }
+    }
+  }
+}
+
+// Inputs long enough for the kernel's chunks (65536 elements): rows that a chunk boundary cuts, coordinates that
+// carry into the dims above, a chunk all zero and a chunk all nonzero, NaN (nonzero) and -0.0 (zero).
+TEST(Nonzero, ChunksThatCutRowsCarryTheirCoordinates) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (DType dtype : {kFloat32, kFloat64, kBool, kInt32, kFloat16}) {
+    for (const Shape& shape : std::vector<Shape>{{300001}, {3, 70001}, {5, 7, 4001}, {140000, 2}}) {
+      const int64_t n = shape_numel(shape);
+      std::vector<double> v(static_cast<size_t>(n));
+      for (int64_t f = 0; f < n; ++f) {
+        const int r = pick(rng);
+        // Elements [65536, 131072) all zero, [131072, 196608) all nonzero; elsewhere a mix.
+        v[static_cast<size_t>(f)] = f >= 65536 && f < 131072     ? (r < 5 ? 0.0 : -0.0)
+                                    : f >= 131072 && f < 196608 ? 1 + r
+                                    : r < 4                     ? 0.0
+                                    : r < 5                     ? -0.0
+                                    : r < 6 && is_floating(dtype) ? NAN
+                                                                  : r;
+      }
+      const Tensor x = test::make_tensor(v, shape, kFloat64).to(dtype);
+      const auto xv = values(x);
+      std::vector<int64_t> coords, flat;
+      for (int64_t f = 0; f < n; ++f) {
+        if (xv[static_cast<size_t>(f)] == 0) continue;  // NaN != 0: kept
+        for (int64_t c : unravel(f, shape)) coords.push_back(c);
+        flat.push_back(f);
+      }
+      const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(shape);
+      const Tensor nz = nonzero(x);
+      ASSERT_EQ(nz.sizes(), (Shape{static_cast<int64_t>(flat.size()), static_cast<int64_t>(shape.size())})) << what;
+      EXPECT_TRUE(nz.to_vector<int64_t>() == coords) << what;
+      EXPECT_TRUE(flat_nonzero(x).to_vector<int64_t>() == flat) << what;
+      EXPECT_EQ(masked_select(x, ne(x, 0)).numel(), static_cast<int64_t>(flat.size())) << what;
     }
   }
 }

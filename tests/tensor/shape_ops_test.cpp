@@ -2,6 +2,8 @@
 // flip, repeat, pad. Each is compared with a naive loop over coordinates written here, on values read straight
 // from memory (test::values), for random inputs in every layout and dtype, with zero-size and one-element
 // cases, and the errors a user sees.
+#include <limits>
+
 #include "indexing_test_util.h"
 
 namespace kiln {
@@ -202,7 +204,8 @@ TEST(TrilTriu, MatchReferenceInEveryDtypeLayoutAndDiagonal) {
   for (const Shape& shape : {Shape{4, 6}, Shape{2, 3, 5, 4}, Shape{0, 3}, Shape{3, 0}, Shape{1, 1}})
     for (DType dtype : test::kAllDTypes)
       for (Layout layout : test::kLayouts)
-        for (int64_t k : {-5, -1, 0, 1, 2, 7}) {
+        for (int64_t k : std::vector<int64_t>{std::numeric_limits<int64_t>::min(), -5, -4, -1, 0, 1, 2, 5, 6, 7,
+                                             std::numeric_limits<int64_t>::max()}) {
           SCOPED_TRACE(what(dtype, layout, shape_str(shape) + " k " + std::to_string(k)));
           Tensor x = test::random_tensor(shape, dtype, rng, layout);
           auto xv = values(x);

@@ -15,6 +15,7 @@
 #include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
 #include "kiln/tensor/ops/pad.h"
+#include "kiln/tensor/ops/reduce.h"
 #include "kiln/tensor/ops/spatial_canonical.h"
 
 namespace kiln::ops {
@@ -313,10 +314,12 @@ namespace {
 Tensor triangle(const char* op, const Tensor& x, int64_t k, bool lower) {
   KILN_CHECK(x.dim() >= 2, op, ": expected a tensor of at least 2 dims, got shape ", shape_str(x.sizes()));
   TensorOptions o = TensorOptions(kInt64).device(x.device());
-  Tensor rows = ops::unsqueeze(arange(x.size(-2), o), -1);  // (M, 1)
-  Tensor cols = arange(x.size(-1), o);                 // (N)
-  Tensor diff = sub(cols, rows);                       // (M, N): c - r
-  Tensor keep = lower ? le(diff, k) : ge(diff, k);
+  // c - r <= k as c <= r + k: one broadcast comparison, with no (M, N) int64 of differences in between. k
+  // clamped to [-(M + 1), N] keeps or drops what it did (c - r lies in [1 - M, N - 1]), and r + k cannot overflow.
+  const int64_t kk = std::clamp(k, -(x.size(-2) + 1), x.size(-1));
+  Tensor bound = ops::unsqueeze(add(arange(x.size(-2), o), Scalar(kk)), -1);  // (M, 1): r + k
+  Tensor cols = arange(x.size(-1), o);                                        // (N)
+  Tensor keep = lower ? le(cols, bound) : ge(cols, bound);                     // (M, N)
   // A 0-dim zero of x's own dtype: a wrapped C++ 0 would promote bool x to int64.
   Tensor zero = zeros({}, TensorOptions(x.dtype()).device(x.device()));
   return where(keep, x, zero);
@@ -366,13 +369,28 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
   return out;
 }
 
-// Each nonzero element's place in the output is the count of nonzeros before it (a cumsum); the other elements
-// all go to one spare slot past the end, which is cut off.
+namespace {
+
+// nonzero through the device's kernel: the nonzeros counted (one read of the count from the device), then
+// written. x has at least one dim.
+Tensor nonzero_by_kernel(const Tensor& x) {
+  const TensorOptions longs = TensorOptions(kInt64).device(x.device());
+  const int64_t count = sum(ne(x, Scalar(0))).item<int64_t>();
+  Tensor out = empty({count, x.dim()}, longs);
+  if (count > 0) call_kernel<Op::nonzero>(x.device(), out, contiguous(x));
+  return out;
+}
+
+}  // namespace
+
+// With a kernel (the CPU), that; otherwise each nonzero element's place in the output is the count of nonzeros
+// before it (a cumsum), and the other elements all go to one spare slot past the end, which is cut off.
 Tensor flat_nonzero(const Tensor& x) {
   KILN_CHECK(x.defined(), "nonzero: input tensor is undefined");
   const TensorOptions longs = TensorOptions(kInt64).device(x.device());
   const int64_t n = x.numel();
   if (n == 0) return empty({0}, longs);
+  if (has_kernel<Op::nonzero>(x.device().type)) return view(nonzero_by_kernel(reshape(x, {-1})), {-1});
   const Tensor flags = ne(reshape(x, {-1}), Scalar(0));
   const Tensor ends = cumsum(flags, 0);  // int64: the nonzeros up to and including each element
   const int64_t count = ops::select(ends, 0, n - 1).item<int64_t>();
@@ -383,6 +401,8 @@ Tensor flat_nonzero(const Tensor& x) {
 }
 
 Tensor nonzero(const Tensor& x) {
+  KILN_CHECK(x.defined(), "nonzero: input tensor is undefined");
+  if (x.dim() > 0 && has_kernel<Op::nonzero>(x.device().type)) return nonzero_by_kernel(x);
   const Tensor flat = flat_nonzero(x);
   const TensorOptions longs = TensorOptions(kInt64).device(x.device());
   if (x.dim() == 0) return empty({flat.numel(), 0}, longs);

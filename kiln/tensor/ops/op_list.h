@@ -74,6 +74,9 @@ using IndexKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const 
 // In place on self along dim at index: scatter (self[index] = src), scatter_add (+=), index_add (+= alpha*src).
 using ScatterKernel = void(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                            const Scalar& alpha);
+// out: (count, D) int64, the coordinates of x's nonzero elements (NaN is nonzero, -0.0 zero) in row-major order;
+// x contiguous with D >= 1 dims and exactly `count` nonzero elements (the frontend counted them).
+using NonzeroKernel = void(const Tensor& out, const Tensor& x);
 
 // 2-d convolution and pooling geometry, NCHW: for each spatial dim, out = (in + 2 pad - dil (k - 1) - 1) / stride + 1.
 struct Conv2dParams {
@@ -339,6 +342,7 @@ using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& gr
   X(scatter, ScatterKernel)                \
   X(scatter_add, ScatterKernel)            \
   X(index_add, ScatterKernel)              \
+  X(nonzero, NonzeroKernel)                \
   /* convolution and pooling */            \
   X(conv2d, Conv2dKernel)                  \
   X(conv2d_backward_input, Conv2dBackwardInputKernel)   \
