@@ -227,7 +227,8 @@ TEST_F(CudaTest, WritesOfZeroSizeAndZeroDim) {
 // values as on the CPU, in every dtype and layout, with large inputs that span many blocks.
 TEST_F(CudaTest, NonzeroAndMaskedSelectMatchCpu) {
   std::mt19937 rng(107);
-  for (const Shape& shape : std::vector<Shape>{{7}, {3, 4, 5}, {0, 3}, {300, 700}}) {
+  // Long enough for many of CUB's tiles, 1-d (the positions written directly) and 4-d (unravelled).
+  for (const Shape& shape : std::vector<Shape>{{7}, {3, 4, 5}, {0, 3}, {300, 700}, {70001}, {2, 3, 40, 501}}) {
     for (DType dtype : test::kAllDTypes) {
       for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
         Tensor x = test::random_tensor(shape, dtype, rng, layout, -1.4, 1.4);

@@ -11,6 +11,12 @@
 //
 // Index values are checked on the device (index_check.cuh): a bad index is skipped (a read gives 0) and the
 // next CUDA indexing op launched after the faulty one has finished throws the error.
+//
+// nonzero keeps the positions of the nonzero elements with CUB's DeviceSelect::If, in order, then unravels them.
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -22,7 +28,9 @@
 #include "kiln/tensor/cuda/loops_cuda.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
+#include "kiln/tensor/factories.h"
 #include "kiln/tensor/tensor.h"
+#include "kiln/tensor/views.h"
 
 namespace kiln {
 
@@ -305,6 +313,66 @@ void index_add_cuda(const Tensor& self, int64_t dim, const Tensor& index, const 
                  alpha);
 }
 
+// ---- nonzero ----
+
+// Whether element i of x is nonzero (NaN is, -0.0 is not), compared as the frontend counted: in op-math.
+template <typename T>
+struct IsNonzeroAt {
+  const T* x;
+  __device__ bool operator()(int64_t i) const { return static_cast<opmath_t<T>>(x[i]) != opmath_t<T>(0); }
+};
+
+// out (count, dims): row f holds the coordinates of flat position flat[f] in a tensor of `sizes`.
+__global__ void __launch_bounds__(256)
+    unravel_kernel(const int64_t* __restrict__ flat, int64_t* __restrict__ out, int64_t count,
+                   const int64_t* __restrict__ sizes, int64_t dims) {
+  for (int64_t f = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; f < count;
+       f += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = flat[f];
+    for (int64_t d = dims - 1; d >= 0; --d) {
+      out[f * dims + d] = rest % sizes[d];
+      rest /= sizes[d];
+    }
+  }
+}
+
+// CUB's DeviceSelect::If over the positions 0..n-1 keeps, in order, those whose element is nonzero; for more
+// than one dim a kernel then unravels each kept position into its coordinates. The frontend counted the
+// nonzeros the same way, so the selection fills out exactly.
+void nonzero_cuda(const Tensor& out, const Tensor& x) {
+  const int64_t n = x.numel(), count = out.size(0), dims = x.dim();
+  KILN_CHECK(dims >= 1 && out.is_contiguous() && x.is_contiguous(), "nonzero (CUDA): expected a contiguous input ",
+             "of at least 1 dim, got ", shape_str(x.sizes()));
+  if (count == 0) return;
+  const int device = x.device().index;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device).handle;
+  const TensorOptions longs = TensorOptions(kInt64).device(x.device());
+  const Tensor flat = dims == 1 ? out : empty({count}, longs);
+  const Tensor selected = empty({1}, longs);
+  visit_dtype(x.dtype(), "nonzero (CUDA)", [&]<typename T>() {
+    const IsNonzeroAt<T> nonzero_at{static_cast<const T*>(x.raw_data_ptr())};
+    const thrust::counting_iterator<int64_t> positions(0);
+    int64_t* kept = static_cast<int64_t*>(flat.raw_data_ptr());
+    int64_t* kept_count = static_cast<int64_t*>(selected.raw_data_ptr());
+    size_t bytes = 0;
+    KILN_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, positions, kept, kept_count, n, nonzero_at, stream),
+                    "nonzero");
+    const Tensor temp = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions(kUInt8).device(x.device()));
+    KILN_CUDA_CHECK(cub::DeviceSelect::If(temp.raw_data_ptr(), bytes, positions, kept, kept_count, n, nonzero_at,
+                                          stream),
+                    "nonzero");
+  });
+  if (dims == 1) return;
+  const Shape& shape = x.sizes();
+  const Tensor sizes = ops::to(tensor(std::vector<int64_t>(shape.begin(), shape.end())), x.device());
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, int64_t{1} << 20));
+  unravel_kernel<<<blocks, 256, 0, stream>>>(static_cast<const int64_t*>(flat.raw_data_ptr()),
+                                             static_cast<int64_t*>(out.raw_data_ptr()), count,
+                                             static_cast<const int64_t*>(sizes.raw_data_ptr()), dims);
+  KILN_CUDA_CHECK_LAUNCH("nonzero");
+}
+
 }  // namespace
 
 namespace detail {
@@ -317,6 +385,7 @@ void register_cuda_indexing_kernels() {
   register_kernel<Op::scatter>(DeviceType::CUDA, scatter_cuda);
   register_kernel<Op::scatter_add>(DeviceType::CUDA, scatter_add_cuda);
   register_kernel<Op::index_add>(DeviceType::CUDA, index_add_cuda);
+  register_kernel<Op::nonzero>(DeviceType::CUDA, nonzero_cuda);
 }
 }  // namespace detail
 }  // namespace kiln
