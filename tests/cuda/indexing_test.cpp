@@ -223,8 +223,8 @@ TEST_F(CudaTest, WritesOfZeroSizeAndZeroDim) {
                      "0-dim scatter", 0);
 }
 
-// nonzero and masked_select are composites (cumsum, where, scatter_, index_select): the same coordinates and
-// values as on the CPU, in every dtype and layout, with large inputs that span many blocks.
+// nonzero (its CUDA kernel) and masked_select (a composite over it): the same coordinates and values as on the
+// CPU, in every dtype and layout, NaN (nonzero) and -0.0 (zero) included, with large inputs that span many blocks.
 TEST_F(CudaTest, NonzeroAndMaskedSelectMatchCpu) {
   std::mt19937 rng(107);
   // Long enough for many of CUB's tiles, 1-d (the positions written directly) and 4-d (unravelled).
@@ -232,7 +232,11 @@ TEST_F(CudaTest, NonzeroAndMaskedSelectMatchCpu) {
     for (DType dtype : test::kAllDTypes) {
       for (Layout layout : {Layout::Contiguous, Layout::Transposed, Layout::Strided}) {
         Tensor x = test::random_tensor(shape, dtype, rng, layout, -1.4, 1.4);
-        if (is_floating(dtype)) x.masked_fill_(lt(abs(x), 0.5), 0);
+        if (is_floating(dtype)) {
+          x.masked_fill_(lt(abs(x), 0.5), 0);
+          x.masked_fill_(gt(x, 1.3), -0.0);
+          x.masked_fill_(lt(x, -1.3), NAN);
+        }
         const Tensor gx = to_gpu_same_layout(x);
         const std::string what = shape_str(shape) + " " + dtype_name(dtype) + " " + test::layout_name(layout);
         expect_matches_cpu(nonzero(gx), nonzero(x), "nonzero " + what, 0);

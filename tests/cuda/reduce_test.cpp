@@ -361,6 +361,19 @@ TEST_F(CudaReduce, TopkMatchesTheCpuBitForBit) {
   check_topk({{{}, {}}, {{1}, {}}, {{33}, {}}, {{5, 33, 7}, {}}, {{3, 0, 4}, {}}, {{1000, 40}, {}}, {{2, 9000}, {}}},
              {Layout::Contiguous, Layout::Transposed, Layout::Strided}, 0);
   check_topk({{{33}, {}}, {{300, 17}, {}}}, {Layout::Contiguous, Layout::Transposed}, 8);
+  // Signed zeros are equal and keep their order; NaN (either sign) is above every number.
+  for (DType d : test::kFloatDTypes) {
+    const Tensor z = tensor({0.0, -0.0, -NAN, 0.0, -0.0, NAN, -1.0, 1.0, -0.0}).to(d);
+    for (int64_t k = 1; k <= z.numel(); ++k)
+      for (bool largest : {true, false}) {
+        const std::string what = "topk k " + std::to_string(k) + (largest ? " largest" : " smallest") +
+                                 " of signed zeros and NaNs, " + dtype_name(d);
+        auto [want_v, want_i] = topk(z, k, 0, largest);
+        auto [got_v, got_i] = topk(z.to(Device::cuda()), k, 0, largest);
+        test::expect_matches_cpu(got_i, want_i, what + ": indices");
+        test::expect_matches_cpu(got_v, want_v, what + ": values");
+      }
+  }
 }
 
 // ---- softmax, log_softmax ----

@@ -136,8 +136,8 @@ constexpr int64_t kRadixMin = 256;
 
 // A key as an unsigned integer whose order is sort's: floats by their bits with the sign made the top of the
 // order (negative ones' bits flipped), -0.0 taken as 0.0 and every NaN the largest key; signed integers with
-// the sign bit flipped. Descending sorts take the complement. 16-bit types arrive as float, bool and 8- and
-// 16-bit integers widened to 32 bits.
+// the sign bit flipped. Descending sorts take the complement. 16-bit floats arrive as float, bool and uint8
+// widened to 32 bits.
 template <typename M>
 using radix_key_t = std::conditional_t<sizeof(M) <= 4, uint32_t, uint64_t>;
 

@@ -355,7 +355,6 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
   if (H * W <= std::numeric_limits<int32_t>::max()) {  // the vectorized path's offsets are int32
     whole_windows(win.ulo, win.uhi, p.kernel[0], &i0, &i1);
     whole_windows(win.vlo, win.vhi, p.kernel[1], &j0, &j1);
-    if (i0 == i1 || j0 == j1) i0 = i1 = j0 = j1 = 0;
   }
   std::vector<int32_t> off(static_cast<size_t>((i1 - i0) * (j1 - j0)));
   for (int64_t i = i0; i < i1; ++i)

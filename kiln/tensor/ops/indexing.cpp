@@ -2,9 +2,10 @@
 //
 // index_select, gather, scatter, scatter_add and index_add check shapes, dims and dtypes here, once for
 // every device, and hand int64 indices to their kernels (indexing_cpu.cpp), which check the index values
-// as they read them. Everything else (cat, stack, split, chunk, nonzero, one_hot, tril, triu, flip, repeat, pad)
-// is a composite of views, copy_, where, cumsum and scatter_: no kernel of its own, so it runs wherever its parts
-// do.
+// as they read them. nonzero (and flat_nonzero) counts here and has a kernel to write the coordinates, with a
+// composite for a device without one. Everything else (cat, stack, split, chunk, one_hot, tril, triu, flip,
+// repeat, pad) is a composite of views, copy_, where, cumsum and scatter_: no kernel of its own, so it runs
+// wherever its parts do.
 #include "kiln/tensor/views.h"
 #include "kiln/tensor/ops/indexing.h"
 
@@ -383,7 +384,7 @@ Tensor nonzero_by_kernel(const Tensor& x) {
 
 }  // namespace
 
-// With a kernel (the CPU), that; otherwise each nonzero element's place in the output is the count of nonzeros
+// With a kernel (the CPU's, CUDA's), that; otherwise each nonzero element's place in the output is the count of nonzeros
 // before it (a cumsum), and the other elements all go to one spare slot past the end, which is cut off.
 Tensor flat_nonzero(const Tensor& x) {
   KILN_CHECK(x.defined(), "nonzero: input tensor is undefined");
