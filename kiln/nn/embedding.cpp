@@ -91,6 +91,40 @@ Tensor embedding_bag_composite(const BagLayout& host, const BagLayout& bags, con
   return sums / divisors(bags, sums.dtype()).unsqueeze(1);
 }
 
+// ---- scale_grad_by_freq ----
+
+// The gradient's divisor per row, (V, 1) in the table's dtype and on its device: 1 / (how many times the
+// indices name the row), 1 for a row they do not name. A struct, so that the Function does not take it for an
+// input of the graph.
+struct RowScale {
+  Tensor inverse_counts;
+};
+
+// The table as it is going forward; going back, row r's gradient divided by its count. PyTorch divides each
+// lookup's share by its row's count, which sums to the same (rounded in another order).
+struct ScaleGradByFreqFunction : autograd::Function<ScaleGradByFreqFunction> {
+  static constexpr const char* name = "ScaleGradByFreqBackward";
+
+  static Tensor forward(autograd::AutogradContext* ctx, const Tensor& weight, RowScale scale) {
+    ctx->saved_data["scale"] = scale.inverse_counts;
+    return weight;
+  }
+
+  static std::vector<Tensor> backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
+    if (!grads[0].defined()) return {Tensor()};
+    return {grads[0] * std::any_cast<Tensor>(ctx->saved_data["scale"])};
+  }
+};
+
+// weight (V, D) with its gradient scaled by the frequencies of `indices` (any shape, any integer dtype, in range).
+Tensor scaled_by_frequency(const Tensor& weight, const Tensor& indices) {
+  const Tensor flat = indices.reshape({-1}).to(weight.device(), kInt64);
+  const TensorOptions counts_options = TensorOptions(kFloat64).device(weight.device());
+  const Tensor counts = index_add(zeros({weight.size(0)}, counts_options), 0, flat, ones({flat.numel()}, counts_options));
+  const Tensor inverse = (1.0 / maximum(counts, 1.0)).to(weight.dtype()).unsqueeze(1);
+  return ScaleGradByFreqFunction::apply(weight, RowScale{inverse});
+}
+
 // ---- the fused path ----
 
 struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
@@ -160,7 +194,7 @@ struct EmbeddingBagFunction : autograd::Function<EmbeddingBagFunction> {
 }  // namespace
 
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx,
-                 std::optional<double> max_norm, double norm_type) {
+                 std::optional<double> max_norm, double norm_type, bool scale_grad_by_freq) {
   KILN_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding: indices must be int64 or int32, got ",
              indices.dtype());
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be (num_embeddings, dim), got ", shape_str(weight.sizes()));
@@ -168,7 +202,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   out_shape.push_back(weight.size(1));
   const Tensor flat = indices.reshape({-1});
   if (max_norm) renorm_rows("embedding", weight, flat.to(kInt64), *max_norm, norm_type);
-  Tensor rows = index_select(weight, 0, flat);
+  Tensor rows = index_select(scale_grad_by_freq ? scaled_by_frequency(weight, flat) : weight, 0, flat);
   if (padding_idx) {
     // The padding row's lookups take its value but pass no gradient back.
     const Tensor looked_up = (flat != padding_row("embedding", padding_idx, weight.size(0))).unsqueeze(1);
@@ -203,6 +237,8 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
       KILN_CHECK(bounds[b] >= bounds[b - 1] && bounds[b] <= n, "embedding_bag: offsets must be non-decreasing and "
                  "at most the ", n, " indices; offset ", b, " is ", bounds[b], " after ", bounds[b - 1]);
   }
+  KILN_CHECK(!options.scale_grad_by_freq || options.mode != BagMode::Max, "embedding_bag: scale_grad_by_freq needs "
+             "mode Sum or Mean, got Max (as in PyTorch)");
   if (per_sample_weights.defined()) {
     KILN_CHECK(options.mode == BagMode::Sum, "embedding_bag: per_sample_weights need mode Sum, as in PyTorch");
     KILN_CHECK(per_sample_weights.sizes() == input.sizes(), "embedding_bag: per_sample_weights must have the "
@@ -245,11 +281,12 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const Tensor& of
     renorm_rows("embedding_bag", weight, input.reshape({-1}).to(kInt64), *options.max_norm, options.norm_type);
   auto bags = std::make_shared<const BagLayout>(host.to(weight.device()));
   const BagReduce mode = reduce_of(options.mode);
+  const Tensor table = options.scale_grad_by_freq ? scaled_by_frequency(weight, ids_tensor) : weight;
   const bool fused = !CompositeOnlyGuard::active() &&
                      (weight.dtype() == kFloat32 || weight.dtype() == kFloat64) &&
                      has_kernel<Op::embedding_bag>(weight.device().type);
-  if (!fused) return embedding_bag_composite(host, *bags, weight, mode, per_sample_weights);
-  return EmbeddingBagFunction::apply(weight, per_sample_weights, std::move(bags), mode);
+  if (!fused) return embedding_bag_composite(host, *bags, table, mode, per_sample_weights);
+  return EmbeddingBagFunction::apply(table, per_sample_weights, std::move(bags), mode);
 }
 
 }  // namespace kiln::nn::functional

@@ -65,8 +65,11 @@ Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& wei
 // counts from the end): that row is looked up as any other but gets no gradient, as PyTorch's. max_norm: first,
 // each row that indices name whose norm_type-norm exceeds max_norm is scaled in place, outside autograd, by
 // max_norm / (norm + 1e-7), as PyTorch's embedding_renorm_ does (so weight changes, as there).
+// scale_grad_by_freq: each row's gradient is divided by how many times indices name it (the batch's word
+// frequencies), as PyTorch's.
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt,
-                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0);
+                 std::optional<double> max_norm = std::nullopt, double norm_type = 2.0,
+                 bool scale_grad_by_freq = false);
 // How embedding_bag reduces each bag's rows.
 enum class BagMode { Sum, Mean, Max };
 struct EmbeddingBagOptions {
@@ -75,6 +78,7 @@ struct EmbeddingBagOptions {
   bool include_last_offset = false;    // offsets has B + 1 entries, the last one where the last bag ends
   std::optional<double> max_norm;      // as embedding's: the named rows renormalized in place first
   double norm_type = 2.0;
+  bool scale_grad_by_freq = false;     // as embedding's, over all the bags' indices; not with mode Max (as PyTorch)
 };
 // The rows of weight (num_embeddings, D) that each bag's indices name, reduced to one: (B, D). Bags are the rows
 // of a 2-d input (B, L), or, for a 1-d input, the runs offsets (B, int64, from 0, non-decreasing) start. An empty

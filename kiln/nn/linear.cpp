@@ -77,7 +77,8 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, EmbeddingOptio
 }
 
 Tensor EmbeddingImpl::forward(const Tensor& indices) {
-  return functional::embedding(indices, weight, options_.padding_idx, options_.max_norm, options_.norm_type);
+  return functional::embedding(indices, weight, options_.padding_idx, options_.max_norm, options_.norm_type,
+                               options_.scale_grad_by_freq);
 }
 
 namespace {
@@ -91,7 +92,8 @@ std::string norm_repr(std::optional<double> max_norm, double norm_type) {
 std::string EmbeddingImpl::extra_repr() const {
   return detail::concat(weight.size(0), ", ", weight.size(1),
                         options_.padding_idx ? ", padding_idx=" + std::to_string(*options_.padding_idx) : "",
-                        norm_repr(options_.max_norm, options_.norm_type));
+                        norm_repr(options_.max_norm, options_.norm_type),
+                        options_.scale_grad_by_freq ? ", scale_grad_by_freq=true" : "");
 }
 
 EmbeddingBagImpl::EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, EmbeddingBagOptions options)
@@ -102,7 +104,8 @@ EmbeddingBagImpl::EmbeddingBagImpl(int64_t num_embeddings, int64_t dim, Embeddin
 std::string EmbeddingBagImpl::extra_repr() const {
   const auto& o = options_;
   const char* mode = o.mode == functional::BagMode::Sum ? "sum" : o.mode == functional::BagMode::Mean ? "mean" : "max";
-  return detail::concat(weight.size(0), ", ", weight.size(1), norm_repr(o.max_norm, o.norm_type), ", mode='", mode, "'",
+  return detail::concat(weight.size(0), ", ", weight.size(1), norm_repr(o.max_norm, o.norm_type),
+                        o.scale_grad_by_freq ? ", scale_grad_by_freq=true" : "", ", mode='", mode, "'",
                         o.include_last_offset ? ", include_last_offset=true" : "",
                         o.padding_idx ? ", padding_idx=" + std::to_string(*o.padding_idx) : "");
 }

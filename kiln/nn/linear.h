@@ -40,6 +40,8 @@ struct EmbeddingOptions {
   // Each looked-up row whose norm_type-norm exceeds this is scaled down to it in place first (F::embedding).
   std::optional<double> max_norm;
   double norm_type = 2.0;
+  // Each row's gradient divided by how many times the batch's indices name it (word frequencies).
+  bool scale_grad_by_freq = false;
 };
 
 // A table of num_embeddings vectors of size dim; indices (any shape, int64) -> (*indices.shape, dim).

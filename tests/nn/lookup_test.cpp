@@ -1,6 +1,7 @@
 // Embedding with padding_idx, EmbeddingBag and Bilinear against float64 loops written from PyTorch's
 // definitions: each bag's rows summed, averaged or maxed element by element, padding entries left out, empty bags
-// zero; the padding row's gradient zero; the bilinear form as a triple sum. Gradients by gradcheck.
+// zero; the padding row's gradient zero; scale_grad_by_freq's divided shares; the bilinear form as a triple sum.
+// Gradients by gradcheck.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,6 +133,93 @@ TEST_P(EmbeddingBagPaths, EveryModeMatchesTheDefinition) {
   const Tensor grid = ids({1, 2, 3, 4, 5, 6}, {3, 2});
   EXPECT_EQ(F::embedding_bag(grid, w).to_vector<double>(),
             F::embedding_bag(grid.reshape({-1}), w, ids({0, 2, 4}, {3})).to_vector<double>());
+}
+
+// scale_grad_by_freq against its definition (PyTorch's): each lookup's share of the table's gradient divided by
+// how many times the indices name its row, padding rows none; the forward unchanged; bags of sum (with
+// per-sample weights) and mean; second derivatives pass through it; max refused.
+TEST_P(EmbeddingBagPaths, ScaleGradByFreqDividesEachLookupsShareByItsRowsCount) {
+  std::optional<F::CompositeOnlyGuard> composite;
+  if (GetParam()) composite.emplace();
+  const int64_t V = 7, D = 3;
+  const Tensor w = randn64({V, D}, 720);
+  const std::vector<int64_t> idx = {2, 5, 5, 0, 6, 1, 3, 3, 4, 6, 5};
+  const std::vector<int64_t> bounds = {0, 3, 3, 7, 11};  // bags [0, 3), [3, 3) empty, [3, 7), [7, 11)
+  std::vector<double> count(static_cast<size_t>(V), 0.0);
+  for (int64_t id : idx) count[static_cast<size_t>(id)] += 1;
+  const std::vector<double> psw = randn64({11}, 721).to_vector<double>();
+  // embedding: (11) lookups, padding row 3
+  {
+    const Tensor g = randn64({11, D}, 722);
+    const std::vector<double> gv = g.to_vector<double>();
+    std::vector<double> want(static_cast<size_t>(V * D), 0.0);
+    for (size_t i = 0; i < idx.size(); ++i)
+      for (int64_t d = 0; d < D; ++d)
+        if (idx[i] != 3) want[static_cast<size_t>(idx[i] * D + d)] += gv[i * D + d] / count[static_cast<size_t>(idx[i])];
+    const Tensor leaf = w.detach().requires_grad_();
+    const Tensor y = F::embedding(ids(idx, {11}), leaf, 3, std::nullopt, 2.0, /*scale_grad_by_freq=*/true);
+    EXPECT_TRUE(y.equal(F::embedding(ids(idx, {11}), w, 3)));
+    y.backward(g);
+    test::expect_tensor_near(leaf.grad(), want, {V, D}, 1e-14, 1e-14, "embedding");
+  }
+  for (F::BagMode mode : {F::BagMode::Sum, F::BagMode::Mean}) {
+    const bool weighted = mode == F::BagMode::Sum;
+    SCOPED_TRACE(weighted ? "sum, per-sample weights" : "mean");
+    const Tensor g = randn64({4, D}, 723);
+    const std::vector<double> gv = g.to_vector<double>();
+    std::vector<double> want(static_cast<size_t>(V * D), 0.0);
+    for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+      int64_t members = 0;
+      for (int64_t i = bounds[b]; i < bounds[b + 1]; ++i) members += idx[static_cast<size_t>(i)] != 0;
+      for (int64_t i = bounds[b]; i < bounds[b + 1]; ++i) {
+        const int64_t id = idx[static_cast<size_t>(i)];
+        if (id == 0) continue;  // padding_idx 0
+        const double share = (weighted ? psw[static_cast<size_t>(i)] : 1.0 / static_cast<double>(members)) /
+                             count[static_cast<size_t>(id)];
+        for (int64_t d = 0; d < D; ++d)
+          want[static_cast<size_t>(id * D + d)] += gv[static_cast<size_t>(static_cast<int64_t>(b) * D + d)] * share;
+      }
+    }
+    const F::EmbeddingBagOptions o{.mode = mode, .padding_idx = 0, .scale_grad_by_freq = true};
+    const Tensor leaf = w.detach().requires_grad_();
+    const Tensor weights = weighted ? tensor(psw, {11}) : Tensor();
+    const Tensor y = F::embedding_bag(ids(idx, {11}), leaf, ids({0, 3, 3, 7}, {4}), o, weights);
+    F::EmbeddingBagOptions plain = o;
+    plain.scale_grad_by_freq = false;
+    EXPECT_TRUE(y.equal(F::embedding_bag(ids(idx, {11}), w, ids({0, 3, 3, 7}, {4}), plain, weights)));
+    y.backward(g);
+    test::expect_tensor_near(leaf.grad(), want, {V, D}, 1e-14, 1e-14, "embedding_bag");
+  }
+  // A backward with create_graph records the scaling: the table's gradient differentiated by the upstream
+  // gradient is each bag's lookup of the probe, each row divided by its count (mean mode, no padding here).
+  const Tensor leaf = w.detach().requires_grad_();
+  const Tensor up = randn64({4, D}, 724).requires_grad_();
+  const Tensor y = F::embedding_bag(ids(idx, {11}), leaf, ids({0, 3, 3, 7}, {4}), {.scale_grad_by_freq = true});
+  const Tensor gw = autograd::grad({y}, {leaf}, {up}, std::nullopt, /*create_graph=*/true)[0];
+  const Tensor probe = randn64({V, D}, 725);
+  const Tensor second = autograd::grad({(gw * probe).sum()}, {up})[0];
+  // d/d(up) of <grad_w(up), probe> is the lookup of probe / count, bag by bag (mean mode: over the members)
+  std::vector<double> want_second(static_cast<size_t>(4 * D), 0.0);
+  const std::vector<double> pv = probe.to_vector<double>();
+  for (size_t b = 0; b + 1 < bounds.size(); ++b) {
+    const int64_t members = bounds[b + 1] - bounds[b];
+    for (int64_t i = bounds[b]; i < bounds[b + 1]; ++i) {
+      const int64_t id = idx[static_cast<size_t>(i)];
+      for (int64_t d = 0; d < D; ++d)
+        want_second[b * D + static_cast<size_t>(d)] +=
+            pv[static_cast<size_t>(id * D + d)] / static_cast<double>(members) / count[static_cast<size_t>(id)];
+    }
+  }
+  test::expect_tensor_near(second, want_second, {4, D}, 1e-14, 1e-14, "second derivative");
+  expect_error(
+      [&] {
+        (void)F::embedding_bag(ids(idx, {11}), w, ids({0, 3}, {2}), {.mode = F::BagMode::Max, .scale_grad_by_freq = true});
+      },
+      {"embedding_bag", "scale_grad_by_freq", "Max"});
+  EXPECT_NE(nn::Embedding(5, 2, {.scale_grad_by_freq = true})->extra_repr().find("scale_grad_by_freq=true"),
+            std::string::npos);
+  EXPECT_NE(nn::EmbeddingBag(5, 2, {.scale_grad_by_freq = true})->extra_repr().find("scale_grad_by_freq=true"),
+            std::string::npos);
 }
 
 TEST_P(EmbeddingBagPaths, MaxGradientGoesToTheFirstMaximum) {

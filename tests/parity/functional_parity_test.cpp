@@ -208,8 +208,8 @@ TEST(FunctionalParity, CtcLossMatchesLibTorch) {
   expect_same(lp.grad() + extra, t_lp.grad(), 1e-12, "d log_probs, up to exp(lp)");
 }
 
-// embedding's padding_idx and max_norm, embedding_bag in every mode (offsets, an empty bag, include_last_offset, padding,
-// per-sample weights) and bilinear: outputs and gradients.
+// embedding's padding_idx, max_norm and scale_grad_by_freq, embedding_bag in every mode (offsets, an empty bag,
+// include_last_offset, padding, per-sample weights, scale_grad_by_freq) and bilinear: outputs and gradients.
 TEST(FunctionalParity, EmbeddingBagAndBilinearMatchLibTorch) {
   namespace tf = torch::nn::functional;
   const std::vector<int64_t> idx = {2, 5, 5, 0, 6, 1, 3, 3, 4, 6};
@@ -273,6 +273,34 @@ TEST(FunctionalParity, EmbeddingBagAndBilinearMatchLibTorch) {
                                                                 .mode(torch::kSum).per_sample_weights(t[1]));
                 },
                 1e-14, "embedding_bag per_sample_weights", 904);
+  // scale_grad_by_freq: indices 5, 3 and 6 come twice, so their rows' gradients are halved.
+  expect_parity({table},
+                [&](const std::vector<Tensor>& t) {
+                  return F::embedding(indices.view({2, 5}), t[0], 3, std::nullopt, 2.0, /*scale_grad_by_freq=*/true);
+                },
+                [&](const std::vector<torch::Tensor>& t) {
+                  return tf::embedding(t_indices.view({2, 5}), t[0],
+                                       tf::EmbeddingFuncOptions().padding_idx(3).scale_grad_by_freq(true));
+                },
+                1e-14, "embedding scale_grad_by_freq", 910);
+  // embedding_bag's: against LibTorch's embedding, summed or averaged over each row's bag. LibTorch 1.13's own
+  // CPU embedding_bag divides some rows by another row's count (PyTorch issue 190063, fixed upstream in 2026):
+  // here rows 4 and 5 would come out wrong.
+  for (const Mode& m : {Mode{F::BagMode::Sum, torch::kSum, "sum"}, Mode{F::BagMode::Mean, torch::kMean, "mean"}}) {
+    const bool weighted = m.ours == F::BagMode::Sum;
+    expect_parity({table, test::randn64({2, 5}, 911)},
+                  [&](const std::vector<Tensor>& t) {
+                    return F::embedding_bag(indices.view({2, 5}), t[0], {},
+                                            {.mode = m.ours, .scale_grad_by_freq = true}, weighted ? t[1] : Tensor());
+                  },
+                  [&](const std::vector<torch::Tensor>& t) {
+                    torch::Tensor rows = tf::embedding(t_indices.view({2, 5}), t[0],
+                                                       tf::EmbeddingFuncOptions().scale_grad_by_freq(true));
+                    if (weighted) return (rows * t[1].unsqueeze(-1)).sum(1);
+                    return rows.mean(1);
+                  },
+                  1e-14, std::string("embedding_bag scale_grad_by_freq ") + m.name, 912);
+  }
   expect_parity({test::randn64({3, 2, 4}, 905), test::randn64({3, 2, 5}, 906), test::randn64({6, 4, 5}, 907),
                  test::randn64({6}, 908)},
                 [](const std::vector<Tensor>& t) { return F::bilinear(t[0], t[1], t[2], t[3]); },
