@@ -3,18 +3,18 @@
 //
 // Forward: one thread per output element sums its taps in tap order. Backward: one thread per input element
 // gathers the outputs whose taps read it, in output order, then tap order: the order the CPU adds them in, from
-// the same inverted taps (built on the host: a copy of the small tap tables there, which waits for the stream,
-// and the inversion copied back). No atomics, so every element has one writer and the same bits on every run.
+// the same inverted taps (resize_taps_layout.h, built on the host: a copy of the small tap tables there, which
+// waits for the stream, and the inversion copied back). No atomics, so every element has one writer and the same bits on every run.
 //
 // Compiled with --fmad=false (kiln/tensor/CMakeLists.txt), as the CPU file is with -ffp-contract=off: each
 // product is rounded before it is added, so the results have the CPU kernels' bits, the forward the composite's.
 #include <algorithm>
-#include <vector>
 
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
+#include "kiln/tensor/ops/resize_taps_layout.h"
 #include "kiln/tensor/tensor.h"
 #include "kiln/tensor/views.h"
 
@@ -27,22 +27,12 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
 }
 
-struct Geometry {
-  int64_t outer = 1, in = 1, out = 1, inner = 1, taps = 1;
-};
-
-Geometry geometry_of(const Tensor& x_shaped, int64_t dim, int64_t out, int64_t taps) {
-  Geometry g;
-  g.in = x_shaped.size(dim), g.out = out, g.taps = taps;
-  for (int64_t k = 0; k < dim; ++k) g.outer *= x_shaped.size(k);
-  for (int64_t k = dim + 1; k < x_shaped.dim(); ++k) g.inner *= x_shaped.size(k);
-  return g;
-}
+using ops::detail::TapGeometry;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ x, T* __restrict__ y, const int64_t* __restrict__ idx,
-                   const T* __restrict__ w, Geometry g, int64_t total) {
+                   const T* __restrict__ w, TapGeometry g, int64_t total) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = i % g.inner, d = i / g.inner % g.out, o = i / (g.inner * g.out);
@@ -57,7 +47,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ gy, T* __restrict__ gx, const int64_t* __restrict__ start,
-                    const int64_t* __restrict__ from, const T* __restrict__ weight, Geometry g, int64_t total) {
+                    const int64_t* __restrict__ from, const T* __restrict__ weight, TapGeometry g, int64_t total) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = i % g.inner, p = i / g.inner % g.in, o = i / (g.inner * g.in);
@@ -69,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 void resize_taps_cuda(const Tensor& y, const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& w) {
-  const Geometry g = geometry_of(x, dim, y.size(dim), idx.size(0));
+  const TapGeometry g = ops::detail::tap_geometry(x, dim, y.size(dim), idx.size(0));
   const int64_t total = y.numel();
   cuda::DeviceGuard guard(y.device().index);
   cudaStream_t stream = cuda::current_stream(y.device().index).handle;
@@ -83,32 +73,20 @@ void resize_taps_cuda(const Tensor& y, const Tensor& x, int64_t dim, const Tenso
 
 void resize_taps_backward_cuda(const Tensor& grad_x, const Tensor& grad_y, int64_t dim, const Tensor& idx,
                                const Tensor& w) {
-  const Geometry g = geometry_of(grad_x, dim, grad_y.size(dim), idx.size(0));
+  const TapGeometry g = ops::detail::tap_geometry(grad_x, dim, grad_y.size(dim), idx.size(0));
   const Device device = grad_x.device();
   cuda::DeviceGuard guard(device.index);
   cudaStream_t stream = cuda::current_stream(device.index).handle;
-  // The taps inverted on the host, as resize_taps_cpu.cpp does: a counting sort by input position that keeps
-  // output order, then tap order, within each position.
+  // The taps inverted on the host, as resize_taps_cpu.cpp does (resize_taps_layout.h), then copied over.
   const Tensor host_idx = ops::to(idx, Device::cpu()), host_w = ops::to(w, Device::cpu());
-  const int64_t* ix = host_idx.data_ptr<int64_t>();
-  const int64_t entries = g.out * g.taps;
-  Tensor start = zeros({g.in + 1}, kInt64), from = empty({entries}, kInt64);
-  Tensor weight = empty({entries}, TensorOptions(w.dtype()));
-  int64_t* s = start.data_ptr<int64_t>();
-  int64_t* f = from.data_ptr<int64_t>();
-  for (int64_t e = 0; e < entries; ++e) ++s[ix[e] + 1];
-  for (int64_t p = 0; p < g.in; ++p) s[p + 1] += s[p];
-  std::vector<int64_t> next(s, s + g.in);
+  Tensor start_d, from_d, weight_d;
   visit_dtype<kFloat32Set | kFloat64Set>(w.dtype(), "resize_taps backward (CUDA)", [&]<typename T>() {
-    const T* wx = host_w.data_ptr<T>();
-    T* wt = weight.data_ptr<T>();
-    for (int64_t d = 0; d < g.out; ++d)
-      for (int64_t k = 0; k < g.taps; ++k) {
-        const int64_t at = next[static_cast<size_t>(ix[k * g.out + d])]++;
-        f[at] = d, wt[at] = wx[k * g.out + d];
-      }
+    const ops::detail::InvertedTaps<T> inv =
+        ops::detail::invert_taps(host_idx.data_ptr<int64_t>(), host_w.data_ptr<T>(), g);
+    start_d = ops::to(tensor(inv.start), device);
+    from_d = ops::to(tensor(inv.from), device);
+    weight_d = ops::to(tensor(inv.weight), device);
   });
-  const Tensor start_d = ops::to(start, device), from_d = ops::to(from, device), weight_d = ops::to(weight, device);
   const int64_t total = grad_x.numel();
   visit_dtype<kFloat32Set | kFloat64Set>(grad_y.dtype(), "resize_taps backward (CUDA)", [&]<typename T>() {
     backward_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(

@@ -16,22 +16,13 @@
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/register.h"
+#include "kiln/tensor/ops/resize_taps_layout.h"
 #include "kiln/tensor/parallel.h"
 
 namespace kiln {
 namespace {
 
-struct Geometry {
-  int64_t outer = 1, in = 1, out = 1, inner = 1, taps = 1;
-};
-
-Geometry geometry_of(const Tensor& x_shaped, int64_t dim, int64_t out, int64_t taps) {
-  Geometry g;
-  g.in = x_shaped.size(dim), g.out = out, g.taps = taps;
-  for (int64_t k = 0; k < dim; ++k) g.outer *= x_shaped.size(k);
-  for (int64_t k = dim + 1; k < x_shaped.dim(); ++k) g.inner *= x_shaped.size(k);
-  return g;
-}
+using ops::detail::TapGeometry;
 
 // One output line of `inner` elements: sum over taps of weight * input line, in tap order. By value, so that
 // the stores cannot be taken to change the bounds.
@@ -61,7 +52,7 @@ void weighted_row(T* __restrict dst, const T* __restrict src, const int64_t* __r
 
 template <typename T>
 void forward(const Tensor& y, const Tensor& x, int64_t dim, const Tensor& idx_t, const Tensor& w_t) {
-  const Geometry g = geometry_of(x, dim, y.size(dim), idx_t.size(0));
+  const TapGeometry g = ops::detail::tap_geometry(x, dim, y.size(dim), idx_t.size(0));
   const T* px = x.data_ptr<T>();
   T* py = y.data_ptr<T>();
   const int64_t* idx = idx_t.data_ptr<int64_t>();
@@ -111,27 +102,18 @@ void gather_row(T* __restrict gx, const T* __restrict gy, const int64_t* __restr
 
 template <typename T>
 void backward(const Tensor& grad_x, const Tensor& grad_y, int64_t dim, const Tensor& idx_t, const Tensor& w_t) {
-  const Geometry g = geometry_of(grad_x, dim, grad_y.size(dim), idx_t.size(0));
+  const TapGeometry g = ops::detail::tap_geometry(grad_x, dim, grad_y.size(dim), idx_t.size(0));
   const T* gy = grad_y.data_ptr<T>();
   T* gx = grad_x.data_ptr<T>();
   const int64_t* idx = idx_t.data_ptr<int64_t>();
   const T* w = w_t.data_ptr<T>();
   if (g.inner == 1) {
     // The taps inverted once for every row: for each input position, the (output, weight) pairs that read it.
-    std::vector<int64_t> start(static_cast<size_t>(g.in + 1), 0), from(static_cast<size_t>(g.out * g.taps));
-    std::vector<T> weight(static_cast<size_t>(g.out * g.taps));
-    for (int64_t e = 0; e < g.out * g.taps; ++e) ++start[static_cast<size_t>(idx[e] + 1)];
-    for (int64_t i = 0; i < g.in; ++i) start[static_cast<size_t>(i + 1)] += start[static_cast<size_t>(i)];
-    std::vector<int64_t> next(start.begin(), start.end() - 1);
-    for (int64_t d = 0; d < g.out; ++d)
-      for (int64_t k = 0; k < g.taps; ++k) {
-        const auto at = static_cast<size_t>(next[static_cast<size_t>(idx[k * g.out + d])]++);
-        from[at] = d, weight[at] = w[k * g.out + d];
-      }
+    const ops::detail::InvertedTaps<T> inv = ops::detail::invert_taps(idx, w, g);
     const int64_t grain = std::max<int64_t>(1, kDefaultGrain / (g.out * g.taps + g.in));
     parallel_for(0, g.outer, grain, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
-        gather_row(gx + r * g.in, gy + r * g.out, start.data(), from.data(), weight.data(), g.in);
+        gather_row(gx + r * g.in, gy + r * g.out, inv.start.data(), inv.from.data(), inv.weight.data(), g.in);
     });
     return;
   }
