@@ -338,21 +338,30 @@ TEST_F(CudaReduce, CumsumAndSortMatchTheCpuBitForBit) {
 }
 
 // topk's first k in sort's order, equal keys in position order: k from 0 to the whole line, both directions.
-// Few distinct values, so ties are common; lines past 8192 elements and k past 16 take the sort (the kernel's
+// Values in [-1, 1]: the integer, bool and 16-bit dtypes tie often; float32 and float64 are run a second time
+// rounded to halves, so that they tie too. Lines past 8192 elements and k past 16 take the sort (the kernel's
 // other path).
+void expect_topk_matches(const Tensor& cpu, const Tensor& gpu, int64_t dim, const std::string& where) {
+  const int64_t n = cpu.dim() == 0 ? 1 : cpu.size((dim + cpu.dim()) % cpu.dim());
+  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, n - 1, n}) {
+    if (k < 0 || k > n) continue;
+    for (bool largest : {true, false}) {
+      const std::string context = "topk k " + std::to_string(k) + (largest ? " largest" : " smallest") + " of " + where;
+      auto [want_v, want_i] = topk(cpu, k, dim, largest);
+      auto [got_v, got_i] = topk(gpu, k, dim, largest);
+      test::expect_matches_cpu(got_v, want_v, context + " values");
+      test::expect_matches_cpu(got_i, want_i, context + " indices");
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 void check_topk(const std::vector<ShapeCase>& shapes, std::initializer_list<Layout> layouts, int specials) {
   for_each_dim_case(shapes, layouts, specials, -1, 1, [](const Pair& x, int64_t dim, const std::string& where) {
-    const int64_t n = x.cpu.dim() == 0 ? 1 : x.cpu.size((dim + x.cpu.dim()) % x.cpu.dim());
-    for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{16}, int64_t{17}, n - 1, n}) {
-      if (k < 0 || k > n) continue;
-      for (bool largest : {true, false}) {
-        const std::string context = "topk k " + std::to_string(k) + (largest ? " largest" : " smallest") + " of " + where;
-        auto [want_v, want_i] = topk(x.cpu, k, dim, largest);
-        auto [got_v, got_i] = topk(x.gpu, k, dim, largest);
-        test::expect_matches_cpu(got_v, want_v, context + " values");
-        test::expect_matches_cpu(got_i, want_i, context + " indices");
-        if (::testing::Test::HasFailure()) return;
-      }
+    expect_topk_matches(x.cpu, x.gpu, dim, where);
+    if (x.cpu.dtype() == kFloat32 || x.cpu.dtype() == kFloat64) {
+      const Tensor halves = round(x.cpu * 2) / 2;
+      expect_topk_matches(halves, halves.to(Device::cuda()), dim, where + ", rounded to halves");
     }
   });
 }
