@@ -82,14 +82,21 @@ Batch default_collate(std::vector<Example>&& examples, const BatchAllocator& all
 
 namespace {
 
-// One built batch, or the error building it raised (as text: the consumer rethrows it as a kiln::Error), or
-// (from a stream) the stream's end.
+// One built batch, or the error building it raised (as text: the consumer rethrows it as a kiln::Error, or as
+// kiln::OutOfMemoryError when it was one, for code that backs off from those), or (from a stream) the stream's
+// end.
 struct Result {
   Batch batch;
   bool failed = false;
+  bool out_of_memory = false;
   bool end = false;
   std::string message;
 };
+
+[[noreturn]] void throw_failure(const Result& r) {
+  if (r.out_of_memory) throw OutOfMemoryError(r.message);
+  throw Error(r.message);
+}
 
 }  // namespace
 
@@ -152,6 +159,7 @@ Result build_batch(const Dataset& dataset, const std::vector<int64_t>& indices, 
     r.batch = collate_batch(std::move(examples), collate, pin);
   } catch (const std::exception& e) {
     r.failed = true;
+    r.out_of_memory = dynamic_cast<const OutOfMemoryError*>(&e) != nullptr;
     r.message = detail::concat("DataLoader: building batch ", b, " (sampler positions ", begin, "..", end - 1,
                                ") failed: ", e.what());
   } catch (...) {
@@ -180,6 +188,7 @@ Result build_stream_batch(ExampleStream& stream, const DataLoaderOptions& o, boo
     r.batch = collate_batch(std::move(examples), o.collate, pin);
   } catch (const std::exception& e) {
     r.failed = true;
+    r.out_of_memory = dynamic_cast<const OutOfMemoryError*>(&e) != nullptr;
     r.message = detail::concat("DataLoader: building batch ", b, " from stream ", worker, " failed: ", e.what());
   } catch (...) {
     r.failed = true;
@@ -388,7 +397,7 @@ void DataLoader::fetch_next_from_streams() {
     run.space_cv.notify_all();
     if (r.failed) {
       stop_run();
-      throw Error(r.message);
+      throw_failure(r);
     }
     if (r.end) {
       if (run.ended_at[w] < 0) run.ended_at[w] = b;
@@ -427,7 +436,7 @@ void DataLoader::fetch_next() {
   }
   if (r.failed) {
     stop_run();
-    throw Error(r.message);
+    throw_failure(r);
   }
   run.current = std::move(r.batch);
   state_.batches_yielded = run.next_batch;

@@ -38,6 +38,21 @@ void cpu_empty_cache();
 // The most the cache may hold (default: the smaller of 1 GiB and 1/8 of physical memory, or the environment
 // variable KILN_CPU_CACHE_MB); 0 turns caching off.
 void set_cpu_cache_limit(size_t bytes);
+// What tensors on the CPU hold, in bytes as the allocator rounded them (64 bytes; cached sizes to 4 or 64 KiB);
+// the cache's blocks are not counted.
+struct CpuMemoryStats {
+  size_t allocated_bytes = 0;       // held by tensors now
+  size_t peak_allocated_bytes = 0;  // the most since the start or cpu_reset_peak_memory_stats
+  size_t limit_bytes = 0;           // set_cpu_memory_limit's (0: none)
+  uint64_t ooms = 0;                // allocations refused for the limit or by the system
+};
+CpuMemoryStats cpu_memory_stats();
+void cpu_reset_peak_memory_stats();  // the peak restarts from what is held now
+// The most tensors on the CPU may hold together; an allocation that would pass it throws
+// kiln::OutOfMemoryError, as running out of device memory does (so a batch-size search can run against a
+// budget on the CPU, and an embedded program can bound kiln's memory). 0, the default, is no limit; the
+// environment variable KILN_CPU_MEMORY_LIMIT_MB sets one at startup. Blocks already held are not affected.
+void set_cpu_memory_limit(size_t bytes);
 // The allocator for a device type; throws if none is registered (CUDA in a CPU-only build).
 Allocator* get_allocator(DeviceType type);
 void set_allocator(DeviceType type, Allocator* allocator);

@@ -133,6 +133,7 @@ CachingAllocator::Block* CachingAllocator::take_cached(DeviceState& s, size_t si
 CachingAllocator::Block* CachingAllocator::take_fresh(int device, DeviceState& s, size_t size, bool small,
                                                       StreamHandle stream) {
   size_t seg = segment_size(size);
+  if (s.limit != 0 && s.stats.reserved_bytes + seg > s.limit) return nullptr;
   void* p = backend_->malloc(device, seg);
   if (p == nullptr) return nullptr;
   auto* b = new Block;
@@ -216,19 +217,25 @@ void CachingAllocator::throw_oom(int device, DeviceState& s, size_t nbytes, size
     // the message goes out without the device's own numbers
   }
   const MemoryStats& st = s.stats;
-  detail::throw_error(detail::concat(
+  const std::string limit =
+      s.limit == 0 ? std::string()
+                   : detail::concat(" kiln may reserve at most ", format_bytes(s.limit), " on it (set_memory_limit ",
+                                    "or set_per_process_memory_fraction), and a fresh segment of ",
+                                    format_bytes(segment_size(size)), " would pass that.");
+  throw OutOfMemoryError(detail::concat(
       backend_->device_kind(), " out of memory: tried to allocate ", format_bytes(nbytes), " (", nbytes,
       " bytes, a block of ", format_bytes(size), ") on ", backend_->device_kind(), ":", device, ". The device has ",
-      format_bytes(free_b), " free of ", format_bytes(total_b), "; kiln has ", format_bytes(st.allocated_bytes),
-      " allocated to tensors and ", format_bytes(st.reserved_bytes), " reserved, of which ",
-      format_bytes(st.reserved_bytes - st.allocated_bytes),
+      format_bytes(free_b), " free of ", format_bytes(total_b), ";", limit, " kiln has ",
+      format_bytes(st.allocated_bytes), " allocated to tensors and ", format_bytes(st.reserved_bytes),
+      " reserved, of which ", format_bytes(st.reserved_bytes - st.allocated_bytes),
       " is cached but cannot serve this request (held in segments that are partly in use, or by other streams)"));
 }
 
 void* CachingAllocator::allocate(int device, size_t nbytes, StreamHandle stream) {
   if (nbytes == 0) return nullptr;
-  KILN_CHECK(nbytes <= (size_t{1} << 62), backend_->device_kind(), " out of memory: cannot allocate ", nbytes,
-             " bytes");
+  if (nbytes > (size_t{1} << 62))
+    throw OutOfMemoryError(detail::concat(backend_->device_kind(), " out of memory: cannot allocate ", nbytes,
+                                          " bytes"));
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceState& s = state(device);
   process_pending(device, s, /*wait=*/false);
@@ -334,6 +341,11 @@ void CachingAllocator::reset_peak_stats(int device) {
   MemoryStats& st = devices_[device]->stats;
   st.peak_allocated_bytes = st.allocated_bytes;
   st.peak_reserved_bytes = st.reserved_bytes;
+}
+
+void CachingAllocator::set_memory_limit(int device, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  state(device).limit = bytes;
 }
 
 void CachingAllocator::empty_cache() {

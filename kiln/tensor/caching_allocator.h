@@ -15,7 +15,9 @@
 // - a block also used on other streams (record_stream) is not reused until the work those streams had queued
 //   at its free has finished: events are recorded at the free and queried before reuse;
 // - when the device is out of memory, every wholly free cached segment goes back to the device and the
-//   allocation is tried once more before it fails with a message that says where the memory is.
+//   allocation is tried once more before it fails with a message that says where the memory is;
+// - a limit per device (set_memory_limit; PyTorch's set_per_process_memory_fraction) caps the reserved bytes:
+//   a segment that would pass it counts as the device being out of memory.
 #pragma once
 
 #include <cstddef>
@@ -80,6 +82,8 @@ class CachingAllocator {
 
   MemoryStats stats(int device);
   void reset_peak_stats(int device);
+  // The most `device` may reserve from the backend (0: no limit). Segments already reserved stay.
+  void set_memory_limit(int device, size_t bytes);
   // Returns every wholly free segment of every device to the backend (waiting for pending frees first).
   void empty_cache();
 
@@ -96,6 +100,7 @@ class CachingAllocator {
     Pool small, large;
     std::list<std::pair<void*, Block*>> pending;  // (event, block) of freed blocks waiting on other streams
     MemoryStats stats;
+    size_t limit = 0;  // set_memory_limit's
   };
 
   DeviceState& state(int device);

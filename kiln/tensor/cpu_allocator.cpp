@@ -18,10 +18,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <list>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kiln/tensor/allocator.h"
@@ -48,51 +51,48 @@ size_t default_cache_limit() {
   return std::min<size_t>(size_t{1} << 30, physical / 8);
 }
 
+size_t default_memory_limit() {
+  const char* mb = std::getenv("KILN_CPU_MEMORY_LIMIT_MB");
+  return mb == nullptr ? 0 : static_cast<size_t>(std::strtoull(mb, nullptr, 10)) << 20;
+}
+
+std::string format_mib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / double(1 << 20));
+  return text;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes, Device) override {
     if (nbytes == 0) return nullptr;
-    KILN_CHECK(nbytes <= (size_t{1} << 62), "out of CPU memory: cannot allocate ", nbytes, " bytes");
-    if (nbytes < kCacheMinBytes) return system_alloc(round_up(nbytes, kCpuAlignment), kCpuAlignment);
-    const size_t size = cached_size(nbytes);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end()) {
-        void* p = it->second->ptr;
-        age_.erase(it->second);
-        free_.erase(it);
-        cached_bytes_ -= size;
-        ++hits_;
-        return p;
-      }
-      ++misses_;
+    if (nbytes > (size_t{1} << 62)) {
+      ooms_.fetch_add(1, std::memory_order_relaxed);
+      throw OutOfMemoryError(detail::concat("out of CPU memory: cannot allocate ", nbytes, " bytes"));
     }
-    void* p = system_alloc(size, size >= kHugeMinBytes ? kHugePage : kCpuAlignment);
-    if (size >= kHugeMinBytes) madvise(p, size, MADV_HUGEPAGE);  // a hint: fine if the kernel declines
-    return p;
+    const size_t held = nbytes < kCacheMinBytes ? round_up(nbytes, kCpuAlignment) : cached_size(nbytes);
+    count_in(held, nbytes);
+    try {
+      return allocate_counted(nbytes);
+    } catch (...) {
+      allocated_.fetch_sub(held, std::memory_order_relaxed);
+      throw;
+    }
   }
 
   void deallocate(void* ptr, size_t nbytes, Device) override {
     if (ptr == nullptr) return;
-    if (nbytes >= kCacheMinBytes) {
-      const size_t size = cached_size(nbytes);
-      std::vector<void*> evicted;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (size <= limit_) {
-          age_.push_back({size, ptr});
-          free_.emplace(size, std::prev(age_.end()));
-          cached_bytes_ += size;
-          while (cached_bytes_ > limit_) evicted.push_back(evict_oldest());
-          ptr = nullptr;
-        }
-      }
-      for (void* p : evicted) std::free(p);  // outside the lock
-      if (ptr == nullptr) return;
-    }
-    std::free(ptr);
+    allocated_.fetch_sub(nbytes < kCacheMinBytes ? round_up(nbytes, kCpuAlignment) : cached_size(nbytes),
+                         std::memory_order_relaxed);
+    release(ptr, nbytes);
   }
+
+  CpuMemoryStats memory_stats() const {
+    return {allocated_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed),
+            memory_limit_.load(std::memory_order_relaxed), ooms_.load(std::memory_order_relaxed)};
+  }
+  void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+  void set_memory_limit(size_t bytes) { memory_limit_.store(bytes, std::memory_order_relaxed); }
 
   CpuCacheStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -118,6 +118,64 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
+  // Counts `held` bytes as taken, or refuses them for the limit (counting nothing).
+  void count_in(size_t held, size_t nbytes) {
+    const size_t now = allocated_.fetch_add(held, std::memory_order_relaxed) + held;
+    const size_t limit = memory_limit_.load(std::memory_order_relaxed);
+    if (limit != 0 && now > limit) [[unlikely]] {
+      allocated_.fetch_sub(held, std::memory_order_relaxed);
+      ooms_.fetch_add(1, std::memory_order_relaxed);
+      throw OutOfMemoryError(detail::concat(
+          "out of CPU memory: tried to allocate ", format_mib(held), " (", nbytes, " bytes) with ",
+          format_mib(now - held), " held by tensors, over the limit of ", format_mib(limit),
+          " (set_cpu_memory_limit or KILN_CPU_MEMORY_LIMIT_MB)"));
+    }
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+
+  void* allocate_counted(size_t nbytes) {
+    if (nbytes < kCacheMinBytes) return system_alloc(round_up(nbytes, kCpuAlignment), kCpuAlignment);
+    const size_t size = cached_size(nbytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(size);
+      if (it != free_.end()) {
+        void* p = it->second->ptr;
+        age_.erase(it->second);
+        free_.erase(it);
+        cached_bytes_ -= size;
+        ++hits_;
+        return p;
+      }
+      ++misses_;
+    }
+    void* p = system_alloc(size, size >= kHugeMinBytes ? kHugePage : kCpuAlignment);
+    if (size >= kHugeMinBytes) madvise(p, size, MADV_HUGEPAGE);  // a hint: fine if the kernel declines
+    return p;
+  }
+
+  void release(void* ptr, size_t nbytes) {
+    if (nbytes >= kCacheMinBytes) {
+      const size_t size = cached_size(nbytes);
+      std::vector<void*> evicted;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (size <= limit_) {
+          age_.push_back({size, ptr});
+          free_.emplace(size, std::prev(age_.end()));
+          cached_bytes_ += size;
+          while (cached_bytes_ > limit_) evicted.push_back(evict_oldest());
+          ptr = nullptr;
+        }
+      }
+      for (void* p : evicted) std::free(p);  // outside the lock
+      if (ptr == nullptr) return;
+    }
+    std::free(ptr);
+  }
+
   static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
   void* system_alloc(size_t size, size_t alignment) {
@@ -126,7 +184,11 @@ class CpuAllocator final : public Allocator {
       empty_cache();
       p = std::aligned_alloc(alignment, round_up(size, alignment));
     }
-    KILN_CHECK(p != nullptr, "out of CPU memory: could not allocate ", size, " bytes");
+    if (p == nullptr) {
+      ooms_.fetch_add(1, std::memory_order_relaxed);
+      throw OutOfMemoryError(detail::concat("out of CPU memory: the system could not allocate ", format_mib(size),
+                                            " (", size, " bytes)"));
+    }
     return p;
   }
 
@@ -156,6 +218,9 @@ class CpuAllocator final : public Allocator {
   size_t cached_bytes_ = 0;
   size_t limit_ = default_cache_limit();
   uint64_t hits_ = 0, misses_ = 0;
+  std::atomic<size_t> allocated_{0}, peak_{0};
+  std::atomic<size_t> memory_limit_{default_memory_limit()};
+  std::atomic<uint64_t> ooms_{0};
 };
 
 CpuAllocator& instance() {
@@ -170,5 +235,8 @@ Allocator* cpu_allocator() { return &instance(); }
 CpuCacheStats cpu_cache_stats() { return instance().stats(); }
 void cpu_empty_cache() { instance().empty_cache(); }
 void set_cpu_cache_limit(size_t bytes) { instance().set_limit(bytes); }
+CpuMemoryStats cpu_memory_stats() { return instance().memory_stats(); }
+void cpu_reset_peak_memory_stats() { instance().reset_peak(); }
+void set_cpu_memory_limit(size_t bytes) { instance().set_memory_limit(bytes); }
 
 }  // namespace kiln

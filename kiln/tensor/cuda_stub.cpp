@@ -20,6 +20,13 @@ size_t memory_reserved(int) { return 0; }
 void reset_peak_memory_stats(int) {}
 void empty_cache() {}
 
+void set_per_process_memory_fraction(double, int) {
+  detail::throw_error("set_per_process_memory_fraction: kiln was built without CUDA, so there is no CUDA device");
+}
+void set_memory_limit(size_t, int) {
+  detail::throw_error("set_memory_limit: kiln was built without CUDA, so there is no CUDA device");
+}
+
 void record_stream(const Tensor&, const Stream&) {
   detail::throw_error("record_stream: kiln was built without CUDA, so there are no CUDA tensors or streams");
 }

@@ -18,6 +18,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation the device (or a memory limit set on it) could not serve. Code that can shrink its work and
+// try again (the batch-size finder) catches this one apart from the rest.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 template <typename... Args>

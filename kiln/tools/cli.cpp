@@ -66,6 +66,10 @@ Args parse_args(const std::vector<std::string>& args, size_t first, const std::v
     if (flag == "--seed") a.seed = value;
     if (flag == "--min-lr") a.min_lr = value;
     if (flag == "--max-lr") a.max_lr = value;
+    if (flag == "--mode") a.mode = value;
+    if (flag == "--init") a.init = value;
+    if (flag == "--max-trials") a.max_trials = value;
+    if (flag == "--memory-limit") a.memory_limit = value;
   }
   if (a.split != "test" && a.split != "val") usage_error("--split '" + a.split + "': expected test or val");
   return a;
@@ -196,6 +200,8 @@ constexpr const char* kUsage =
     "  export   weights for PyTorch: kiln export --ckpt FILE [--output model.safetensors] [--dtype DTYPE]\n"
     "  bench    time the training step: kiln bench [--config run.yaml] [--set ...] [--steps N] [--profile]\n"
     "  lr-find  the learning-rate range test: kiln lr-find [--config run.yaml] [--set ...] [--steps N]\n"
+    "  scale-batch-size  the largest batch size that fits: kiln scale-batch-size [--config run.yaml] [--set ...]\n"
+    "           [--memory-limit MB] [--mode power|binsearch]\n"
     "  generate text from a language model's checkpoint: kiln generate --ckpt FILE [--prompt TEXT] [--tokens N]\n"
     "  info     version and build features\n"
     "\n"
@@ -552,6 +558,7 @@ int run_cli(const std::vector<std::string>& args) {
     if (command == "export") return cmd_export(args);
     if (command == "bench") return cmd_bench(args);
     if (command == "lr-find") return cmd_lr_find(args);
+    if (command == "scale-batch-size") return cmd_scale_batch_size(args);
     if (command == "generate") return cmd_generate(args);
     if (command == "launch") return cmd_launch(args);
     std::fprintf(stderr, "kiln: unknown command '%s'\n\n%s", command.c_str(), kUsage);

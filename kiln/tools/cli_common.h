@@ -1,7 +1,7 @@
 // What the `kiln` commands share (kiln/tools/cli.cpp defines it): their argument parser, and the one mapping of
 // a RunConfig onto kiln objects (data, model, loaders, Trainer options). train, eval, predict, launch and info
-// live in cli.cpp; export, bench, lr-find and generate, which work on a model outside a training run, in
-// cli_model.cpp.
+// live in cli.cpp; export, bench, lr-find, scale-batch-size and generate, which work on a model outside a
+// training run, in cli_model.cpp.
 #pragma once
 
 #include <map>
@@ -23,6 +23,7 @@ struct Args {
   std::string config, ckpt, split = "test", output, dtype, steps, warmup;
   std::string prompt, tokens, temperature, top_k, seed;  // kiln generate
   std::string min_lr, max_lr;                            // kiln lr-find
+  std::string mode, init, max_trials, memory_limit;      // kiln scale-batch-size
   std::vector<std::string> sets;
   bool help = false, profile = false;
 };
@@ -51,6 +52,7 @@ std::string format_metrics(const std::map<std::string, double>& metrics);
 int cmd_export(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_lr_find(const std::vector<std::string>& args);
+int cmd_scale_batch_size(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 
 }  // namespace kiln::tools::cli

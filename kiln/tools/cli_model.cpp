@@ -1,7 +1,8 @@
 // The commands that work on a model outside a training run: export (a checkpoint's network weights as
 // safetensors for PyTorch or nn::load), bench (the configured run's training step, timed on this machine
-// through the same Trainer kiln train runs), lr-find (the learning-rate range test on the configured run) and
-// generate (text from a gpt-mini or lstm-lm checkpoint).
+// through the same Trainer kiln train runs), lr-find (the learning-rate range test on the configured run),
+// scale-batch-size (the largest batch size whose training steps fit in memory) and generate (text from a gpt-mini
+// or lstm-lm checkpoint).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,11 +12,13 @@
 #include <optional>
 
 #include "kiln/serialize/safetensors.h"
+#include "kiln/tensor/allocator.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/parallel.h"
 #include "kiln/tensor/profiler.h"
 #include "kiln/tools/cli_common.h"
 #include "kiln/tools/generate.h"
+#include "kiln/trainer/batch_size_finder.h"
 #include "kiln/trainer/lr_finder.h"
 
 namespace kiln::tools::cli {
@@ -298,6 +301,81 @@ int cmd_lr_find(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("suggested lr: %.3g (--set optimizer.lr=%.3g)\n", r.lrs[*best], r.lrs[*best]);
+  return 0;
+}
+
+constexpr const char* kScaleBatchSizeHelp =
+    "usage: kiln scale-batch-size [--config run.yaml] [--set key=value ...] [--mode power|binsearch]\n"
+    "                             [--steps N] [--init N] [--max-trials N] [--memory-limit MB]\n"
+    "\n"
+    "The batch-size search (Lightning's scale_batch_size) on the configured run: N training steps (default 3)\n"
+    "at each batch size tried, from --init (default 2), doubling until a size runs out of memory; with\n"
+    "binsearch, then a binary search up to the largest size that fits. Validation batches of each size run too,\n"
+    "unless data.val_batch_size is set. Prints each size tried, the most memory its steps held, and the answer,\n"
+    "a value for data.batch_size. Writes nothing.\n"
+    "\n"
+    "  --memory-limit MB  the most tensors may hold in all, the dataset's included (on the CPU the system would\n"
+    "                     sooner swap than refuse memory, so without a limit the search stops only at the\n"
+    "                     dataset's size or --max-trials, default 25; on a GPU it caps what kiln reserves)\n";
+
+int cmd_scale_batch_size(const std::vector<std::string>& args) {
+  const Args a = parse_args(args, 1, {"--config", "--set", "--mode", "--steps", "--init", "--max-trials",
+                                      "--memory-limit"});
+  if (a.help) {
+    std::printf("%s", kScaleBatchSizeHelp);
+    return 0;
+  }
+  trainer::BatchSizeFinderOptions f;
+  if (!a.mode.empty()) {
+    if (a.mode != "power" && a.mode != "binsearch") usage_error("--mode '" + a.mode + "': expected power or binsearch");
+    f.mode = a.mode;
+  }
+  if (!a.steps.empty()) f.steps_per_trial = parse_int_flag("--steps", a.steps, 1, 1'000'000);
+  if (!a.init.empty()) f.init_val = parse_int_flag("--init", a.init, 1, 1 << 30);
+  if (!a.max_trials.empty()) f.max_trials = parse_int_flag("--max-trials", a.max_trials, 1, 62);
+  const int64_t limit_mib =
+      a.memory_limit.empty() ? 0 : parse_int_flag("--memory-limit", a.memory_limit, 1, 1 << 30);
+  RunConfig cfg =
+      a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
+  cfg.scheduler = RunConfig::Scheduler{};  // a few steps: no schedule
+  Run run = build_run(cfg);
+  trainer::TrainerOptions o = trainer_options(cfg);
+  o.handle_signals = false;  // nothing to resume: Ctrl-C just ends it
+  const bool on_gpu = o.accelerator == "cuda" || (o.accelerator == "auto" && cuda::is_available());
+  if (limit_mib > 0) {
+    const size_t bytes = static_cast<size_t>(limit_mib) << 20;
+    if (on_gpu) {
+      cuda::set_memory_limit(bytes);
+    } else {
+      KILN_CHECK(cpu_memory_stats().allocated_bytes < bytes, "scale-batch-size: --memory-limit ", limit_mib,
+                 " MiB, but the data and model already hold ",
+                 static_cast<double>(cpu_memory_stats().allocated_bytes) / double(1 << 20), " MiB");
+      set_cpu_memory_limit(bytes);
+    }
+  }
+  auto loader_like = [](const std::shared_ptr<data::Dataset>& dataset, const data::DataLoader& like) {
+    return [dataset, options = like.options()](int64_t batch_size) mutable {
+      options.batch_size = batch_size;
+      return std::make_unique<data::DataLoader>(dataset, options);
+    };
+  };
+  trainer::LoaderForBatchSize val;
+  if (run.val && !cfg.data.val_batch_size) val = loader_like(run.data.val, *run.val);
+  const trainer::BatchSizeResult r = trainer::scale_batch_size(*run.module, loader_like(run.data.train, *run.train),
+                                                               o, f, val);
+  std::printf("scale-batch-size: model %s, %s, %s mode, %lld steps a size%s\n", cfg.model.name.c_str(),
+              on_gpu ? "cuda" : "cpu", f.mode.c_str(), static_cast<long long>(f.steps_per_trial),
+              val ? " (and as many validation batches)" : "");
+  std::printf("  %10s  %-5s  %s\n", "batch size", "fits", "peak MiB");
+  for (const trainer::BatchSizeTrial& t : r.trials) {
+    std::printf("  %10lld  %-5s  %.1f\n", static_cast<long long>(t.batch_size), t.fits ? "yes" : "no",
+                static_cast<double>(t.peak_bytes) / double(1 << 20));
+  }
+  const char* why = r.stopped_by == "dataset"      ? "the dataset's size"
+                    : r.stopped_by == "max_trials" ? "--max-trials"
+                                                   : "memory";
+  std::printf("largest batch size that fit: %lld, bounded by %s (--set data.batch_size=%lld)\n",
+              static_cast<long long>(r.batch_size), why, static_cast<long long>(r.batch_size));
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kiln/tensor/allocator.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/trainer/trainer.h"
 
@@ -77,6 +78,11 @@ std::map<std::string, double> DeviceStatsMonitor::read(Trainer& trainer, const s
         {"oom_retries", static_cast<double>(c.oom_retries)},
         {"ooms", static_cast<double>(c.ooms)}};
     for (const auto& [name, value] : stats) m[p + name] = value;
+  } else {
+    const CpuMemoryStats c = cpu_memory_stats();
+    m[p + "allocated_bytes"] = static_cast<double>(c.allocated_bytes);
+    m[p + "peak_allocated_bytes"] = static_cast<double>(c.peak_allocated_bytes);
+    m[p + "ooms"] = static_cast<double>(c.ooms);
   }
   if (!device.is_cuda() || options_.cpu_stats) {
     const HostStats now = read_host_stats();

@@ -15,6 +15,8 @@
 // A GPU's stats, from kiln's caching allocator (cuda::memory_stats; Lightning's come from PyTorch's):
 //   allocated_bytes, reserved_bytes, peak_allocated_bytes, peak_reserved_bytes, active_blocks, segments,
 //   allocations, cache_hits, device_mallocs, device_frees, oom_retries, ooms
+// On the CPU, what kiln's tensors hold (cpu_memory_stats; not in Lightning): allocated_bytes,
+// peak_allocated_bytes (since the start or cpu_reset_peak_memory_stats), ooms (allocations refused).
 // Only rank 0 has loggers; every rank keeps its own numbers in last_metrics().
 #pragma once
 

@@ -295,6 +295,41 @@ TEST_F(CachingAllocatorTest, OutOfMemoryEmptiesTheCacheAndRetriesOnce) {
   EXPECT_EQ(d, b);
 }
 
+// A limit on what may be reserved acts as the device running out: the cache's wholly free segments go back
+// first, and what still does not fit under the limit is an OutOfMemoryError that names the limit.
+TEST_F(CachingAllocatorTest, AMemoryLimitCapsWhatIsReserved) {
+  alloc.set_memory_limit(0, 10 * MiB);
+  void* a = alloc.allocate(0, 4 * MiB, kA);
+  alloc.deallocate(a, kA);  // cached: 4 MiB reserved
+  void* b = alloc.allocate(0, 8 * MiB, kA);  // 4 + 8 would pass 10: the free 4 MiB segment goes back first
+  EXPECT_EQ(st().reserved_bytes, 8 * MiB);
+  EXPECT_EQ(st().device_frees, 1u);
+  EXPECT_EQ(dev.failed_mallocs, 0);  // refused by the limit, not by the device
+  try {
+    alloc.allocate(0, 4 * MiB, kA);
+    FAIL() << "expected an OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("at most 10.00 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("segment of 4.00 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("8.00 MiB reserved"), std::string::npos) << m;
+  }
+  EXPECT_EQ(st().ooms, 1u);
+  void* c = alloc.allocate(0, 2 * MiB, kA);  // 8 + 2 is within it
+  EXPECT_NE(c, nullptr);
+  alloc.set_memory_limit(0, 0);  // no limit
+  void* d = alloc.allocate(0, 64 * MiB, kA);
+  EXPECT_EQ(st().reserved_bytes, 74 * MiB);
+  for (void* p : {b, c, d}) alloc.deallocate(p, kA);
+}
+
+// Running out of the device itself is an OutOfMemoryError too, which a batch-size search catches.
+TEST_F(CachingAllocatorTest, RunningOutOfTheDeviceIsAnOutOfMemoryError) {
+  dev.capacity = 4 * MiB;
+  EXPECT_THROW(alloc.allocate(0, 6 * MiB, kA), OutOfMemoryError);
+  EXPECT_THROW(alloc.allocate(0, size_t{1} << 63, kA), OutOfMemoryError);
+}
+
 TEST_F(CachingAllocatorTest, OutOfMemoryWaitsForBlocksPendingOnOtherStreams) {
   dev.capacity = 8 * MiB;
   void* a = alloc.allocate(0, 8 * MiB, kA);

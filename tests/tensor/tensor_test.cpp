@@ -223,5 +223,50 @@ TEST(CpuAllocator, AFullCacheEvictsItsOldestBlocks) {
   cpu_empty_cache();
 }
 
+// What tensors hold, counted as the allocator rounds it (64 bytes under 64 KiB; 4 KiB steps above), with its
+// peak; a limit refuses what would pass it with an OutOfMemoryError that says so, and changes nothing.
+TEST(CpuAllocator, CountsWhatTensorsHoldAndRefusesWhatPassesTheLimit) {
+  struct LiftLimit {
+    ~LiftLimit() { set_cpu_memory_limit(0); }
+  } lift;
+  const size_t base = cpu_memory_stats().allocated_bytes;
+  Tensor a = empty({10}, TensorOptions().dtype(kFloat64));   // 80 bytes -> 128
+  Tensor b = empty({70000}, TensorOptions().dtype(kUInt8));  // 70000 bytes -> 72 KiB
+  EXPECT_EQ(cpu_memory_stats().allocated_bytes, base + 128 + 72 * 1024);
+  Tensor view = b.slice(0, 5, 100);  // a view holds nothing more
+  EXPECT_EQ(cpu_memory_stats().allocated_bytes, base + 128 + 72 * 1024);
+  b = Tensor();
+  view = Tensor();
+  EXPECT_EQ(cpu_memory_stats().allocated_bytes, base + 128);
+  cpu_reset_peak_memory_stats();
+  EXPECT_EQ(cpu_memory_stats().peak_allocated_bytes, base + 128);
+  { Tensor c = empty({1 << 20}); }  // 4 MiB, then freed: the peak keeps it
+  EXPECT_EQ(cpu_memory_stats().peak_allocated_bytes, base + 128 + (size_t{4} << 20));
+  EXPECT_EQ(cpu_memory_stats().allocated_bytes, base + 128);
+
+  set_cpu_memory_limit(base + (size_t{1} << 20));
+  EXPECT_EQ(cpu_memory_stats().limit_bytes, base + (size_t{1} << 20));
+  const uint64_t ooms = cpu_memory_stats().ooms;
+  Tensor fits = empty({200000});  // 800000 bytes -> 784 KiB, under the 1 MiB left
+  try {
+    Tensor more = empty({100000});  // 400000 bytes more would pass it
+    FAIL() << "expected an OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of CPU memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("(400000 bytes)"), std::string::npos) << m;
+    EXPECT_NE(m.find("over the limit"), std::string::npos) << m;
+  }
+  EXPECT_EQ(cpu_memory_stats().ooms, ooms + 1);
+  EXPECT_EQ(cpu_memory_stats().allocated_bytes, base + 128 + 784 * 1024);  // the refusal took nothing
+  // Ops that allocate hit it too, as the same error type.
+  EXPECT_THROW((void)(fits + 1.0f), OutOfMemoryError);
+  fits = Tensor();
+  Tensor now_fits = empty({100000});
+  set_cpu_memory_limit(0);  // no limit
+  Tensor big = empty({8 << 20});
+  EXPECT_EQ(cpu_memory_stats().allocated_bytes, base + 128 + 392 * 1024 + (size_t{32} << 20));
+}
+
 }  // namespace
 }  // namespace kiln

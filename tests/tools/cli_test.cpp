@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -338,6 +339,43 @@ TEST_F(Cli, LrFindWritesTheRangeAndSuggestsARate) {
   expect_failure({"lr-find", "--config", config_, "--min-lr", "0"}, 2, {"--min-lr '0'", "positive"});
   expect_failure({"lr-find", "--config", config_, "--steps", "5"}, 2, {"--steps '5'", "13.."});  // no suggestion
   expect_failure({"lr-find", "--config", config_, "--min-lr", "1", "--max-lr", "0.1"}, 2, {"larger than --min-lr"});
+}
+
+// kiln scale-batch-size: without a limit the doubling ends at the training set's size (600 samples less 100
+// for validation and 100 for test); under --memory-limit, binsearch's answer fits and the size after it does
+// not, as the table it prints shows. It writes nothing.
+TEST_F(Cli, ScaleBatchSizeFindsTheLargestBatchThatFits) {
+  const CliResult free = run_kiln({"scale-batch-size", "--config", config_});
+  ASSERT_EQ(free.status, 0) << free.err;
+  EXPECT_NE(free.out.find("model mlp, cpu, power mode, 3 steps a size (and as many validation batches)"),
+            std::string::npos) << free.out;
+  EXPECT_NE(free.out.find("largest batch size that fit: 400, bounded by the dataset's size "
+                          "(--set data.batch_size=400)"), std::string::npos) << free.out;
+
+  const CliResult capped =
+      run_kiln({"scale-batch-size", "--config", config_, "--mode", "binsearch", "--init", "16", "--memory-limit", "3"});
+  ASSERT_EQ(capped.status, 0) << capped.err;
+  std::map<int64_t, bool> fits;  // the table: "  <size>  yes|no  <peak>"
+  std::istringstream table(capped.out);
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream row(line);
+    int64_t size = 0;
+    std::string yes;
+    if (row >> size >> yes && (yes == "yes" || yes == "no")) fits[size] = yes == "yes";
+  }
+  const size_t at = capped.out.find("largest batch size that fit: ");
+  ASSERT_NE(at, std::string::npos) << capped.out;
+  const int64_t answer = std::stoll(capped.out.substr(at + 29));
+  EXPECT_LT(answer, 400) << capped.out;
+  EXPECT_TRUE(fits.at(answer)) << capped.out;
+  EXPECT_FALSE(fits.at(answer + 1)) << capped.out;
+  EXPECT_NE(capped.out.find("bounded by memory"), std::string::npos) << capped.out;
+  EXPECT_FALSE(fs::exists(root()));
+
+  expect_failure({"scale-batch-size", "--config", config_, "--mode", "linear"}, 2, {"--mode 'linear'", "binsearch"});
+  expect_failure({"scale-batch-size", "--config", config_, "--memory-limit", "0"}, 2, {"--memory-limit '0'"});
+  expect_failure({"scale-batch-size", "--config", config_, "--memory-limit", "1"}, 1,
+                 {"even a batch of 1 does not fit", "over the limit of 1.00 MiB"});
 }
 
 // callbacks.accumulate_grad_schedule: Lightning's GradientAccumulationScheduler from the config. 13 batches an

@@ -54,6 +54,12 @@ size_t memory_allocated(int device = -1);
 size_t memory_reserved(int device = -1);
 // Peaks restart from the current values.
 void reset_peak_memory_stats(int device = -1);
+// Caps what kiln may reserve on `device` at fraction (in (0, 1]) of its total memory, as PyTorch's function of
+// this name: an allocation that would reserve more throws kiln::OutOfMemoryError once the cache has given back
+// what it can. 1 lifts the cap. Throws where there is no such device.
+void set_per_process_memory_fraction(double fraction, int device = -1);
+// The same cap in bytes (0 lifts it).
+void set_memory_limit(size_t bytes, int device = -1);
 // Gives every wholly unused cached segment of every device back to CUDA (for other processes, or before
 // measuring). Memory held by tensors stays.
 void empty_cache();

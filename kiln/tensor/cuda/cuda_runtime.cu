@@ -214,6 +214,28 @@ void reset_peak_memory_stats(int device) {
   caching_allocator().reset_peak_stats(resolve_device(device));
 }
 
+void set_memory_limit(size_t bytes, int device) {
+  KILN_CHECK(device_count() > 0, "set_memory_limit: no CUDA device is present");
+  device = resolve_device(device);
+  KILN_CHECK(device < device_count(), "set_memory_limit: no device cuda:", device, " (", device_count(), " present)");
+  caching_allocator().set_memory_limit(device, bytes);
+}
+
+void set_per_process_memory_fraction(double fraction, int device) {
+  KILN_CHECK(fraction > 0 && fraction <= 1, "set_per_process_memory_fraction: expected a fraction in (0, 1], got ",
+             fraction);
+  KILN_CHECK(device_count() > 0, "set_per_process_memory_fraction: no CUDA device is present");
+  device = resolve_device(device);
+  KILN_CHECK(device < device_count(), "set_per_process_memory_fraction: no device cuda:", device, " (",
+             device_count(), " present)");
+  size_t free_bytes = 0, total_bytes = 0;
+  {
+    DeviceGuard guard(device);
+    KILN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "set_per_process_memory_fraction");
+  }
+  set_memory_limit(fraction == 1 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total_bytes)), device);
+}
+
 void empty_cache() {
   if (device_count() == 0) return;
   caching_allocator().empty_cache();

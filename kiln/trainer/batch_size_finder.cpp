@@ -1,0 +1,174 @@
+#include "kiln/trainer/batch_size_finder.h"
+
+#include <algorithm>
+#include <map>
+
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/tensor/allocator.h"
+#include "kiln/tensor/cuda/cuda.h"
+#include "kiln/tensor/factories.h"
+#include "kiln/tensor/rng.h"
+
+namespace kiln::trainer {
+
+namespace {
+
+void reset_peaks() {
+  cpu_reset_peak_memory_stats();
+  cuda::reset_peak_memory_stats();  // nothing without a device
+}
+
+size_t peak_on(Device device) {
+  return device.is_cuda() ? cuda::memory_stats(device.index).peak_allocated_bytes
+                          : cpu_memory_stats().peak_allocated_bytes;
+}
+
+// The options of one trial: steps_per_trial optimizer steps and nothing else.
+TrainerOptions trial_options(TrainerOptions o, const BatchSizeFinderOptions& f) {
+  o.max_steps = f.steps_per_trial;
+  o.max_epochs = f.steps_per_trial;  // a bound: an epoch that takes no step is caught below
+  o.min_epochs = 0;
+  o.max_time = 0;
+  o.fast_dev_run = 0;
+  o.limit_train_batches = 1.0;
+  o.limit_val_batches = 0;  // the validation batches run apart, after the steps
+  o.val_check_interval = 1.0;
+  o.num_sanity_val_steps = 0;
+  o.enable_checkpointing = false;
+  o.enable_progress_bar = false;
+  o.enable_model_summary = false;
+  o.logger = false;
+  o.loggers.clear();
+  o.profiler = "none";
+  o.callbacks.clear();
+  o.handle_signals = false;
+  return o;
+}
+
+}  // namespace
+
+BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& train, TrainerOptions o,
+                                 const BatchSizeFinderOptions& f, const LoaderForBatchSize& val) {
+  KILN_CHECK(f.mode == "power" || f.mode == "binsearch", "scale_batch_size: mode '", f.mode,
+             "': expected 'power' or 'binsearch'");
+  KILN_CHECK(f.steps_per_trial >= 1, "scale_batch_size: steps_per_trial must be at least 1, got ", f.steps_per_trial);
+  KILN_CHECK(f.init_val >= 1, "scale_batch_size: init_val must be at least 1, got ", f.init_val);
+  KILN_CHECK(f.max_trials >= 1, "scale_batch_size: max_trials must be at least 1, got ", f.max_trials);
+  KILN_CHECK(static_cast<bool>(train), "scale_batch_size: no training loader factory given");
+  KILN_CHECK(o.strategy == "auto" || o.strategy == "single", "scale_batch_size: runs in one process; got strategy '",
+             o.strategy, "'");
+
+  // What a trial changes, put back after each. The values are kept as bytes outside kiln's allocator and
+  // copied back into the module's own tensors, so that neither the copy nor putting it back takes from the
+  // memory being measured (under a CPU limit, a restore that allocated could itself run out).
+  struct SavedTensor {
+    Shape shape;
+    DType dtype;
+    std::vector<uint8_t> bytes;
+  };
+  std::map<std::string, SavedTensor> saved;
+  for (const auto& [name, t] : module.state_dict()) {
+    const Tensor host = t.detach().to(kCPU).contiguous();
+    const auto* data = static_cast<const uint8_t*>(host.raw_data_ptr());
+    saved[name] = {t.shape(), t.dtype(), std::vector<uint8_t>(data, data + host.nbytes())};
+  }
+  Generator& gen = default_generator();
+  const uint64_t seed = gen.seed(), offset = gen.offset();
+  auto restore = [&] {
+    NoGradGuard no_grad;
+    module.nn::Module::zero_grad(/*set_to_none=*/true);
+    const nn::StateDict now = module.state_dict();
+    KILN_CHECK(now.size() == saved.size(), "scale_batch_size: the module's state changed during a trial (",
+               saved.size(), " tensors before, ", now.size(), " after)");
+    for (auto& [name, s] : saved) {
+      const auto it = now.find(name);
+      KILN_CHECK(it != now.end() && it->second.shape() == s.shape && it->second.dtype() == s.dtype,
+                 "scale_batch_size: the module's '", name, "' changed its shape or dtype during a trial");
+      it->second.detach().copy_(from_blob(s.bytes.data(), s.shape, s.dtype));
+    }
+    gen.set_state(seed, offset);
+  };
+
+  const TrainerOptions options = trial_options(std::move(o), f);
+  int64_t dataset_size = -1;  // -1: unknown (an iterable dataset)
+
+  auto make_train = [&](int64_t batch_size) {
+    std::unique_ptr<data::DataLoader> loader = train(batch_size);
+    KILN_CHECK(loader != nullptr, "scale_batch_size: the training loader factory returned none for batch size ",
+               batch_size);
+    return loader;
+  };
+  // Tries batch_size, or the dataset's size where that is smaller (the batches would be the same).
+  auto run_trial = [&](int64_t batch_size) {
+    BatchSizeTrial trial;
+    trial.batch_size = batch_size;
+    reset_peaks();
+    Trainer t(options);  // its device is the one measured (resolved as fit starts)
+    try {
+      std::unique_ptr<data::DataLoader> train_loader = make_train(batch_size);
+      if (dataset_size < 0 && train_loader->dataset()) {
+        dataset_size = std::max<int64_t>(train_loader->dataset()->size(), 1);
+        if (batch_size > dataset_size) train_loader = make_train(batch_size = dataset_size);
+      }
+      trial.batch_size = batch_size;
+      std::unique_ptr<data::DataLoader> val_loader = val ? val(batch_size) : nullptr;
+      KILN_CHECK(!val || val_loader != nullptr, "scale_batch_size: the validation loader factory returned none for "
+                 "batch size ", batch_size);
+      t.fit(module, *train_loader);
+      KILN_CHECK(t.global_step() == f.steps_per_trial, "scale_batch_size: a trial at batch size ", batch_size,
+                 " took ", t.global_step(), " optimizer steps of ", f.steps_per_trial, " (an empty loader, or ",
+                 "training_step returning no loss?)");
+      if (val_loader) {
+        TrainerOptions vo = options;
+        vo.limit_val_batches = f.steps_per_trial;
+        Trainer v(vo);
+        v.validate(module, *val_loader);
+      }
+      trial.fits = true;
+    } catch (const OutOfMemoryError& e) {
+      trial.error = e.what();
+    } catch (...) {
+      restore();
+      throw;
+    }
+    trial.peak_bytes = peak_on(t.device());
+    restore();
+    if (!trial.fits) cuda::empty_cache();  // what the failed step had cached goes back to the device
+    return trial;
+  };
+
+  BatchSizeResult result;
+  int64_t size = f.init_val;
+  int64_t fit = 0, fail = 0;  // the largest size that fit and the smallest that did not (0: none yet)
+  result.stopped_by = "max_trials";
+  for (int64_t trial = 0; trial < f.max_trials; ++trial) {
+    result.trials.push_back(run_trial(size));
+    size = result.trials.back().batch_size;
+    if (result.trials.back().fits) {
+      fit = std::max(fit, size);
+    } else {
+      fail = fail == 0 ? size : std::min(fail, size);
+      KILN_CHECK(size > 1, "scale_batch_size: even a batch of 1 does not fit: ", result.trials.back().error);
+    }
+    if (fail == 0) {  // growing
+      if (dataset_size >= 0 && size >= dataset_size) {
+        result.stopped_by = "dataset";
+        break;
+      }
+      size = dataset_size >= 0 ? std::min(size * 2, dataset_size) : size * 2;
+    } else if (fit == 0) {  // nothing fit yet: back off
+      size /= 2;
+    } else if (f.mode == "power" || fail - fit <= 1) {
+      result.stopped_by = "out of memory";
+      break;
+    } else {
+      size = fit + (fail - fit) / 2;
+    }
+  }
+  KILN_CHECK(fit > 0, "scale_batch_size: no batch size fit in ", f.max_trials, " trials (the last, ",
+             result.trials.back().batch_size, ": ", result.trials.back().error, ")");
+  result.batch_size = fit;
+  return result;
+}
+
+}  // namespace kiln::trainer
