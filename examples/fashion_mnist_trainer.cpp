@@ -1,8 +1,9 @@
 // The CNN of fashion_mnist_cnn.cpp trained by the Trainer instead of a hand-written loop: the same nn modules
-// and optimizer, put into a TrainModule that says what one step computes, while the Trainer runs the epochs,
-// validation, logging (CSV and TensorBoard), checkpoints and the progress bar. Compare the two files to see
-// what the Trainer takes off your hands; `kiln train --config configs/fashion_mnist_cnn.yaml` runs the same
-// network from a config file with no C++ at all.
+// and optimizer, put into a TrainModule that says what one step computes, and the data into a DataModule that
+// says how it is split and loaded, while the Trainer runs the epochs, validation, logging (CSV and
+// TensorBoard), checkpoints and the progress bar. Compare the two files to see what the Trainer takes off your
+// hands; `kiln train --config configs/fashion_mnist_cnn.yaml` runs the same network from a config file with no
+// C++ at all.
 //
 //   fashion_mnist_trainer [data_dir] [epochs] [runs_dir]
 // data_dir defaults to /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist package).
@@ -10,6 +11,7 @@
 #include <kiln/optim/optim.h>
 #include <kiln/trainer/callbacks.h>
 #include <kiln/trainer/csv_logger.h>
+#include <kiln/trainer/data_module.h>
 #include <kiln/trainer/tensorboard_logger.h>
 #include <kiln/trainer/trainer.h>
 
@@ -54,19 +56,39 @@ struct FashionCnn : trainer::TrainModule {
   }
 };
 
+// Images (N, 1, 28, 28) in [0, 1] and labels (N); 5,000 training images held out for validation.
+struct FashionMnist : trainer::DataModule {
+  std::string dir;
+  std::shared_ptr<data::Dataset> train, val, test;
+
+  explicit FashionMnist(std::string data_dir) : dir(std::move(data_dir)) { batch_size = 64; }
+
+  void setup(trainer::Stage stage) override {
+    if (stage == trainer::Stage::Fit && !train) {
+      auto split = data::random_split(data::load_mnist(dir, data::MnistSplit::Train),
+                                      std::vector<int64_t>{55000, 5000}, /*seed=*/0);
+      train = split[0], val = split[1];
+    }
+    if (stage == trainer::Stage::Test && !test) test = data::load_mnist(dir, data::MnistSplit::Test);
+  }
+  std::unique_ptr<data::DataLoader> train_dataloader() override {
+    return std::make_unique<data::DataLoader>(train,
+                                              data::DataLoaderOptions{.batch_size = batch_size, .shuffle = true});
+  }
+  std::unique_ptr<data::DataLoader> val_dataloader() override {
+    return std::make_unique<data::DataLoader>(val, data::DataLoaderOptions{.batch_size = 1000});
+  }
+  std::unique_ptr<data::DataLoader> test_dataloader() override {
+    return std::make_unique<data::DataLoader>(test, data::DataLoaderOptions{.batch_size = 1000});
+  }
+};
+
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   const int64_t epochs = argc > 2 ? std::atoll(argv[2]) : 3;
   const std::string runs = argc > 3 ? argv[3] : "runs";
   try {
-    // Images (N, 1, 28, 28) in [0, 1] and labels (N); 5,000 training images held out for validation.
-    auto train_all = data::load_mnist(dir, data::MnistSplit::Train);
-    auto test = data::load_mnist(dir, data::MnistSplit::Test);
-    auto split = data::random_split(train_all, std::vector<int64_t>{55000, 5000}, /*seed=*/0);
-    data::DataLoader train_loader(split[0], {.batch_size = 64, .shuffle = true});
-    data::DataLoader val_loader(split[1], {.batch_size = 1000});
-    data::DataLoader test_loader(test, {.batch_size = 1000});
-
+    FashionMnist data(dir);
     manual_seed(0);
     FashionCnn model;
     trainer::TrainerOptions options;
@@ -78,8 +100,8 @@ int main(int argc, char** argv) {
     options.callbacks = {std::make_shared<trainer::ModelCheckpoint>(
         trainer::ModelCheckpointOptions{.monitor = "val/acc", .mode = "max", .save_last = true})};
     trainer::Trainer t(options);
-    t.fit(model, train_loader, &val_loader);
-    const auto results = t.test(model, test_loader);
+    t.fit(model, data);
+    const auto results = t.test(model, data);
     std::printf("test accuracy %.2f%% (logs and checkpoints in %s)\n", 100.0 * results.at("test/acc"),
                 t.log_dir().c_str());
   } catch (const Error& e) {

@@ -171,4 +171,42 @@ BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& 
   return result;
 }
 
+BatchSizeResult scale_batch_size(TrainModule& module, DataModule& data, TrainerOptions options,
+                                 const BatchSizeFinderOptions& finder) {
+  const int64_t before = data.batch_size;
+  data.prepare_data();
+  data.setup(Stage::Fit);
+  BatchSizeResult result;
+  try {
+    auto train = [&](int64_t batch_size) {
+      data.batch_size = batch_size;
+      std::unique_ptr<data::DataLoader> loader = data.train_dataloader();
+      KILN_CHECK(loader == nullptr || loader->options().batch_size == batch_size, "scale_batch_size: the ",
+                 "DataModule's train_dataloader() built batches of ", loader->options().batch_size, " with its ",
+                 "batch_size at ", batch_size, "; it must build its loaders with batch_size");
+      return loader;
+    };
+    LoaderForBatchSize val;
+    if (!data.val_dataloaders().empty()) {
+      val = [&](int64_t batch_size) {
+        data.batch_size = batch_size;
+        std::vector<std::unique_ptr<data::DataLoader>> loaders = data.val_dataloaders();
+        return loaders.empty() ? nullptr : std::move(loaders.front());
+      };
+    }
+    result = scale_batch_size(module, train, std::move(options), finder, val);
+  } catch (...) {
+    data.batch_size = before;
+    try {
+      data.teardown(Stage::Fit);
+    } catch (...) {
+      // the search's error is the one to report
+    }
+    throw;
+  }
+  data.batch_size = result.batch_size;
+  data.teardown(Stage::Fit);
+  return result;
+}
+
 }  // namespace kiln::trainer

@@ -4,6 +4,7 @@
 //   auto loader = [&](int64_t b) { return std::make_unique<data::DataLoader>(dataset, {.batch_size = b}); };
 //   trainer::BatchSizeResult r = trainer::scale_batch_size(module, loader, trainer_options);
 //   auto train = loader(r.batch_size);   // then fit as usual
+//   trainer::scale_batch_size(module, data_module, trainer_options);   // or: sets data_module.batch_size
 //
 // On a GPU the device's memory (or set_per_process_memory_fraction) bounds the search; on the CPU, where the
 // system would sooner swap or kill the process than refuse memory, set a budget first (set_cpu_memory_limit,
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "kiln/data/dataloader.h"
+#include "kiln/trainer/data_module.h"
 #include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
@@ -65,5 +67,12 @@ using LoaderForBatchSize = std::function<std::unique_ptr<data::DataLoader>(int64
 
 BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& train, TrainerOptions options = {},
                                  const BatchSizeFinderOptions& finder = {}, const LoaderForBatchSize& val = nullptr);
+
+// With a DataModule (data_module.h), as Lightning scales datamodule.batch_size: between its prepare_data and
+// setup(Fit) and its teardown(Fit), each trial sets its batch_size and builds its train_dataloader() (which
+// must use it: checked) and the first of its val_dataloaders(), if any. Leaves batch_size at the answer; on
+// an error, as it was.
+BatchSizeResult scale_batch_size(TrainModule& module, DataModule& data, TrainerOptions options = {},
+                                 const BatchSizeFinderOptions& finder = {});
 
 }  // namespace kiln::trainer

@@ -13,6 +13,7 @@
 //   trainer.<key>                text    progress: epoch, global_step, batch_in_epoch, ...
 //   rng.<key>                    text    the default generator's seed and offset, the loaders' positions
 //   callbacks.<state_key>.<key>  text    each callback's checkpoint_state()
+//   datamodule.<key>             text    the DataModule's state_dict() (a fit given one, data_module.h)
 //   hparams.<key>                text    the module's hyperparameters
 //   ps.shard.<k>.values          tensor  parameter server k's shard (strategy parameter_server), and
 //   ps.shard.<k>.optimizer.<key> both    its optimizer's state; ps.num_servers (text) says how many

@@ -35,6 +35,8 @@
 
 namespace kiln::trainer {
 
+class DataModule;  // data_module.h
+
 // The parameter server under strategy "parameter_server" (kiln/distributed/ps/parameter_server.h).
 struct ParameterServerOptions {
   int servers = 0;             // how many of the job's ranks are servers (0: KILN_PS_SERVERS, set by kiln launch)
@@ -157,6 +159,13 @@ class Trainer {
   // (prediction_writer.h) writes as they come, so that memory does not grow with the loader.
   std::vector<Tensor> predict(TrainModule& module, data::DataLoader& loader, const std::string& ckpt_path = "",
                               bool return_predictions = true);
+  // The same four with a DataModule's loaders (data_module.h): its prepare_data and setup(stage) first, its
+  // teardown(stage) at the end (also after a failure), and under fit its state_dict in the checkpoints.
+  void fit(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  std::map<std::string, double> validate(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  std::map<std::string, double> test(TrainModule& module, DataModule& data, const std::string& ckpt_path = "");
+  std::vector<Tensor> predict(TrainModule& module, DataModule& data, const std::string& ckpt_path = "",
+                              bool return_predictions = true);
 
   // ---- state, for callbacks and the module ----
   const TrainerOptions& options() const { return options_; }
@@ -191,6 +200,8 @@ class Trainer {
   int64_t estimated_stepping_batches() const;
   Device device() const { return device_; }
   TrainModule* module() const { return module_; }
+  // The DataModule of the run in progress (null when the run was given loaders).
+  DataModule* datamodule() const { return datamodule_; }
   // This process's rank and the number of ranks (1 and 0 without ddp). Only the global zero (rank 0) writes
   // logs and checkpoints and prints.
   int world_size() const { return strategy_->world_size(); }
@@ -334,6 +345,7 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<optim::GradScaler> scaler_;  // precision "16-mixed" only
   TrainModule* module_ = nullptr;
+  DataModule* datamodule_ = nullptr;
   Stage stage_ = Stage::Fit;
   Device device_ = kCPU;
   bool sanity_checking_ = false;

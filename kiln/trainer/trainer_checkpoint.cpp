@@ -7,6 +7,7 @@
 #include <set>
 
 #include "kiln/tensor/rng.h"
+#include "kiln/trainer/data_module.h"
 #include "kiln/trainer/model_checkpoint.h"
 #include "kiln/trainer/trainer.h"
 
@@ -103,6 +104,8 @@ Checkpoint Trainer::build_checkpoint() {
     keys_with_state.insert(key);
     for (const auto& [k, v] : state) c.set("callbacks." + key + "." + k, v);
   }
+  if (datamodule_ != nullptr)
+    for (const auto& [k, v] : datamodule_->state_dict()) c.set("datamodule." + k, v);
   if (scaler_)
     for (const auto& [k, v] : scaler_->state_dict()) c.set_double("grad_scaler." + k, v);
   strategy_->save_state(c);
@@ -146,6 +149,7 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
     }
     cb->load_checkpoint_state(state);
   }
+  if (datamodule_ != nullptr) datamodule_->load_state_dict(c.section("datamodule"));
   const int64_t num_opt = c.get_int("trainer.num_optimizers");
   KILN_CHECK(num_opt == static_cast<int64_t>(optimizers_.size()), where, "the checkpoint has ", num_opt,
              " optimizers, configure_optimizers() made ", optimizers_.size());

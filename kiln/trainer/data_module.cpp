@@ -1,0 +1,108 @@
+// DataModule's defaults, and the Trainer's runs over one: each is the loader-taking run of the same name
+// between the DataModule's setup and teardown.
+#include "kiln/trainer/data_module.h"
+
+#include "kiln/trainer/trainer.h"
+
+namespace kiln::trainer {
+
+std::unique_ptr<data::DataLoader> DataModule::train_dataloader() {
+  detail::throw_error("DataModule: train_dataloader() is not implemented; fit() needs it (override it to return "
+                      "the training loader, built with batch_size)");
+}
+
+std::vector<std::unique_ptr<data::DataLoader>> DataModule::val_dataloaders() {
+  std::vector<std::unique_ptr<data::DataLoader>> loaders;
+  if (auto loader = val_dataloader()) loaders.push_back(std::move(loader));
+  return loaders;
+}
+
+std::vector<std::unique_ptr<data::DataLoader>> DataModule::test_dataloaders() {
+  std::vector<std::unique_ptr<data::DataLoader>> loaders;
+  if (auto loader = test_dataloader()) loaders.push_back(std::move(loader));
+  return loaders;
+}
+
+namespace {
+
+// The loaders as the loader-taking runs want them; a null one among several is the DataModule's mistake.
+std::vector<data::DataLoader*> pointers(const std::vector<std::unique_ptr<data::DataLoader>>& loaders,
+                                        const char* what) {
+  std::vector<data::DataLoader*> out;
+  for (size_t k = 0; k < loaders.size(); ++k) {
+    KILN_CHECK(loaders[k] != nullptr, "Trainer: the DataModule's ", what, "() returned a null loader at index ", k);
+    out.push_back(loaders[k].get());
+  }
+  return out;
+}
+
+// prepare_data and setup(stage), then `run`, then teardown(stage) whatever happened; the DataModule is the
+// Trainer's datamodule() meanwhile. A teardown that throws after a failed run does not hide that failure.
+template <class Run>
+auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& run) {
+  KILN_CHECK(current == nullptr, "Trainer: ", stage_name(stage), "() with a DataModule called while another run ",
+             "of this Trainer is using one (from a hook?)");
+  current = &data;
+  try {
+    data.prepare_data();
+    data.setup(stage);
+  } catch (...) {
+    current = nullptr;
+    throw;
+  }
+  try {
+    auto result = run();
+    current = nullptr;
+    data.teardown(stage);
+    return result;
+  } catch (...) {
+    current = nullptr;
+    try {
+      data.teardown(stage);
+    } catch (...) {
+      // the run's error is the one to report
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  with_datamodule(datamodule_, data, Stage::Fit, [&] {
+    std::unique_ptr<data::DataLoader> train = data.train_dataloader();
+    KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
+    const std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
+    // datamodule_ is cleared before teardown, but the fit itself runs with it set: its checkpoints keep
+    // the DataModule's state, and a resume hands it back.
+    fit(module, *train, pointers(vals, "val_dataloaders"), ckpt_path);
+    return 0;
+  });
+}
+
+std::map<std::string, double> Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  return with_datamodule(datamodule_, data, Stage::Validate, [&] {
+    const std::vector<std::unique_ptr<data::DataLoader>> loaders = data.val_dataloaders();
+    KILN_CHECK(!loaders.empty(), "Trainer: validate(): the DataModule has no validation loader (val_dataloader())");
+    return validate(module, pointers(loaders, "val_dataloaders"), ckpt_path);
+  });
+}
+
+std::map<std::string, double> Trainer::test(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  return with_datamodule(datamodule_, data, Stage::Test, [&] {
+    const std::vector<std::unique_ptr<data::DataLoader>> loaders = data.test_dataloaders();
+    KILN_CHECK(!loaders.empty(), "Trainer: test(): the DataModule has no test loader (test_dataloader())");
+    return test(module, pointers(loaders, "test_dataloaders"), ckpt_path);
+  });
+}
+
+std::vector<Tensor> Trainer::predict(TrainModule& module, DataModule& data, const std::string& ckpt_path,
+                                     bool return_predictions) {
+  return with_datamodule(datamodule_, data, Stage::Predict, [&] {
+    std::unique_ptr<data::DataLoader> loader = data.predict_dataloader();
+    KILN_CHECK(loader != nullptr, "Trainer: predict(): the DataModule has no prediction loader (predict_dataloader())");
+    return predict(module, *loader, ckpt_path, return_predictions);
+  });
+}
+
+}  // namespace kiln::trainer

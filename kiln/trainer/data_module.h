@@ -1,0 +1,69 @@
+// DataModule: a run's data in one place (Lightning's LightningDataModule): how to prepare it, how to split it
+// for each stage, and the loaders over it, so that a TrainModule and its data travel as two objects and the
+// same module trains on other data by swapping the other one.
+//
+//   struct FashionMnist : trainer::DataModule {
+//     std::shared_ptr<data::Dataset> train, val, test;
+//     void setup(trainer::Stage stage) override { ... read the files, split train and val ... }
+//     std::unique_ptr<data::DataLoader> train_dataloader() override {
+//       return std::make_unique<data::DataLoader>(train, data::DataLoaderOptions{.batch_size = batch_size,
+//                                                                                .shuffle = true});
+//     }
+//     std::unique_ptr<data::DataLoader> val_dataloader() override { ... }
+//   };
+//   FashionMnist data;
+//   data.batch_size = 64;
+//   trainer.fit(module, data);     // prepare_data, setup(Fit), the loaders, fit, teardown(Fit)
+//   trainer.test(module, data);    // prepare_data, setup(Test), test_dataloader(), test, teardown(Test)
+//
+// Each of the Trainer's fit, validate, test and predict given a DataModule calls prepare_data() then
+// setup(stage) before asking for the stage's loaders, and teardown(stage) when the run ends, whether it
+// succeeded or threw. Unlike Lightning's, prepare_data runs in every process (there is no process group yet
+// when it runs): make it safe to run twice at once, e.g. write to a temporary name and rename. Under ddp the
+// Trainer shards the loaders it gets, as it does loaders given to fit directly.
+//
+// state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>") and handed back to load_state_dict()
+// when a fit resumes from one, before training starts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/data/dataloader.h"
+#include "kiln/trainer/callback.h"
+
+namespace kiln::trainer {
+
+class DataModule {
+ public:
+  virtual ~DataModule() = default;
+
+  // The batch size the loaders are built with, read by the loader functions below (which must use it for
+  // scale_batch_size to work: it sets this and checks the training loader's batch size).
+  int64_t batch_size = 1;
+
+  // Work done before setup: converting or caching files. Called in every process (see above).
+  virtual void prepare_data() {}
+  // Builds what the stage's loaders read (Fit: training and validation; Validate; Test; Predict).
+  virtual void setup(Stage stage) {}
+  // Called when the stage's run ends, also after a failure.
+  virtual void teardown(Stage stage) {}
+
+  // The loaders, built anew on each call. train_dataloader must be overridden for fit; the others default to
+  // none (nullptr). Several validation or test loaders: override the plural, which defaults to the single
+  // loader (if any).
+  virtual std::unique_ptr<data::DataLoader> train_dataloader();
+  virtual std::unique_ptr<data::DataLoader> val_dataloader() { return nullptr; }
+  virtual std::unique_ptr<data::DataLoader> test_dataloader() { return nullptr; }
+  virtual std::unique_ptr<data::DataLoader> predict_dataloader() { return nullptr; }
+  virtual std::vector<std::unique_ptr<data::DataLoader>> val_dataloaders();
+  virtual std::vector<std::unique_ptr<data::DataLoader>> test_dataloaders();
+
+  // State to keep in checkpoints (text values under names it chooses), and its restoration on resume.
+  virtual CallbackState state_dict() const { return {}; }
+  virtual void load_state_dict(const CallbackState& state) {}
+};
+
+}  // namespace kiln::trainer

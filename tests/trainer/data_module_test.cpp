@@ -1,0 +1,224 @@
+// DataModule: each Trainer run over one against the same run given the DataModule's loaders directly (the
+// weights and metrics must be identical), the order of its calls, teardown after a failure, its state in
+// checkpoints and on resume, and the batch-size search over its batch_size.
+#include <gtest/gtest.h>
+
+#include "kiln/trainer/batch_size_finder.h"
+#include "kiln/trainer/data_module.h"
+#include "tensor/test_util.h"
+#include "trainer/trainer_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using trainer::Stage;
+
+// Regression data split three ways; records every call made on it.
+struct RegressionData : trainer::DataModule {
+  std::vector<std::string> calls;
+  std::shared_ptr<data::Dataset> train, val, test;
+  int trains_built = 0;
+  bool use_batch_size = true;
+  trainer::CallbackState loaded;
+  const Regressor* module = nullptr;  // to see when a resume hands the state back
+  int loaded_at_step = -1;
+
+  void prepare_data() override { calls.push_back("prepare_data"); }
+  void setup(Stage stage) override {
+    calls.push_back(std::string("setup ") + trainer::stage_name(stage));
+    train = regression_data(48, 1), val = regression_data(16, 2), test = regression_data(24, 3);
+  }
+  void teardown(Stage stage) override { calls.push_back(std::string("teardown ") + trainer::stage_name(stage)); }
+  std::unique_ptr<data::DataLoader> train_dataloader() override {
+    calls.push_back("train_dataloader");
+    ++trains_built;
+    return loader(train, use_batch_size ? batch_size : 5, /*shuffle=*/true, 0, /*seed=*/11);
+  }
+  std::unique_ptr<data::DataLoader> val_dataloader() override {
+    calls.push_back("val_dataloader");
+    return loader(val, batch_size);
+  }
+  std::unique_ptr<data::DataLoader> test_dataloader() override {
+    calls.push_back("test_dataloader");
+    return loader(test, batch_size);
+  }
+  std::unique_ptr<data::DataLoader> predict_dataloader() override {
+    calls.push_back("predict_dataloader");
+    return loader(test, batch_size);
+  }
+  trainer::CallbackState state_dict() const override { return {{"trains_built", std::to_string(trains_built)}}; }
+  void load_state_dict(const trainer::CallbackState& state) override {
+    calls.push_back("load_state_dict");
+    loaded = state;
+    if (module != nullptr) loaded_at_step = module->train_steps;
+  }
+};
+
+using Calls = std::vector<std::string>;
+
+// Sees the Trainer's datamodule() from inside the run.
+struct SeesTheDataModule : trainer::Callback {
+  std::vector<const trainer::DataModule*> seen;
+  void on_train_start(trainer::Trainer& t, trainer::TrainModule&) override { seen.push_back(t.datamodule()); }
+  void on_test_start(trainer::Trainer& t, trainer::TrainModule&) override { seen.push_back(t.datamodule()); }
+};
+
+TEST(DataModule, EachRunIsTheLoaderRunBetweenSetupAndTeardown) {
+  TempDir dir;
+  auto o = quiet(dir.str());
+  o.max_epochs = 3;
+  auto sees = std::make_shared<SeesTheDataModule>();
+  o.callbacks = {sees};
+
+  manual_seed(5);
+  Regressor with_dm;
+  RegressionData dm;
+  dm.batch_size = 8;
+  trainer::Trainer t(o);
+  t.fit(with_dm, dm);
+  EXPECT_EQ(dm.calls, (Calls{"prepare_data", "setup fit", "train_dataloader", "val_dataloader", "teardown fit"}));
+  EXPECT_EQ(sees->seen, (std::vector<const trainer::DataModule*>{&dm}));
+  EXPECT_EQ(t.datamodule(), nullptr);
+
+  // The same fit given the same loaders.
+  manual_seed(5);
+  Regressor direct;
+  RegressionData same;
+  same.batch_size = 8;
+  same.setup(Stage::Fit);
+  auto o3 = quiet(dir.str());
+  o3.max_epochs = 3;
+  trainer::Trainer(o3).fit(direct, *same.train_dataloader(), same.val_dataloader().get());
+  EXPECT_EQ(weights_of(with_dm), weights_of(direct));
+  EXPECT_EQ(with_dm.val_steps, direct.val_steps);
+  EXPECT_GT(direct.val_steps, 0);
+
+  dm.calls.clear();
+  const auto tested = t.test(with_dm, dm);
+  EXPECT_EQ(dm.calls, (Calls{"prepare_data", "setup test", "test_dataloader", "teardown test"}));
+  EXPECT_EQ(tested, trainer::Trainer(quiet(dir.str())).test(with_dm, *same.test_dataloader()));
+  EXPECT_EQ(sees->seen.back(), &dm);
+
+  dm.calls.clear();
+  const auto validated = t.validate(with_dm, dm);
+  EXPECT_EQ(dm.calls, (Calls{"prepare_data", "setup validate", "val_dataloader", "teardown validate"}));
+  EXPECT_EQ(validated, trainer::Trainer(quiet(dir.str())).validate(with_dm, *same.val_dataloader()));
+
+  dm.calls.clear();
+  const std::vector<Tensor> predicted = t.predict(with_dm, dm);
+  EXPECT_EQ(dm.calls, (Calls{"prepare_data", "setup predict", "predict_dataloader", "teardown predict"}));
+  const std::vector<Tensor> want = trainer::Trainer(quiet(dir.str())).predict(with_dm, *same.test_dataloader());
+  ASSERT_EQ(predicted.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(equal(predicted[i], want[i])) << i;
+}
+
+// A run that fails still tears down, and the Trainer is free for the next run.
+TEST(DataModule, TeardownFollowsAFailure) {
+  TempDir dir;
+  Regressor m;
+  m.on_validation = [](Regressor&, const data::Batch&) { throw Error("validation_step: broken"); };
+  RegressionData dm;
+  dm.batch_size = 8;
+  auto o = quiet(dir.str());
+  o.max_epochs = 1;
+  trainer::Trainer t(o);
+  expect_error([&] { t.fit(m, dm); }, {"validation_step: broken"});
+  EXPECT_EQ(dm.calls.back(), "teardown fit");
+  EXPECT_EQ(t.datamodule(), nullptr);
+  m.on_validation = nullptr;
+  dm.calls.clear();
+  t.fit(m, dm);
+  EXPECT_EQ(dm.calls.back(), "teardown fit");
+}
+
+// The DataModule's state goes into the fit's checkpoints and comes back on resume, before any step.
+TEST(DataModule, StateIsCheckpointedAndRestoredOnResume) {
+  TempDir dir;
+  const std::string path = dir / "dm.ckpt";
+  struct SaveAtEpochEnd : trainer::Callback {
+    std::string path;
+    void on_train_epoch_end(trainer::Trainer& t, trainer::TrainModule&) override { t.save_checkpoint(path); }
+  };
+  auto save = std::make_shared<SaveAtEpochEnd>();
+  save->path = path;
+  auto o = quiet(dir.str());
+  o.max_epochs = 1;
+  o.callbacks = {save};
+  Regressor m;
+  RegressionData dm;
+  dm.batch_size = 8;
+  trainer::Trainer(o).fit(m, dm);
+  EXPECT_EQ(trainer::load_checkpoint(path).get("datamodule.trains_built"), "1");
+
+  Regressor resumed;
+  RegressionData again;
+  again.batch_size = 8;
+  again.module = &resumed;
+  o.max_epochs = 2;
+  trainer::Trainer(o).fit(resumed, again, path);
+  EXPECT_EQ(again.loaded, (trainer::CallbackState{{"trains_built", "1"}}));
+  EXPECT_EQ(again.loaded_at_step, 0);
+  EXPECT_EQ(resumed.train_steps, 6);  // the second epoch only: 48 examples in batches of 8
+  // A fit given loaders writes no datamodule entries.
+  auto train = again.train_dataloader();
+  Regressor plain;
+  trainer::Trainer(o).fit(plain, *train);
+  EXPECT_TRUE(trainer::load_checkpoint(path).section("datamodule").empty());
+}
+
+TEST(DataModule, MissingLoadersAreClearErrors) {
+  TempDir dir;
+  Regressor m;
+  struct Empty : trainer::DataModule {};
+  Empty none;
+  trainer::Trainer t(quiet(dir.str()));
+  expect_error([&] { t.fit(m, none); }, {"train_dataloader() is not implemented"});
+  expect_error([&] { t.validate(m, none); }, {"no validation loader"});
+  expect_error([&] { t.test(m, none); }, {"no test loader"});
+  expect_error([&] { t.predict(m, none); }, {"no prediction loader"});
+  struct WithANullOne : RegressionData {
+    std::vector<std::unique_ptr<data::DataLoader>> val_dataloaders() override {
+      std::vector<std::unique_ptr<data::DataLoader>> v;
+      v.push_back(val_dataloader());
+      v.push_back(nullptr);
+      return v;
+    }
+  };
+  WithANullOne holes;
+  holes.batch_size = 8;
+  expect_error([&] { t.fit(m, holes); }, {"val_dataloaders() returned a null loader at index 1"});
+  EXPECT_EQ(holes.calls.back(), "teardown fit");
+}
+
+// scale_batch_size over a DataModule: its batch_size is what is scaled, and is left at the answer.
+struct Capped : Regressor {
+  int64_t capacity = 20;
+  Tensor training_step(const data::Batch& b, int64_t i) override {
+    if (b[0].size(0) > capacity) throw OutOfMemoryError("simulated: does not fit");
+    return Regressor::training_step(b, i);
+  }
+};
+
+TEST(DataModule, TheBatchSizeSearchScalesItsBatchSize) {
+  TempDir dir;
+  Capped m;
+  RegressionData dm;
+  dm.batch_size = 3;
+  const auto r = trainer::scale_batch_size(m, dm, quiet(dir.str()), {.mode = "binsearch"});
+  EXPECT_EQ(r.batch_size, 20);
+  EXPECT_EQ(dm.batch_size, 20);
+  EXPECT_EQ(dm.calls.front(), "prepare_data");
+  EXPECT_EQ(dm.calls[1], "setup fit");
+  EXPECT_EQ(dm.calls.back(), "teardown fit");
+  // A DataModule whose loader ignores batch_size cannot be scaled: an error, and batch_size as it was.
+  RegressionData fixed;
+  fixed.batch_size = 3;
+  fixed.use_batch_size = false;
+  expect_error([&] { trainer::scale_batch_size(m, fixed, quiet(dir.str())); },
+               {"built batches of 5 with its batch_size at 2", "must build its loaders with batch_size"});
+  EXPECT_EQ(fixed.batch_size, 3);
+  EXPECT_EQ(fixed.calls.back(), "teardown fit");
+}
+
+}  // namespace
+}  // namespace kiln::test
