@@ -217,11 +217,14 @@ void CachingAllocator::throw_oom(int device, DeviceState& s, size_t nbytes, size
     // the message goes out without the device's own numbers
   }
   const MemoryStats& st = s.stats;
+  // The cap is named where it is what refused: a fresh segment would pass it (else the device itself did).
+  const size_t segment = segment_size(size);
   const std::string limit =
-      s.limit == 0 ? std::string()
-                   : detail::concat(" kiln may reserve at most ", format_bytes(s.limit), " on it (set_memory_limit ",
-                                    "or set_per_process_memory_fraction), and a fresh segment of ",
-                                    format_bytes(segment_size(size)), " would pass that.");
+      s.limit == 0 || st.reserved_bytes + segment <= s.limit
+          ? std::string()
+          : detail::concat(" kiln may reserve at most ", format_bytes(s.limit), " on it (set_memory_limit ",
+                           "or set_per_process_memory_fraction), and a fresh segment of ", format_bytes(segment),
+                           " would pass that.");
   throw OutOfMemoryError(detail::concat(
       backend_->device_kind(), " out of memory: tried to allocate ", format_bytes(nbytes), " (", nbytes,
       " bytes, a block of ", format_bytes(size), ") on ", backend_->device_kind(), ":", device, ". The device has ",

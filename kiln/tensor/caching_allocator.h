@@ -82,7 +82,8 @@ class CachingAllocator {
 
   MemoryStats stats(int device);
   void reset_peak_stats(int device);
-  // The most `device` may reserve from the backend (0: no limit). Segments already reserved stay.
+  // The most `device` may reserve from the backend (0: no limit). Segments already reserved stay. (Device first,
+  // as every method here; cuda::set_memory_limit takes the bytes first, as PyTorch's fraction function.)
   void set_memory_limit(int device, size_t bytes);
   // Returns every wholly free segment of every device to the backend (waiting for pending frees first).
   void empty_cache();

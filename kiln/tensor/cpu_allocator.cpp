@@ -71,13 +71,16 @@ class CpuAllocator final : public Allocator {
       throw OutOfMemoryError(detail::concat("out of CPU memory: cannot allocate ", nbytes, " bytes"));
     }
     const size_t held = nbytes < kCacheMinBytes ? round_up(nbytes, kCpuAlignment) : cached_size(nbytes);
-    count_in(held, nbytes);
+    const size_t held_now = count_in(held, nbytes);
+    void* p = nullptr;
     try {
-      return allocate_counted(nbytes);
+      p = allocate_counted(nbytes);
     } catch (...) {
       allocated_.fetch_sub(held, std::memory_order_relaxed);
       throw;
     }
+    note_peak(held_now);
+    return p;
   }
 
   void deallocate(void* ptr, size_t nbytes, Device) override {
@@ -118,20 +121,28 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
-  // Counts `held` bytes as taken, or refuses them for the limit (counting nothing).
-  void count_in(size_t held, size_t nbytes) {
-    const size_t now = allocated_.fetch_add(held, std::memory_order_relaxed) + held;
+  // Counts `held` bytes as taken and returns what tensors hold with them, or refuses them for the limit,
+  // counting nothing: the check and the count are one compare-exchange, so that a refused request never shows
+  // in the total another thread checks against.
+  size_t count_in(size_t held, size_t nbytes) {
     const size_t limit = memory_limit_.load(std::memory_order_relaxed);
-    if (limit != 0 && now > limit) [[unlikely]] {
-      allocated_.fetch_sub(held, std::memory_order_relaxed);
-      ooms_.fetch_add(1, std::memory_order_relaxed);
-      throw OutOfMemoryError(detail::concat(
-          "out of CPU memory: tried to allocate ", format_mib(held), " (", nbytes, " bytes) with ",
-          format_mib(now - held), " held by tensors, over the limit of ", format_mib(limit),
-          " (set_cpu_memory_limit or KILN_CPU_MEMORY_LIMIT_MB)"));
-    }
+    if (limit == 0) return allocated_.fetch_add(held, std::memory_order_relaxed) + held;
+    size_t current = allocated_.load(std::memory_order_relaxed);
+    do {
+      if (current + held > limit) [[unlikely]] {
+        ooms_.fetch_add(1, std::memory_order_relaxed);
+        throw OutOfMemoryError(detail::concat(
+            "out of CPU memory: tried to allocate ", format_mib(held), " (", nbytes, " bytes) with ",
+            format_mib(current), " held by tensors, over the limit of ", format_mib(limit),
+            " (set_cpu_memory_limit or KILN_CPU_MEMORY_LIMIT_MB)"));
+      }
+    } while (!allocated_.compare_exchange_weak(current, current + held, std::memory_order_relaxed));
+    return current + held;
+  }
+
+  void note_peak(size_t held_now) {
     size_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    while (held_now > peak && !peak_.compare_exchange_weak(peak, held_now, std::memory_order_relaxed)) {
     }
   }
 

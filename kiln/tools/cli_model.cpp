@@ -347,9 +347,13 @@ int cmd_scale_batch_size(const std::vector<std::string>& args) {
     if (on_gpu) {
       cuda::set_memory_limit(bytes);
     } else {
-      KILN_CHECK(cpu_memory_stats().allocated_bytes < bytes, "scale-batch-size: --memory-limit ", limit_mib,
-                 " MiB, but the data and model already hold ",
-                 static_cast<double>(cpu_memory_stats().allocated_bytes) / double(1 << 20), " MiB");
+      const size_t held = cpu_memory_stats().allocated_bytes;
+      if (held >= bytes) {
+        char text[96];
+        std::snprintf(text, sizeof text, " MiB, but the data and model already hold %.2f MiB",
+                      static_cast<double>(held) / double(1 << 20));
+        detail::throw_error(detail::concat("scale-batch-size: --memory-limit ", limit_mib, text));
+      }
       set_cpu_memory_limit(bytes);
     }
   }

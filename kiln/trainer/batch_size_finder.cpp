@@ -1,6 +1,9 @@
+// The batch-size search: each size tried is a short fit of its own, the module put back after it, and the
+// modes' walk over sizes below (scale_batch_size's loop) decides the next size from which have fit.
 #include "kiln/trainer/batch_size_finder.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "kiln/autograd/grad_mode.h"
@@ -15,7 +18,7 @@ namespace {
 
 void reset_peaks() {
   cpu_reset_peak_memory_stats();
-  cuda::reset_peak_memory_stats();  // nothing without a device
+  for (int d = 0; d < cuda::device_count(); ++d) cuda::reset_peak_memory_stats(d);
 }
 
 size_t peak_on(Device device) {
@@ -103,8 +106,9 @@ BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& 
     BatchSizeTrial trial;
     trial.batch_size = batch_size;
     reset_peaks();
-    Trainer t(options);  // its device is the one measured (resolved as fit starts)
+    Device device = kCPU;
     try {
+      Trainer t(options);  // in this scope: gone, with its optimizers, before the cache is emptied below
       std::unique_ptr<data::DataLoader> train_loader = make_train(batch_size);
       if (dataset_size < 0 && train_loader->dataset()) {
         dataset_size = std::max<int64_t>(train_loader->dataset()->size(), 1);
@@ -114,24 +118,34 @@ BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& 
       std::unique_ptr<data::DataLoader> val_loader = val ? val(batch_size) : nullptr;
       KILN_CHECK(!val || val_loader != nullptr, "scale_batch_size: the validation loader factory returned none for "
                  "batch size ", batch_size);
-      t.fit(module, *train_loader);
-      KILN_CHECK(t.global_step() == f.steps_per_trial, "scale_batch_size: a trial at batch size ", batch_size,
-                 " took ", t.global_step(), " optimizer steps of ", f.steps_per_trial, " (an empty loader, or ",
-                 "training_step returning no loss?)");
-      if (val_loader) {
-        TrainerOptions vo = options;
-        vo.limit_val_batches = f.steps_per_trial;
-        Trainer v(vo);
-        v.validate(module, *val_loader);
+      try {
+        t.fit(module, *train_loader);
+        device = t.device();
+        KILN_CHECK(t.global_step() == f.steps_per_trial, "scale_batch_size: a trial at batch size ", batch_size,
+                   " took ", t.global_step(), " optimizer steps of ", f.steps_per_trial, " (an empty loader, or ",
+                   "training_step returning no loss?)");
+        if (val_loader) {
+          TrainerOptions vo = options;
+          vo.limit_val_batches = f.steps_per_trial;
+          Trainer v(vo);
+          v.validate(module, *val_loader);
+        }
+        trial.fits = true;
+      } catch (const OutOfMemoryError&) {
+        device = t.device();  // resolved as the fit started
+        throw;
       }
-      trial.fits = true;
     } catch (const OutOfMemoryError& e) {
       trial.error = e.what();
     } catch (...) {
-      restore();
+      try {
+        restore();
+      } catch (...) {
+        // the trial's error is the one to report
+      }
       throw;
     }
-    trial.peak_bytes = peak_on(t.device());
+    trial.peak_bytes = peak_on(device);
     restore();
     if (!trial.fits) cuda::empty_cache();  // what the failed step had cached goes back to the device
     return trial;
@@ -155,6 +169,8 @@ BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& 
         result.stopped_by = "dataset";
         break;
       }
+      KILN_CHECK(size <= std::numeric_limits<int64_t>::max() / 2, "scale_batch_size: batch size ", size,
+                 " fit and cannot be doubled further");
       size = dataset_size >= 0 ? std::min(size * 2, dataset_size) : size * 2;
     } else if (fit == 0) {  // nothing fit yet: back off
       size /= 2;
@@ -204,8 +220,13 @@ BatchSizeResult scale_batch_size(TrainModule& module, DataModule& data, TrainerO
     }
     throw;
   }
+  try {
+    data.teardown(Stage::Fit);
+  } catch (...) {
+    data.batch_size = before;
+    throw;
+  }
   data.batch_size = result.batch_size;
-  data.teardown(Stage::Fit);
   return result;
 }
 

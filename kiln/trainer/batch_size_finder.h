@@ -1,7 +1,9 @@
 // The batch-size search (Lightning's Tuner.scale_batch_size): the largest batch size whose training steps fit
 // in memory, found by running a few steps at each size tried and catching kiln::OutOfMemoryError.
 //
-//   auto loader = [&](int64_t b) { return std::make_unique<data::DataLoader>(dataset, {.batch_size = b}); };
+//   auto loader = [&](int64_t b) {
+//     return std::make_unique<data::DataLoader>(dataset, data::DataLoaderOptions{.batch_size = b});
+//   };
 //   trainer::BatchSizeResult r = trainer::scale_batch_size(module, loader, trainer_options);
 //   auto train = loader(r.batch_size);   // then fit as usual
 //   trainer::scale_batch_size(module, data_module, trainer_options);   // or: sets data_module.batch_size
@@ -21,8 +23,10 @@
 // validation batches), with the options' precision, accumulation and clipping but no loggers, checkpoints,
 // progress bar or other callbacks, in one process. Memory is measured as the allocator counts it: an
 // out-of-memory error anywhere in a trial (the loader, forward, backward, the optimizer's state) fails that
-// size; any other error ends the search. The module's weights and buffers, its gradients and the default
-// generator's state are put back after every trial, so the fit that follows starts where it would have.
+// size; any other error ends the search. The module's weights and buffers and the default generator's state
+// are put back after every trial, and its gradients cleared (set to none), so the fit that follows starts
+// where it would have. Trials run on plain loaders: trainer.datamodule() is null in them, also when searching
+// over a DataModule.
 // `kiln scale-batch-size --config run.yaml` runs it from the command line.
 #pragma once
 

@@ -2,6 +2,8 @@
 // between the DataModule's setup and teardown.
 #include "kiln/trainer/data_module.h"
 
+#include <optional>
+
 #include "kiln/trainer/trainer.h"
 
 namespace kiln::trainer {
@@ -36,8 +38,9 @@ std::vector<data::DataLoader*> pointers(const std::vector<std::unique_ptr<data::
   return out;
 }
 
-// prepare_data and setup(stage), then `run`, then teardown(stage) whatever happened; the DataModule is the
-// Trainer's datamodule() meanwhile. A teardown that throws after a failed run does not hide that failure.
+// prepare_data, setup(stage) and `run`, then teardown(stage) once setup has been called, whatever happened
+// (a teardown that throws after a failure does not hide that failure); the DataModule is the Trainer's
+// datamodule() meanwhile.
 template <class Run>
 auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& run) {
   KILN_CHECK(current == nullptr, "Trainer: ", stage_name(stage), "() with a DataModule called while another run ",
@@ -45,16 +48,14 @@ auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& 
   current = &data;
   try {
     data.prepare_data();
-    data.setup(stage);
   } catch (...) {
     current = nullptr;
     throw;
   }
+  std::optional<decltype(run())> result;
   try {
-    auto result = run();
-    current = nullptr;
-    data.teardown(stage);
-    return result;
+    data.setup(stage);
+    result.emplace(run());
   } catch (...) {
     current = nullptr;
     try {
@@ -64,18 +65,33 @@ auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& 
     }
     throw;
   }
+  current = nullptr;
+  data.teardown(stage);
+  return std::move(*result);
 }
 
 }  // namespace
 
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
   with_datamodule(datamodule_, data, Stage::Fit, [&] {
+    // A resume hands the DataModule its state before it builds the loaders, which that state may shape.
+    const std::string path = ckpt_path.empty() ? std::string() : resolve_ckpt_path(ckpt_path);
+    if (!path.empty()) {
+      preloaded_checkpoint_.emplace(path, load_checkpoint(path));
+      const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
+      if (!state.empty()) data.load_state_dict(state);
+    }
     std::unique_ptr<data::DataLoader> train = data.train_dataloader();
     KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
     const std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
-    // datamodule_ is cleared before teardown, but the fit itself runs with it set: its checkpoints keep
-    // the DataModule's state, and a resume hands it back.
-    fit(module, *train, pointers(vals, "val_dataloaders"), ckpt_path);
+    // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
+    try {
+      fit(module, *train, pointers(vals, "val_dataloaders"), ckpt_path);
+    } catch (...) {
+      preloaded_checkpoint_.reset();
+      throw;
+    }
+    preloaded_checkpoint_.reset();
     return 0;
   });
 }

@@ -18,12 +18,14 @@
 //
 // Each of the Trainer's fit, validate, test and predict given a DataModule calls prepare_data() then
 // setup(stage) before asking for the stage's loaders, and teardown(stage) when the run ends, whether it
-// succeeded or threw. Unlike Lightning's, prepare_data runs in every process (there is no process group yet
-// when it runs): make it safe to run twice at once, e.g. write to a temporary name and rename. Under ddp the
-// Trainer shards the loaders it gets, as it does loaders given to fit directly.
+// succeeded or threw (once setup has been called, even if setup itself threw). Unlike Lightning's,
+// prepare_data runs in every process (there is no process group yet when it runs): make it safe to run twice
+// at once, e.g. write to a temporary name and rename. Under ddp the Trainer shards the loaders it gets, as it
+// does loaders given to fit directly.
 //
-// state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>") and handed back to load_state_dict()
-// when a fit resumes from one, before training starts.
+// state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>"). A fit that resumes from one hands it
+// to load_state_dict() after setup and before building the loaders (so the state may shape them); a checkpoint
+// without such entries (written by a fit given loaders) calls nothing.
 #pragma once
 
 #include <cstdint>

@@ -357,7 +357,10 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     if (!ckpt_path.empty()) {
       const std::string path = resolve_ckpt_path(ckpt_path);
       if (!path.empty()) {
-        Checkpoint ckpt = load_checkpoint(path);
+        Checkpoint ckpt = preloaded_checkpoint_ && preloaded_checkpoint_->first == path
+                              ? std::move(preloaded_checkpoint_->second)
+                              : load_checkpoint(path);
+        preloaded_checkpoint_.reset();
         restore(ckpt, *train);
         resumed = true;
         for (auto& logger : loggers_) {

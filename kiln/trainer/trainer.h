@@ -346,6 +346,9 @@ class Trainer {
   std::unique_ptr<optim::GradScaler> scaler_;  // precision "16-mixed" only
   TrainModule* module_ = nullptr;
   DataModule* datamodule_ = nullptr;
+  // The checkpoint a DataModule's fit read to hand the DataModule its state before its loaders were built,
+  // with its path: fit's resume takes it rather than reading the file again.
+  std::optional<std::pair<std::string, Checkpoint>> preloaded_checkpoint_;
   Stage stage_ = Stage::Fit;
   Device device_ = kCPU;
   bool sanity_checking_ = false;

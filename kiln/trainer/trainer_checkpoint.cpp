@@ -149,7 +149,6 @@ void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
     }
     cb->load_checkpoint_state(state);
   }
-  if (datamodule_ != nullptr) datamodule_->load_state_dict(c.section("datamodule"));
   const int64_t num_opt = c.get_int("trainer.num_optimizers");
   KILN_CHECK(num_opt == static_cast<int64_t>(optimizers_.size()), where, "the checkpoint has ", num_opt,
              " optimizers, configure_optimizers() made ", optimizers_.size());

@@ -2,6 +2,7 @@
 // every op of the forward and backward passes, losses and optimizers updating on the device. Each model starts
 // from the same weights on both devices and takes a few steps on the same batches; the losses and the final
 // weights must agree within float32 tolerances (summation orders differ between the devices).
+#include <map>
 #include <random>
 
 #include "cuda/cuda_test_util.h"
@@ -9,6 +10,7 @@
 #include "kiln/optim/optim.h"
 #include "kiln/tools/generate.h"
 #include "kiln/tools/models.h"
+#include "kiln/trainer/batch_size_finder.h"
 
 namespace kiln {
 namespace {
@@ -181,6 +183,62 @@ TEST_F(CudaTest, GptMiniTrainingStepsMatchTheCpuAndItGeneratesOnTheGpu) {
   ASSERT_EQ(out.size(), 40u);
   for (int64_t t : out) EXPECT_TRUE(t >= 0 && t < 256) << t;
   EXPECT_EQ(tools::generate(*gpu, tools::tokens_of("ab"), {.max_new_tokens = 40, .seed = 1}), out);
+}
+
+// The batch-size search on the GPU under a cap on what the caching allocator may reserve: the device's own
+// out-of-memory error bounds it, the sizes that fit stayed under the cap, the module comes back unchanged, and
+// a plain fit at the answer runs under the same cap.
+struct WideMlpOnGpu : trainer::TrainModule {
+  nn::Linear fc1{64, 4096}, fc2{4096, 1};
+  WideMlpOnGpu() : TrainModule("WideMlpOnGpu") {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor& x) override { return fc2(fc1(x).relu()); }
+  Tensor training_step(const data::Batch& b, int64_t) override { return nn::F::mse_loss(forward(b[0]), b[1]); }
+  trainer::OptimizerSetup configure_optimizers() override {
+    return std::make_shared<optim::Adam>(parameters(), optim::AdamOptions{.lr = 1e-3});
+  }
+};
+
+TEST_F(CudaTest, BatchSizeSearchIsBoundedByADeviceCap) {
+  struct LiftCap {
+    ~LiftCap() { cuda::set_memory_limit(0); }
+  } lift;
+  manual_seed(3);
+  auto data = std::make_shared<data::TensorDataset>(std::vector<Tensor>{randn({1 << 16, 64}), randn({1 << 16, 1})});
+  auto make = [&](int64_t b) {
+    return std::make_unique<data::DataLoader>(data, data::DataLoaderOptions{.batch_size = b});
+  };
+  WideMlpOnGpu m;
+  const nn::StateDict before = m.state_dict();
+  std::map<std::string, Tensor> kept;
+  for (const auto& [name, t] : before) kept[name] = t.clone();
+  trainer::TrainerOptions o;
+  o.accelerator = "cuda";
+  o.enable_progress_bar = false;
+  o.enable_model_summary = false;
+  o.enable_checkpointing = false;
+  o.logger = false;
+  cuda::synchronize();
+  cuda::empty_cache();
+  const size_t cap = cuda::memory_reserved() + (size_t{256} << 20);
+  cuda::set_memory_limit(cap);
+  const trainer::BatchSizeResult r = trainer::scale_batch_size(m, make, o, {.init_val = 64});
+  EXPECT_EQ(r.stopped_by, "out of memory");
+  ASSERT_GE(r.batch_size, 64);
+  ASSERT_FALSE(r.trials.back().fits);
+  EXPECT_NE(r.trials.back().error.find("out of memory"), std::string::npos) << r.trials.back().error;
+  EXPECT_NE(r.trials.back().error.find("set_memory_limit"), std::string::npos) << r.trials.back().error;
+  for (const auto& t : r.trials) {
+    if (t.fits) EXPECT_LE(t.peak_bytes, cap) << t.batch_size;
+  }
+  for (const auto& [name, t] : m.state_dict()) EXPECT_TRUE(equal(t.to(kCPU), kept.at(name).to(kCPU))) << name;
+  cuda::empty_cache();
+  trainer::TrainerOptions plain = o;
+  plain.max_steps = 3;
+  auto train = make(r.batch_size);
+  EXPECT_NO_THROW(trainer::Trainer(plain).fit(m, *train));
 }
 
 }  // namespace

@@ -323,11 +323,20 @@ TEST_F(CachingAllocatorTest, AMemoryLimitCapsWhatIsReserved) {
   for (void* p : {b, c, d}) alloc.deallocate(p, kA);
 }
 
-// Running out of the device itself is an OutOfMemoryError too, which a batch-size search catches.
+// Running out of the device itself is an OutOfMemoryError too, which a batch-size search catches; under a cap
+// with room left, the message does not blame the cap.
 TEST_F(CachingAllocatorTest, RunningOutOfTheDeviceIsAnOutOfMemoryError) {
   dev.capacity = 4 * MiB;
-  EXPECT_THROW(alloc.allocate(0, 6 * MiB, kA), OutOfMemoryError);
   EXPECT_THROW(alloc.allocate(0, size_t{1} << 63, kA), OutOfMemoryError);
+  alloc.set_memory_limit(0, 100 * MiB);
+  try {
+    alloc.allocate(0, 6 * MiB, kA);
+    FAIL() << "expected an OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("4.00 MiB free of 4.00 MiB"), std::string::npos) << m;
+    EXPECT_EQ(m.find("at most"), std::string::npos) << m;
+  }
 }
 
 TEST_F(CachingAllocatorTest, OutOfMemoryWaitsForBlocksPendingOnOtherStreams) {

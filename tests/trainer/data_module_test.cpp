@@ -19,6 +19,7 @@ struct RegressionData : trainer::DataModule {
   std::shared_ptr<data::Dataset> train, val, test;
   int trains_built = 0;
   bool use_batch_size = true;
+  int teardown_throws = 0;  // the next teardowns that throw
   trainer::CallbackState loaded;
   const Regressor* module = nullptr;  // to see when a resume hands the state back
   int loaded_at_step = -1;
@@ -28,7 +29,10 @@ struct RegressionData : trainer::DataModule {
     calls.push_back(std::string("setup ") + trainer::stage_name(stage));
     train = regression_data(48, 1), val = regression_data(16, 2), test = regression_data(24, 3);
   }
-  void teardown(Stage stage) override { calls.push_back(std::string("teardown ") + trainer::stage_name(stage)); }
+  void teardown(Stage stage) override {
+    calls.push_back(std::string("teardown ") + trainer::stage_name(stage));
+    if (teardown_throws > 0 && teardown_throws--) throw Error("teardown: broken");
+  }
   std::unique_ptr<data::DataLoader> train_dataloader() override {
     calls.push_back("train_dataloader");
     ++trains_built;
@@ -46,10 +50,13 @@ struct RegressionData : trainer::DataModule {
     calls.push_back("predict_dataloader");
     return loader(test, batch_size);
   }
-  trainer::CallbackState state_dict() const override { return {{"trains_built", std::to_string(trains_built)}}; }
+  trainer::CallbackState state_dict() const override {
+    return {{"trains_built", std::to_string(trains_built)}, {"batch_size", std::to_string(batch_size)}};
+  }
   void load_state_dict(const trainer::CallbackState& state) override {
     calls.push_back("load_state_dict");
     loaded = state;
+    batch_size = std::stoll(state.at("batch_size"));  // state that shapes the loaders
     if (module != nullptr) loaded_at_step = module->train_steps;
   }
 };
@@ -129,9 +136,16 @@ TEST(DataModule, TeardownFollowsAFailure) {
   dm.calls.clear();
   t.fit(m, dm);
   EXPECT_EQ(dm.calls.back(), "teardown fit");
+  // A teardown that throws after a good run: its error, and it ran once.
+  dm.calls.clear();
+  dm.teardown_throws = 1;
+  expect_error([&] { t.test(m, dm); }, {"teardown: broken"});
+  EXPECT_EQ(dm.calls, (Calls{"prepare_data", "setup test", "test_dataloader", "teardown test"}));
+  EXPECT_EQ(t.datamodule(), nullptr);
 }
 
-// The DataModule's state goes into the fit's checkpoints and comes back on resume, before any step.
+// The DataModule's state goes into the fit's checkpoints and comes back on resume after setup and before the
+// loaders are built: here the batch size it saved (8) shapes the resumed epoch, not the one it was made with.
 TEST(DataModule, StateIsCheckpointedAndRestoredOnResume) {
   TempDir dir;
   const std::string path = dir / "dm.ckpt";
@@ -152,13 +166,15 @@ TEST(DataModule, StateIsCheckpointedAndRestoredOnResume) {
 
   Regressor resumed;
   RegressionData again;
-  again.batch_size = 8;
+  again.batch_size = 4;
   again.module = &resumed;
   o.max_epochs = 2;
   trainer::Trainer(o).fit(resumed, again, path);
-  EXPECT_EQ(again.loaded, (trainer::CallbackState{{"trains_built", "1"}}));
+  EXPECT_EQ(again.loaded, (trainer::CallbackState{{"trains_built", "1"}, {"batch_size", "8"}}));
+  EXPECT_EQ(again.calls, (Calls{"prepare_data", "setup fit", "load_state_dict", "train_dataloader", "val_dataloader",
+                                "teardown fit"}));
   EXPECT_EQ(again.loaded_at_step, 0);
-  EXPECT_EQ(resumed.train_steps, 6);  // the second epoch only: 48 examples in batches of 8
+  EXPECT_EQ(resumed.train_steps, 6);  // the second epoch only: 48 examples in batches of 8, not 4
   // A fit given loaders writes no datamodule entries.
   auto train = again.train_dataloader();
   Regressor plain;

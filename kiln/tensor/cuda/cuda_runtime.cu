@@ -9,6 +9,7 @@
 // caching_allocator.h: a block is allocated for the calling thread's current stream, and freed blocks are
 // reused by that stream without synchronization. The allocator's single instance is never destroyed: tensors
 // held in static variables may be freed after it would have been, and cudaFree at exit is pointless anyway.
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -233,7 +234,9 @@ void set_per_process_memory_fraction(double fraction, int device) {
     DeviceGuard guard(device);
     KILN_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes), "set_per_process_memory_fraction");
   }
-  set_memory_limit(fraction == 1 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total_bytes)), device);
+  // (at least a byte: 0 would lift the cap)
+  const auto bytes = std::max<size_t>(1, static_cast<size_t>(fraction * static_cast<double>(total_bytes)));
+  set_memory_limit(fraction == 1 ? 0 : bytes, device);
 }
 
 void empty_cache() {
