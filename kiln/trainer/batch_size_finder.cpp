@@ -11,6 +11,7 @@
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/rng.h"
+#include "kiln/trainer/short_fit.h"
 
 namespace kiln::trainer {
 
@@ -26,24 +27,10 @@ size_t peak_on(Device device) {
                           : cpu_memory_stats().peak_allocated_bytes;
 }
 
-// The options of one trial: steps_per_trial optimizer steps and nothing else.
+// The options of one trial: steps_per_trial optimizer steps over the whole loader, and nothing else.
 TrainerOptions trial_options(TrainerOptions o, const BatchSizeFinderOptions& f) {
-  o.max_steps = f.steps_per_trial;
-  o.max_epochs = f.steps_per_trial;  // a bound: an epoch that takes no step is caught below
-  o.min_epochs = 0;
-  o.max_time = 0;
-  o.fast_dev_run = 0;
+  o = short_fit_options(std::move(o), f.steps_per_trial);
   o.limit_train_batches = 1.0;
-  o.limit_val_batches = 0;  // the validation batches run apart, after the steps
-  o.val_check_interval = 1.0;
-  o.num_sanity_val_steps = 0;
-  o.enable_checkpointing = false;
-  o.enable_progress_bar = false;
-  o.enable_model_summary = false;
-  o.logger = false;
-  o.loggers.clear();
-  o.profiler = "none";
-  o.callbacks.clear();
   o.handle_signals = false;
   return o;
 }

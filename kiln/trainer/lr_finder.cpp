@@ -5,6 +5,7 @@
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/tensor/rng.h"
+#include "kiln/trainer/short_fit.h"
 
 namespace kiln::trainer {
 
@@ -136,20 +137,7 @@ LRFinderResult lr_find(TrainModule& module, data::DataLoader& train, TrainerOpti
 
   LRFinderResult result;
   result.exponential = f.mode == "exponential";
-  o.max_steps = f.num_training;
-  o.max_epochs = f.num_training;  // a bound: each epoch takes at least one step (checked)
-  o.min_epochs = 0;
-  o.max_time = 0;
-  o.fast_dev_run = 0;
-  o.limit_val_batches = 0;
-  o.val_check_interval = 1.0;  // no validation runs; a count longer than the loader would be refused
-  o.num_sanity_val_steps = 0;
-  o.enable_checkpointing = false;
-  o.enable_progress_bar = false;
-  o.enable_model_summary = false;
-  o.logger = false;
-  o.loggers.clear();
-  o.profiler = "none";
+  o = short_fit_options(std::move(o), f.num_training);
   o.callbacks = {std::make_shared<LRFinderCallback>(f, result)};
   try {
     Trainer t(o);

@@ -11,6 +11,7 @@
 #include "kiln/tools/generate.h"
 #include "kiln/tools/models.h"
 #include "kiln/trainer/batch_size_finder.h"
+#include "trainer/trainer_test_util.h"
 
 namespace kiln {
 namespace {
@@ -188,19 +189,6 @@ TEST_F(CudaTest, GptMiniTrainingStepsMatchTheCpuAndItGeneratesOnTheGpu) {
 // The batch-size search on the GPU under a cap on what the caching allocator may reserve: the device's own
 // out-of-memory error bounds it, the sizes that fit stayed under the cap, the module comes back unchanged, and
 // a plain fit at the answer runs under the same cap.
-struct WideMlpOnGpu : trainer::TrainModule {
-  nn::Linear fc1{64, 4096}, fc2{4096, 1};
-  WideMlpOnGpu() : TrainModule("WideMlpOnGpu") {
-    register_module("fc1", fc1);
-    register_module("fc2", fc2);
-  }
-  Tensor forward(const Tensor& x) override { return fc2(fc1(x).relu()); }
-  Tensor training_step(const data::Batch& b, int64_t) override { return nn::F::mse_loss(forward(b[0]), b[1]); }
-  trainer::OptimizerSetup configure_optimizers() override {
-    return std::make_shared<optim::Adam>(parameters(), optim::AdamOptions{.lr = 1e-3});
-  }
-};
-
 TEST_F(CudaTest, BatchSizeSearchIsBoundedByADeviceCap) {
   struct LiftCap {
     ~LiftCap() { cuda::set_memory_limit(0); }
@@ -210,7 +198,7 @@ TEST_F(CudaTest, BatchSizeSearchIsBoundedByADeviceCap) {
   auto make = [&](int64_t b) {
     return std::make_unique<data::DataLoader>(data, data::DataLoaderOptions{.batch_size = b});
   };
-  WideMlpOnGpu m;
+  test::WideMlp m(64, 4096);
   const nn::StateDict before = m.state_dict();
   std::map<std::string, Tensor> kept;
   for (const auto& [name, t] : before) kept[name] = t.clone();

@@ -178,19 +178,6 @@ TEST(BatchSizeFinder, OutOfMemoryInTheLoadersWorkersCounts) {
 
 // Real memory: a wide MLP under a CPU budget. A plain fit at the answer runs within the budget, and one at the
 // next size binsearch could have picked (or power's next doubling) runs out.
-struct WideMlp : trainer::TrainModule {
-  nn::Linear fc1{32, 1024}, fc2{1024, 1};
-  WideMlp() : TrainModule("WideMlp") {
-    register_module("fc1", fc1);
-    register_module("fc2", fc2);
-  }
-  Tensor forward(const Tensor& x) override { return fc2(fc1(x).relu()); }
-  Tensor training_step(const data::Batch& b, int64_t) override { return nn::F::mse_loss(forward(b[0]), b[1]); }
-  trainer::OptimizerSetup configure_optimizers() override {
-    return std::make_shared<optim::Adam>(parameters(), optim::AdamOptions{.lr = 1e-3});
-  }
-};
-
 TEST(BatchSizeFinder, UnderACpuBudgetTheAnswerFitsAndTheNextSizeDoesNot) {
   TempDir dir;
   struct LiftLimit {
@@ -200,7 +187,7 @@ TEST(BatchSizeFinder, UnderACpuBudgetTheAnswerFitsAndTheNextSizeDoesNot) {
   auto x = randn({4096, 32}), y = randn({4096, 1});
   auto data = std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y});
   auto make = [&](int64_t b) { return loader(data, b); };
-  WideMlp m;
+  WideMlp m(32, 1024);
   set_cpu_memory_limit(cpu_memory_stats().allocated_bytes + (size_t{6} << 20));  // 6 MiB beyond what is held
   const trainer::TrainerOptions o = quiet(dir.str());
   auto plain_fit = [&](int64_t b) {  // the same module: another's weights would take from the budget

@@ -1,5 +1,5 @@
 // Helpers for the Trainer tests: a temporary folder per test, a small regression problem, a module that
-// counts its steps and can be told what to log, and a callback that records every hook called.
+// counts its steps and can be told what to log, a wide MLP, and a callback that records every hook called.
 #pragma once
 
 #include <atomic>
@@ -86,6 +86,21 @@ struct Regressor : trainer::TrainModule {
   trainer::OptimizerSetup configure_optimizers() override {
     if (make_optim) return make_optim(*this);
     return std::make_shared<optim::SGD>(parameters(), optim::SGDOptions{.lr = lr});
+  }
+};
+
+// An MLP (in -> hidden -> 1, relu, MSE, Adam) whose step's memory grows with the batch: the batch-size
+// search's subject, on the CPU and the GPU.
+struct WideMlp : trainer::TrainModule {
+  nn::Linear fc1, fc2;
+  WideMlp(int64_t in, int64_t hidden) : TrainModule("WideMlp"), fc1(in, hidden), fc2(hidden, 1) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  Tensor forward(const Tensor& x) override { return fc2(fc1(x).relu()); }
+  Tensor training_step(const data::Batch& b, int64_t) override { return nn::F::mse_loss(forward(b[0]), b[1]); }
+  trainer::OptimizerSetup configure_optimizers() override {
+    return std::make_shared<optim::Adam>(parameters(), optim::AdamOptions{.lr = 1e-3});
   }
 };
 
