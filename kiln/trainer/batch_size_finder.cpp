@@ -178,9 +178,9 @@ BatchSizeResult scale_batch_size(TrainModule& module, DataModule& data, TrainerO
                                  const BatchSizeFinderOptions& finder) {
   const int64_t before = data.batch_size;
   data.prepare_data();
-  data.setup(Stage::Fit);
   BatchSizeResult result;
   try {
+    data.setup(Stage::Fit);
     auto train = [&](int64_t batch_size) {
       data.batch_size = batch_size;
       std::unique_ptr<data::DataLoader> loader = data.train_dataloader();
@@ -207,13 +207,13 @@ BatchSizeResult scale_batch_size(TrainModule& module, DataModule& data, TrainerO
     }
     throw;
   }
+  data.batch_size = result.batch_size;
   try {
     data.teardown(Stage::Fit);
   } catch (...) {
     data.batch_size = before;
     throw;
   }
-  data.batch_size = result.batch_size;
   return result;
 }
 

@@ -73,7 +73,7 @@ BatchSizeResult scale_batch_size(TrainModule& module, const LoaderForBatchSize& 
                                  const BatchSizeFinderOptions& finder = {}, const LoaderForBatchSize& val = nullptr);
 
 // With a DataModule (data_module.h), as Lightning scales datamodule.batch_size: between its prepare_data and
-// setup(Fit) and its teardown(Fit), each trial sets its batch_size and builds its train_dataloader() (which
+// setup(Fit) and its teardown(Fit) (which runs after a failure too, once setup was called), each trial sets its batch_size and builds its train_dataloader() (which
 // must use it: checked) and the first of its val_dataloaders(), if any. Leaves batch_size at the answer; on
 // an error, as it was.
 BatchSizeResult scale_batch_size(TrainModule& module, DataModule& data, TrainerOptions options = {},

@@ -74,21 +74,23 @@ auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& 
 
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
   with_datamodule(datamodule_, data, Stage::Fit, [&] {
-    // A resume hands the DataModule its state before it builds the loaders, which that state may shape.
+    // A resume hands the DataModule its state before it builds the loaders, which that state may shape. The
+    // checkpoint read for it is the one fit's resume then takes (fit gets the path resolved here, so "last"
+    // is looked up once). A checkpoint that cannot be read fails here, before fit starts.
     const std::string path = ckpt_path.empty() ? std::string() : resolve_ckpt_path(ckpt_path);
-    if (!path.empty()) {
-      preloaded_checkpoint_.emplace(path, load_checkpoint(path));
-      const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
-      if (!state.empty()) data.load_state_dict(state);
-    }
-    std::unique_ptr<data::DataLoader> train = data.train_dataloader();
-    KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
-    const std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
-    // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
     try {
-      fit(module, *train, pointers(vals, "val_dataloaders"), ckpt_path);
+      if (!path.empty()) {
+        preloaded_checkpoint_.emplace(path, load_checkpoint(path));
+        const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
+        if (!state.empty()) data.load_state_dict(state);
+      }
+      std::unique_ptr<data::DataLoader> train = data.train_dataloader();
+      KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
+      const std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
+      // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
+      fit(module, *train, pointers(vals, "val_dataloaders"), path);
     } catch (...) {
-      preloaded_checkpoint_.reset();
+      preloaded_checkpoint_.reset();  // not left for a later fit of this Trainer
       throw;
     }
     preloaded_checkpoint_.reset();

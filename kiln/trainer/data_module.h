@@ -25,7 +25,8 @@
 //
 // state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>"). A fit that resumes from one hands it
 // to load_state_dict() after setup and before building the loaders (so the state may shape them); a checkpoint
-// without such entries (written by a fit given loaders) calls nothing.
+// without such entries (written by a fit given loaders) calls nothing. A checkpoint that cannot be read then
+// fails before the fit starts (so callbacks' on_exception and the loggers do not hear of it).
 #pragma once
 
 #include <cstdint>

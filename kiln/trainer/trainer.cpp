@@ -187,9 +187,14 @@ void Trainer::attach(TrainModule& module, Stage stage) {
   module_ = &module;
   module.trainer_ = this;
   stage_ = stage;
-  resolve_device();
-  module.to(device_);
-  start_profiler();
+  try {
+    resolve_device();
+    module.to(device_);  // may run out of device memory (a batch-size search's trial)
+    start_profiler();
+  } catch (...) {
+    detach();  // the module stays free for another run
+    throw;
+  }
 }
 
 void Trainer::detach() {

@@ -186,9 +186,9 @@ TEST_F(CudaTest, GptMiniTrainingStepsMatchTheCpuAndItGeneratesOnTheGpu) {
   EXPECT_EQ(tools::generate(*gpu, tools::tokens_of("ab"), {.max_new_tokens = 40, .seed = 1}), out);
 }
 
-// The batch-size search on the GPU under a cap on what the caching allocator may reserve: the device's own
-// out-of-memory error bounds it, the sizes that fit stayed under the cap, the module comes back unchanged, and
-// a plain fit at the answer runs under the same cap.
+// The batch-size search on the GPU under a cap on what the caching allocator may reserve: the cap bounds it
+// (the out-of-memory error names it), the module comes back unchanged, and a plain fit at the answer runs under
+// the same cap.
 TEST_F(CudaTest, BatchSizeSearchIsBoundedByADeviceCap) {
   struct LiftCap {
     ~LiftCap() { cuda::set_memory_limit(0); }
@@ -218,9 +218,6 @@ TEST_F(CudaTest, BatchSizeSearchIsBoundedByADeviceCap) {
   ASSERT_FALSE(r.trials.back().fits);
   EXPECT_NE(r.trials.back().error.find("out of memory"), std::string::npos) << r.trials.back().error;
   EXPECT_NE(r.trials.back().error.find("set_memory_limit"), std::string::npos) << r.trials.back().error;
-  for (const auto& t : r.trials) {
-    if (t.fits) EXPECT_LE(t.peak_bytes, cap) << t.batch_size;
-  }
   for (const auto& [name, t] : m.state_dict()) EXPECT_TRUE(equal(t.to(kCPU), kept.at(name).to(kCPU))) << name;
   cuda::empty_cache();
   trainer::TrainerOptions plain = o;

@@ -3,6 +3,8 @@
 // checkpoints and on resume, and the batch-size search over its batch_size.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kiln/trainer/batch_size_finder.h"
 #include "kiln/trainer/data_module.h"
 #include "tensor/test_util.h"
@@ -136,6 +138,16 @@ TEST(DataModule, TeardownFollowsAFailure) {
   dm.calls.clear();
   t.fit(m, dm);
   EXPECT_EQ(dm.calls.back(), "teardown fit");
+  // A setup that throws: its error, and teardown still runs.
+  struct BadSetup : RegressionData {
+    void setup(Stage stage) override {
+      RegressionData::setup(stage);
+      throw Error("setup: broken");
+    }
+  };
+  BadSetup bad;
+  expect_error([&] { t.validate(m, bad); }, {"setup: broken"});
+  EXPECT_EQ(bad.calls, (Calls{"prepare_data", "setup validate", "teardown validate"}));
   // A teardown that throws after a good run: its error, and it ran once.
   dm.calls.clear();
   dm.teardown_throws = 1;
@@ -175,11 +187,19 @@ TEST(DataModule, StateIsCheckpointedAndRestoredOnResume) {
                                 "teardown fit"}));
   EXPECT_EQ(again.loaded_at_step, 0);
   EXPECT_EQ(resumed.train_steps, 6);  // the second epoch only: 48 examples in batches of 8, not 4
-  // A fit given loaders writes no datamodule entries.
+  // A fit given loaders writes no datamodule entries, and a DataModule fit resuming from its checkpoint calls
+  // no load_state_dict (this one's would throw: it reads batch_size).
   auto train = again.train_dataloader();
   Regressor plain;
+  o.max_epochs = 1;
   trainer::Trainer(o).fit(plain, *train);
   EXPECT_TRUE(trainer::load_checkpoint(path).section("datamodule").empty());
+  RegressionData fresh;
+  fresh.batch_size = 8;
+  o.max_epochs = 2;
+  trainer::Trainer(o).fit(plain, fresh, path);
+  EXPECT_EQ(std::count(fresh.calls.begin(), fresh.calls.end(), "load_state_dict"), 0);
+  EXPECT_EQ(plain.train_steps, 6 + 6);  // its first epoch, then the resumed second
 }
 
 TEST(DataModule, MissingLoadersAreClearErrors) {

@@ -43,6 +43,7 @@ TEST(DeviceStatsMonitor, LogsTheHostsStatsAroundTheLoggedTrainingBatches) {
   o.loggers = {logger};
   o.log_every_n_steps = 4;
   Regression m;
+  cpu_reset_peak_memory_stats();  // earlier tests' peaks out of the way
   Trainer(o).fit(m, *d.train, d.val.get());
 
   for (const std::string hook : {"on_train_batch_start", "on_train_batch_end"}) {
@@ -63,9 +64,9 @@ TEST(DeviceStatsMonitor, LogsTheHostsStatsAroundTheLoggedTrainingBatches) {
     EXPECT_GT(monitor->last_metrics().at(p + "cpu_vm_percent"), 0.0);
   }
   EXPECT_EQ(logger->steps_with("DeviceStatsMonitor.on_train_batch_end/cpu_vm_percent"), (std::vector<int64_t>{4, 8}));
-  // On the CPU the device's memory is what kiln's tensors hold: at least the dataset's two tensors and the
-  // model's weight and bias and their gradients (64 bytes each as the allocator rounds them); its peak at
-  // most the peak read now, after the fit; and no GPU figures.
+  // On the CPU the device's memory is what kiln's tensors hold: at least the dataset's two tensors, the model's
+  // weight and bias, and the batch's two (64 bytes each as the allocator rounds them; the gradients are set to
+  // none before the batch's end); its peak since the fit began at most the peak read now; and no GPU figures.
   const auto& last = monitor->last_metrics();
   const std::string end = "DeviceStatsMonitor.on_train_batch_end/";
   EXPECT_GE(last.at(end + "allocated_bytes"), 6 * 64.0);
