@@ -342,8 +342,24 @@ int cmd_scale_batch_size(const std::vector<std::string>& args) {
   trainer::TrainerOptions o = trainer_options(cfg);
   o.handle_signals = false;  // nothing to resume: Ctrl-C just ends it
   const bool on_gpu = o.accelerator == "cuda" || (o.accelerator == "auto" && cuda::is_available());
+  // The limit is the command's alone: lifted when it returns or throws (the CLI may run inside a program, or
+  // a test, that goes on to run other commands).
+  struct LiftLimit {
+    bool gpu = false, set = false;
+    size_t cpu_before = cpu_memory_stats().limit_bytes;
+    ~LiftLimit() {
+      if (!set) return;
+      try {
+        if (gpu) cuda::set_memory_limit(0);
+        else set_cpu_memory_limit(cpu_before);
+      } catch (...) {
+        // nothing to lift on a device that is gone
+      }
+    }
+  } lift{.gpu = on_gpu};
   if (limit_mib > 0) {
     const size_t bytes = static_cast<size_t>(limit_mib) << 20;
+    lift.set = true;
     if (on_gpu) {
       cuda::set_memory_limit(bytes);
     } else {

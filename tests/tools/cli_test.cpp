@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/tensor/allocator.h"
 #include "kiln/tools/classifier.h"
 #include "kiln/tools/datasets.h"
 #include "kiln/tools/models.h"
@@ -376,6 +377,9 @@ TEST_F(Cli, ScaleBatchSizeFindsTheLargestBatchThatFits) {
   expect_failure({"scale-batch-size", "--config", config_, "--memory-limit", "0"}, 2, {"--memory-limit '0'"});
   expect_failure({"scale-batch-size", "--config", config_, "--memory-limit", "1"}, 1,
                  {"even a batch of 1 does not fit", "over the limit of 1.00 MiB"});
+  // The limit was the command's: lifted after it, also after a failure, for what runs next in this process.
+  EXPECT_EQ(cpu_memory_stats().limit_bytes, 0u);
+  EXPECT_EQ(train().status, 0);
 }
 
 // callbacks.accumulate_grad_schedule: Lightning's GradientAccumulationScheduler from the config. 13 batches an
