@@ -35,15 +35,16 @@ Grouped group_elements(const Tensor& x, const std::vector<int64_t>& dims, bool k
     if (!reduced[d] || keepdim) g.out_shape.push_back(reduced[d] ? 1 : x.size(d));
   }
   g.items.resize(static_cast<size_t>(shape_numel(kept)));
-  std::vector<double> v = test::values(x);
+  const std::vector<double> v = test::values(x);
+  const Shape& sizes = x.sizes();  // read once: Tensor::size checks its dim on every call
   for (int64_t flat = 0; flat < x.numel(); ++flat) {
     int64_t rest = flat, out = 0, scale = 1;
     for (int64_t d = nd - 1; d >= 0; --d) {
-      int64_t i = rest % x.size(d);
-      rest /= x.size(d);
+      int64_t i = rest % sizes[d];
+      rest /= sizes[d];
       if (!reduced[d]) {
         out += i * scale;
-        scale *= x.size(d);
+        scale *= sizes[d];
       }
     }
     g.items[out].push_back(v[flat]);

@@ -9,6 +9,28 @@ using test::values;
 
 Tensor iota(IntArrayRef shape) { return arange(shape_numel(shape), kFloat32).view(shape); }
 
+// The suites' reader of all elements (test::values, one walk over the strides) against its reader of one
+// (test::element, the position divided by each size), on every layout the suites draw, a broadcast view (a
+// zero stride), a permuted one, a scalar and an empty tensor: the references of every suite rest on both.
+TEST(Views, TheTestsElementReadersAgreeOnEveryLayout) {
+  std::mt19937 rng(5);
+  std::vector<Tensor> cases;
+  for (test::Layout layout : test::kLayouts)
+    for (DType dtype : {kFloat32, kFloat16, kInt64, kBool}) cases.push_back(test::random_tensor({3, 4, 5}, dtype, rng, layout));
+  const Tensor x = test::random_tensor({3, 1, 5}, kFloat64, rng);
+  cases.push_back(x.expand({3, 4, 5}));
+  cases.push_back(test::random_tensor({2, 3, 4}, kInt32, rng).permute({2, 0, 1}));
+  cases.push_back(test::random_tensor({}, kFloat32, rng));
+  cases.push_back(zeros({2, 0, 3}));
+  for (const Tensor& t : cases) {
+    const std::vector<double> all = values(t);
+    ASSERT_EQ(static_cast<int64_t>(all.size()), t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(all[static_cast<size_t>(i)], test::element(t, i)) << shape_str(t.sizes()) << " " << i;
+  }
+  // and against values written in a known order
+  EXPECT_EQ(values(arange(6, kFloat32).view({2, 3}).t()), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+}
+
 TEST(Views, ViewAndReshape) {
   Tensor x = iota({2, 3, 4});
   Tensor v = x.view({6, 4});
