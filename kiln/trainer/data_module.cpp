@@ -38,16 +38,16 @@ std::vector<data::DataLoader*> pointers(const std::vector<std::unique_ptr<data::
   return out;
 }
 
-// prepare_data, setup(stage) and `run`, then teardown(stage) once setup has been called, whatever happened
-// (a teardown that throws after a failure does not hide that failure); the DataModule is the Trainer's
-// datamodule() meanwhile.
+// prepare_data (where the strategy runs it), setup(stage) and `run`, then teardown(stage) once setup has been
+// called, whatever happened (a teardown that throws after a failure does not hide that failure); the
+// DataModule is the Trainer's datamodule() meanwhile.
 template <class Run>
-auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& run) {
+auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data, Stage stage, Run&& run) {
   KILN_CHECK(current == nullptr, "Trainer: ", stage_name(stage), "() with a DataModule called while another run ",
              "of this Trainer is using one (from a hook?)");
   current = &data;
   try {
-    data.prepare_data();
+    strategy.prepare_data([&data] { data.prepare_data(); }, data.prepare_data_per_node);
   } catch (...) {
     current = nullptr;
     throw;
@@ -73,7 +73,7 @@ auto with_datamodule(DataModule*& current, DataModule& data, Stage stage, Run&& 
 }  // namespace
 
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  with_datamodule(datamodule_, data, Stage::Fit, [&] {
+  with_datamodule(datamodule_, *strategy_, data, Stage::Fit, [&] {
     // A resume hands the DataModule its state before it builds the loaders, which that state may shape. The
     // checkpoint read for it is the one fit's resume then takes (fit gets the path resolved here, so "last"
     // is looked up once). A checkpoint that cannot be read fails here, before fit starts.
@@ -99,7 +99,7 @@ void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt
 }
 
 std::map<std::string, double> Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  return with_datamodule(datamodule_, data, Stage::Validate, [&] {
+  return with_datamodule(datamodule_, *strategy_, data, Stage::Validate, [&] {
     const std::vector<std::unique_ptr<data::DataLoader>> loaders = data.val_dataloaders();
     KILN_CHECK(!loaders.empty(), "Trainer: validate(): the DataModule has no validation loader (val_dataloader())");
     return validate(module, pointers(loaders, "val_dataloaders"), ckpt_path);
@@ -107,7 +107,7 @@ std::map<std::string, double> Trainer::validate(TrainModule& module, DataModule&
 }
 
 std::map<std::string, double> Trainer::test(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  return with_datamodule(datamodule_, data, Stage::Test, [&] {
+  return with_datamodule(datamodule_, *strategy_, data, Stage::Test, [&] {
     const std::vector<std::unique_ptr<data::DataLoader>> loaders = data.test_dataloaders();
     KILN_CHECK(!loaders.empty(), "Trainer: test(): the DataModule has no test loader (test_dataloader())");
     return test(module, pointers(loaders, "test_dataloaders"), ckpt_path);
@@ -116,7 +116,7 @@ std::map<std::string, double> Trainer::test(TrainModule& module, DataModule& dat
 
 std::vector<Tensor> Trainer::predict(TrainModule& module, DataModule& data, const std::string& ckpt_path,
                                      bool return_predictions) {
-  return with_datamodule(datamodule_, data, Stage::Predict, [&] {
+  return with_datamodule(datamodule_, *strategy_, data, Stage::Predict, [&] {
     std::unique_ptr<data::DataLoader> loader = data.predict_dataloader();
     KILN_CHECK(loader != nullptr, "Trainer: predict(): the DataModule has no prediction loader (predict_dataloader())");
     return predict(module, *loader, ckpt_path, return_predictions);

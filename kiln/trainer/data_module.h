@@ -18,10 +18,12 @@
 //
 // Each of the Trainer's fit, validate, test and predict given a DataModule calls prepare_data() then
 // setup(stage) before asking for the stage's loaders, and teardown(stage) when the run ends, whether it
-// succeeded or threw (once setup has been called, even if setup itself threw). Unlike Lightning's,
-// prepare_data runs in every process (there is no process group yet when it runs): make it safe to run twice
-// at once, e.g. write to a temporary name and rename. Under ddp the Trainer shards the loaders it gets, as it
-// does loaders given to fit directly.
+// succeeded or threw (once setup has been called, even if setup itself threw). Under ddp and
+// parameter_server, as in Lightning, prepare_data runs in one process per node (local rank 0; only in the
+// job's rank 0 with prepare_data_per_node false, for data on a filesystem every node shares) while the
+// others wait, up to TrainerOptions::process_group_timeout, and then every process calls setup. If it fails
+// there, every process's run fails: that one's with its own error, the others' with one naming it. Under ddp
+// the Trainer shards the loaders it gets, as it does loaders given to fit directly.
 //
 // state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>"). A fit that resumes from one hands it
 // to load_state_dict() after setup and before building the loaders (so the state may shape them); a checkpoint
@@ -47,8 +49,11 @@ class DataModule {
   // scale_batch_size to work: it sets this and checks the training loader's batch size).
   int64_t batch_size = 1;
 
-  // Work done before setup: converting or caching files. Called in every process (see above).
+  // Work done once before setup: downloading, converting or caching files. Under ddp and parameter_server
+  // called in one process per node, or in rank 0 alone when prepare_data_per_node is false (see above); keep
+  // no state in members here, since the other processes never call it: setup is where each process reads.
   virtual void prepare_data() {}
+  bool prepare_data_per_node = true;
   // Builds what the stage's loaders read (Fit: training and validation; Validate; Test; Predict).
   virtual void setup(Stage stage) {}
   // Called when the stage's run ends, also after a failure.

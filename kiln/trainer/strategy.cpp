@@ -7,6 +7,8 @@
 #include <map>
 #include <thread>
 
+#include <unistd.h>
+
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/env.h"
 #include "kiln/distributed/process_group.h"
@@ -18,6 +20,13 @@
 namespace kiln::trainer {
 
 namespace {
+
+// This machine's name: the processes with the same one share a node (and its files).
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
 
 class SingleStrategy : public Strategy {
  public:
@@ -116,17 +125,38 @@ class DDPStrategy : public GroupStrategy {
   int rank() const override { return info_.rank; }
   int world_size() const override { return info_.world_size; }
 
-  void setup(TrainModule& module) override {
-    if (group_ == nullptr) {
-      // A backend that needs no store (mpi: its ranks are mpirun's) gets none: no port taken, no MASTER_ADDR.
-      if (distributed::backend_needs_store(backend_)) {
-        store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
-            .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
-            .world_size = info_.world_size, .timeout = timeout_});
+  // Every rank learns which ranks' prepare_data failed through one all-reduce of a flag per rank, over the
+  // trainer's group (so over every backend, mpi's too, which has no store); a rank still waiting there when
+  // the one preparing dies fails as soon as the group sees the death.
+  void prepare_data(const std::function<void()>& prepare, bool per_node) override {
+    connect();
+    std::exception_ptr error;
+    if (per_node ? info_.local_rank == 0 : info_.rank == 0) {
+      try {
+        prepare();
+      } catch (...) {
+        error = std::current_exception();
       }
-      group_ = distributed::new_group(backend_, store_, info_.rank, info_.world_size,
-                                      {.timeout = timeout_, .name = "trainer"});
     }
+    Tensor failed = zeros({info_.world_size}, kInt32);
+    if (error) failed.data_ptr<int32_t>()[info_.rank] = 1;
+    try {
+      group_->allreduce(failed)->wait();
+    } catch (const std::exception& e) {
+      if (error) std::rethrow_exception(error);
+      detail::throw_error(detail::concat("Trainer: rank ", info_.rank, " waiting for the DataModule's prepare_data() ",
+                                         "(run by ", per_node ? "local rank 0 of each node" : "rank 0", "): ", e.what()));
+    }
+    if (error) std::rethrow_exception(error);
+    std::string who;
+    for (int r = 0; r < info_.world_size; ++r)
+      if (failed.data_ptr<int32_t>()[r] != 0) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    KILN_CHECK(who.empty(), "Trainer: the DataModule's prepare_data() failed on rank ", who, " (its own error says ",
+               "why); rank ", info_.rank, " stops too");
+  }
+
+  void setup(TrainModule& module) override {
+    connect();
     // Non-owning: the Trainer's caller owns the module for the whole fit.
     std::shared_ptr<nn::Module> view(std::shared_ptr<nn::Module>(), &module);
     if (ddp_ == nullptr || ddp_->module().get() != &module) {
@@ -175,6 +205,19 @@ class DDPStrategy : public GroupStrategy {
   }
 
  private:
+  // The store and the trainer's group, made by the first call (a DataModule's prepare_data, or fit's setup).
+  void connect() {
+    if (group_ != nullptr) return;
+    // A backend that needs no store (mpi: its ranks are mpirun's) gets none: no port taken, no MASTER_ADDR.
+    if (distributed::backend_needs_store(backend_)) {
+      store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
+          .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
+          .world_size = info_.world_size, .timeout = timeout_});
+    }
+    group_ = distributed::new_group(backend_, store_, info_.rank, info_.world_size,
+                                    {.timeout = timeout_, .name = "trainer"});
+  }
+
   distributed::Duration timeout_;
   std::string backend_;  // TrainerOptions::ddp_backend
   bool find_unused_;     // TrainerOptions::ddp_find_unused_parameters
@@ -250,15 +293,38 @@ class ParameterServerStrategy : public GroupStrategy {
   int world_size() const override { return role_.num_workers; }
   bool is_server() const override { return role_.is_server(); }
 
-  void setup(TrainModule& module) override {
-    if (store_ != nullptr) return;
-    store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
-        .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
-        .world_size = info_.world_size, .timeout = timeout_});
-    if (!role_.is_server()) {
-      group_ = distributed::new_group("tcp", std::make_shared<distributed::PrefixStore>("workers", store_),
-                                      role_.index, role_.num_workers, {.timeout = timeout_, .name = "trainer"});
+  void setup(TrainModule& module) override { connect(); }
+
+  // Servers and workers share no group, but every process reaches the store: the process that prepares
+  // publishes how it went under a key of its node (its host name), which the others wait for. Each call has
+  // keys of its own (every process makes the same calls, as with collectives).
+  void prepare_data(const std::function<void()>& prepare, bool per_node) override {
+    connect();
+    const std::string key = "prepare_data/" + std::to_string(prepare_calls_++) + "/" +
+                            (per_node ? host_name() : std::string("job"));
+    if (per_node ? info_.local_rank == 0 : info_.rank == 0) {
+      try {
+        prepare();
+      } catch (const std::exception& e) {
+        store_->set(key, role_.describe() + " (rank " + std::to_string(info_.rank) + "): " + e.what());
+        throw;
+      } catch (...) {
+        store_->set(key, role_.describe() + " (rank " + std::to_string(info_.rank) + ")");
+        throw;
+      }
+      store_->set(key, std::string("ok"));
+      return;
     }
+    std::string outcome;
+    try {
+      store_->wait({key}, timeout_);
+      outcome = store_->get_string(key);
+    } catch (const std::exception& e) {
+      detail::throw_error(detail::concat("Trainer: ", role_.describe(), " waiting for the DataModule's prepare_data() ",
+                                         "(run by ", per_node ? "local rank 0 of each node" : "rank 0", "): ", e.what()));
+    }
+    KILN_CHECK(outcome == "ok", "Trainer: the DataModule's prepare_data() failed on ", outcome, "; ",
+               role_.describe(), " stops too");
   }
 
   bool optimizers_ready(TrainModule& module,
@@ -347,12 +413,26 @@ class ParameterServerStrategy : public GroupStrategy {
   }
 
  private:
+  // The store (rank 0, a server, serves it) and the workers' group, made by the first call (a DataModule's
+  // prepare_data, or fit's setup).
+  void connect() {
+    if (store_ != nullptr) return;
+    store_ = std::make_shared<distributed::TCPStore>(distributed::TCPStoreOptions{
+        .host = info_.master_addr, .port = info_.master_port, .is_server = info_.rank == 0,
+        .world_size = info_.world_size, .timeout = timeout_});
+    if (!role_.is_server()) {
+      group_ = distributed::new_group("tcp", std::make_shared<distributed::PrefixStore>("workers", store_),
+                                      role_.index, role_.num_workers, {.timeout = timeout_, .name = "trainer"});
+    }
+  }
+
   distributed::Duration timeout_;
   distributed::RankInfo info_;
   distributed::ps::Role role_;
   distributed::ps::PSOptions ps_;
   std::shared_ptr<distributed::Store> store_;
   std::unique_ptr<distributed::ps::Worker> worker_;
+  int prepare_calls_ = 0;  // prepare_data calls so far: each has its own store keys
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "distributed/multiprocess.h"
 #include "kiln/distributed/launch.h"
 #include "kiln/distributed/process_group.h"
+#include "kiln/trainer/data_module.h"
 #include "kiln/trainer/throughput_monitor.h"
 #include "trainer/resume_net.h"
 #include "trainer/trainer_test_util.h"
@@ -428,6 +429,134 @@ TEST(TrainerPS, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
   for (const std::string placement : {"server", "worker"}) {
     SCOPED_TRACE("optimizer on the " + placement + "s");
     resume_after_crash_on_a_parameter_server(placement);
+  }
+}
+
+// ---- a DataModule's prepare_data under ddp and parameter_server ----
+
+// prepare_data notes which rank ran it, takes a while, then writes the file setup reads, under the directory of
+// the rank's "node" (KILN_TEST_NODE, set by the tests to stand for separate machines); with `per_node` false
+// the file is the job's. A setup that ran before its preparer was done, or a second preparer, shows.
+struct SlowPreparedData : trainer::DataModule {
+  std::string root;
+  std::string fail;  // prepare_data throws this, when set
+  explicit SlowPreparedData(std::string r, bool per_node = true) : root(std::move(r)) {
+    batch_size = 4;
+    prepare_data_per_node = per_node;
+  }
+  std::string place() const {
+    const char* node = std::getenv("KILN_TEST_NODE");
+    return root + "/" + (prepare_data_per_node ? std::string("node") + (node != nullptr ? node : "0") : "job");
+  }
+  void prepare_data() override {
+    std::filesystem::create_directories(place());
+    std::ofstream(root + "/preparers", std::ios::app) << std::getenv("RANK") << "\n" << std::flush;
+    if (!fail.empty()) throw std::runtime_error(fail);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::ofstream(place() + "/prepared") << "ok\n";
+  }
+  void setup(trainer::Stage) override {
+    rank_check(std::filesystem::exists(place() + "/prepared"),
+               std::string("rank ") + std::getenv("RANK") + "'s setup ran before " + place() + " was prepared");
+  }
+  std::unique_ptr<data::DataLoader> train_dataloader() override { return loader(regression_data(32), batch_size); }
+};
+
+std::vector<int> preparers(const std::string& root) {
+  std::vector<int> ranks;
+  for (double r : read_numbers(root + "/preparers")) ranks.push_back(static_cast<int>(r));
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+// Four ranks on two "nodes" of two (local ranks 0, 1, 0, 1): the first local rank of each prepares, once per
+// run (fit, then test), and every rank sets up after its node's data is there; with prepare_data_per_node
+// false, rank 0 alone prepares the job's.
+TEST(TrainerDDP, PrepareDataRunsOncePerNodeWhileTheOtherRanksWait) {
+  for (bool per_node : {true, false}) {
+    TempDir dir;
+    const uint16_t port = distributed::find_free_port();
+    const auto results = run_ranks(4, [&](int rank) {
+      set_rank_env(rank, 4, port);
+      ::setenv("LOCAL_RANK", std::to_string(rank % 2).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+      ::setenv("KILN_TEST_NODE", std::to_string(rank / 2).c_str(), 1);
+      Regressor m;
+      SlowPreparedData data(dir.str(), per_node);
+      trainer::TrainerOptions o = ddp_options(dir.str());
+      o.max_epochs = 1;
+      trainer::Trainer tr(o);
+      tr.fit(m, data);
+      rank_check(tr.global_step() == 2, "rank " + std::to_string(rank) + ": " + std::to_string(tr.global_step()) +
+                                            " steps, expected 2 (a shard of 8 examples in batches of 4)");
+    }, std::chrono::seconds(60));
+    expect_all_ok(results);
+    EXPECT_EQ(preparers(dir.str()), per_node ? (std::vector<int>{0, 2}) : (std::vector<int>{0}))
+        << (per_node ? "per node" : "once for the job");
+  }
+}
+
+// prepare_data fails on rank 0: rank 0's fit throws its own error, rank 1's an error naming rank 0, at once
+// (not at the 30 s timeout), and neither trains.
+TEST(TrainerDDP, APrepareDataThatFailsFailsEveryRankPromptly) {
+  TempDir dir;
+  const uint16_t port = distributed::find_free_port();
+  const auto results = run_ranks(2, [&](int rank) {
+    set_rank_env(rank, 2, port);
+    Regressor m;
+    SlowPreparedData data(dir.str());
+    data.fail = "the mirror is down";
+    trainer::Trainer tr(ddp_options(dir.str()));
+    const auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      tr.fit(m, data);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string want = rank == 0 ? "the mirror is down" : "prepare_data() failed on rank 0";
+    rank_check(message.find(want) != std::string::npos,
+               "rank " + std::to_string(rank) + ": expected an error with '" + want + "', got '" + message + "'");
+    rank_check(seconds < 10, "rank " + std::to_string(rank) + " failed after " + std::to_string(seconds) + " s");
+    rank_check(tr.global_step() == 0, "rank " + std::to_string(rank) + " trained");
+  }, std::chrono::seconds(60));
+  expect_all_ok(results);
+  EXPECT_EQ(preparers(dir.str()), std::vector<int>{0});
+}
+
+// Under parameter_server the servers and the workers share a node: one of them (rank 0, a server) prepares,
+// and the workers train once it is done. When it fails, the workers fail naming it.
+TEST(TrainerPS, PrepareDataRunsOncePerNodeAcrossServersAndWorkers) {
+  for (bool fail : {false, true}) {
+    TempDir dir;
+    const uint16_t port = distributed::find_free_port();
+    const auto results = run_ranks(3, [&](int rank) {
+      set_rank_env(rank, 3, port);
+      Regressor m;
+      SlowPreparedData data(dir.str());
+      if (fail) data.fail = "the mirror is down";
+      trainer::TrainerOptions o = ps_options(dir.str(), 1, "server");
+      o.max_epochs = 1;
+      trainer::Trainer tr(o);
+      std::string message;
+      try {
+        tr.fit(m, data);
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      if (!fail) {
+        rank_check(message.empty(), "rank " + std::to_string(rank) + ": " + message);
+        rank_check(tr.strategy().is_server() || tr.global_step() == 4,
+                   "worker " + std::to_string(tr.global_rank()) + ": " + std::to_string(tr.global_step()) + " steps");
+        return;
+      }
+      const std::string want = rank == 0 ? "the mirror is down" : "prepare_data() failed on server 0 of 1 (rank 0): the mirror is down";
+      rank_check(message.find(want) != std::string::npos,
+                 "rank " + std::to_string(rank) + ": expected an error with '" + want + "', got '" + message + "'");
+    }, std::chrono::seconds(60));
+    expect_all_ok(results);
+    EXPECT_EQ(preparers(dir.str()), std::vector<int>{0}) << (fail ? "failing" : "");
   }
 }
 
