@@ -84,16 +84,28 @@ void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt
         const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
         if (!state.empty()) data.load_state_dict(state);
       }
-      std::unique_ptr<data::DataLoader> train = data.train_dataloader();
-      KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
-      const std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
+      // The loaders, built again where reload_dataloaders_every_n_epochs says: the Trainer owns them, and the
+      // ones it replaces go once the new ones are in use.
+      auto build = [this, &data] {
+        std::unique_ptr<data::DataLoader> train = data.train_dataloader();
+        KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
+        std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
+        const std::vector<data::DataLoader*> val_ptrs = pointers(vals, "val_dataloaders");
+        if (dm_train_ != nullptr) use_loaders(*train, val_ptrs);
+        dm_train_ = std::move(train), dm_vals_ = std::move(vals);
+        return val_ptrs;
+      };
+      const std::vector<data::DataLoader*> vals = build();
+      reload_loaders_ = [build] { build(); };
       // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
-      fit(module, *train, pointers(vals, "val_dataloaders"), path);
+      fit(module, *dm_train_, vals, path);
     } catch (...) {
       preloaded_checkpoint_.reset();  // not left for a later fit of this Trainer
+      reload_loaders_ = nullptr, dm_train_.reset(), dm_vals_.clear();
       throw;
     }
     preloaded_checkpoint_.reset();
+    reload_loaders_ = nullptr, dm_train_.reset(), dm_vals_.clear();
     return 0;
   });
 }

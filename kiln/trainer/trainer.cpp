@@ -69,6 +69,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   KILN_CHECK(o.max_epochs >= -1, "Trainer: max_epochs = ", o.max_epochs, ": expected -1 (no limit) or >= 0");
   KILN_CHECK(o.max_steps >= -1, "Trainer: max_steps = ", o.max_steps, ": expected -1 (no limit) or >= 0");
   KILN_CHECK(o.min_epochs >= 0, "Trainer: min_epochs = ", o.min_epochs, ": expected >= 0");
+  KILN_CHECK(o.reload_dataloaders_every_n_epochs >= 0, "Trainer: reload_dataloaders_every_n_epochs = ",
+             o.reload_dataloaders_every_n_epochs, ": expected >= 0 (0: never)");
   KILN_CHECK(o.max_time >= 0, "Trainer: max_time = ", o.max_time, " s: expected >= 0 (0: no limit)");
   KILN_CHECK(o.accelerator == "auto" || o.accelerator == "cpu" || o.accelerator == "cuda",
              "Trainer: accelerator '", o.accelerator, "': expected 'cpu', 'cuda' or 'auto'");
@@ -256,6 +258,48 @@ void Trainer::fit(TrainModule& module, data::DataLoader& train, data::DataLoader
       ckpt_path);
 }
 
+void Trainer::use_loaders(data::DataLoader& user_train, const std::vector<data::DataLoader*>& user_vals) {
+  // overfit_batches: the same first batches every epoch.
+  data::DataLoader* unshuffled = &user_train;
+  std::unique_ptr<data::DataLoader> overfit;
+  if (options_.overfit_batches != BatchLimit(0.0) && !user_train.is_iterable() && user_train.options().shuffle) {
+    data::DataLoaderOptions o = user_train.options();
+    o.shuffle = false;
+    overfit = std::make_unique<data::DataLoader>(user_train.dataset(), o);
+    unshuffled = overfit.get();
+  }
+  // This rank's shards of the data (the user's loaders themselves on one process).
+  data::DataLoader* train = &strategy_->train_loader(*unshuffled);
+  std::vector<data::DataLoader*> vals;
+  std::vector<int64_t> limits;
+  for (data::DataLoader* v : user_vals) {
+    vals.push_back(strategy_->eval_loader(v));
+    limits.push_back(resolve_limit(options_.limit_val_batches, "limit_val_batches", *vals.back()));
+  }
+  const int64_t num_train = resolve_limit(options_.limit_train_batches, "limit_train_batches", *train);
+  int64_t val_every = 0;
+  if (num_train != 0) {
+    const BatchLimit& vci = options_.val_check_interval;
+    KILN_CHECK(num_train > 0 || vci.is_count || vci.fraction == 1.0, "Trainer: val_check_interval = ",
+               vci.fraction, ": a fraction of an epoch of unknown length (an iterable dataset); give a number of "
+               "batches");
+    if (vci.is_count) {
+      KILN_CHECK(num_train < 0 || vci.count <= num_train, "Trainer: val_check_interval = ", vci.count,
+                 " batches, but an epoch has only ", num_train, " training batches");
+      val_every = vci.count;
+    } else if (vci.fraction < 1.0) {
+      val_every = std::max<int64_t>(1, static_cast<int64_t>(vci.fraction * num_train));
+    }
+  }
+  overfit_train_ = std::move(overfit);
+  train_loader_ = train;
+  val_loaders_ = std::move(vals), val_limits_ = std::move(limits);
+  num_training_batches_ = num_train;
+  num_val_batches_ = 0;
+  for (int64_t n : val_limits_) num_val_batches_ = n < 0 || num_val_batches_ < 0 ? -1 : num_val_batches_ + n;
+  val_every_ = val_every;
+}
+
 void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::vector<data::DataLoader*>& user_vals,
                   const std::string& ckpt_path) {
   for (size_t k = 0; k < user_vals.size(); ++k) {
@@ -264,24 +308,11 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
   std::optional<autograd::DetectAnomalyGuard> anomaly;  // Lightning's detect_anomaly: for the whole fit
   if (options_.detect_anomaly) anomaly.emplace(true);
   attach(module, Stage::Fit);
-  data::DataLoader* train = nullptr;
   try {
-    // overfit_batches: the same first batches every epoch.
-    data::DataLoader* unshuffled = &user_train;
-    overfit_train_.reset();
-    if (options_.overfit_batches != BatchLimit(0.0) && !user_train.is_iterable() && user_train.options().shuffle) {
-      data::DataLoaderOptions o = user_train.options();
-      o.shuffle = false;
-      overfit_train_ = std::make_unique<data::DataLoader>(user_train.dataset(), o);
-      unshuffled = overfit_train_.get();
-    }
-    // This rank's shards of the data (the user's loaders themselves on one process).
-    train = &strategy_->train_loader(*unshuffled);
-    val_loaders_.clear(), val_limits_.clear();
-    for (data::DataLoader* v : user_vals) {
-      val_loaders_.push_back(strategy_->eval_loader(v));
-      val_limits_.push_back(resolve_limit(options_.limit_val_batches, "limit_val_batches", *val_loaders_.back()));
-    }
+    KILN_CHECK(options_.reload_dataloaders_every_n_epochs == 0 || reload_loaders_, "Trainer: ",
+               "reload_dataloaders_every_n_epochs = ", options_.reload_dataloaders_every_n_epochs, " rebuilds the ",
+               "loaders of a DataModule, but this fit() was given loaders: pass a DataModule");
+    use_loaders(user_train, user_vals);
     start_time_ = std::chrono::steady_clock::now();
     elapsed_before_ = 0;
     epoch_ = global_step_ = batch_in_epoch_ = accumulated_ = 0;
@@ -290,24 +321,6 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     interrupt_ = 0;
     callback_metrics_.clear(), logged_metrics_.clear(), progress_bar_metrics_.clear();
     train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
-    train_loader_ = train;
-    num_training_batches_ = resolve_limit(options_.limit_train_batches, "limit_train_batches", *train);
-    num_val_batches_ = 0;
-    for (int64_t n : val_limits_) num_val_batches_ = n < 0 || num_val_batches_ < 0 ? -1 : num_val_batches_ + n;
-    val_every_ = 0;
-    if (num_training_batches_ != 0) {
-      const BatchLimit& vci = options_.val_check_interval;
-      KILN_CHECK(num_training_batches_ > 0 || vci.is_count || vci.fraction == 1.0, "Trainer: val_check_interval = ",
-                 vci.fraction, ": a fraction of an epoch of unknown length (an iterable dataset); give a number of "
-                 "batches");
-      if (vci.is_count) {
-        KILN_CHECK(num_training_batches_ < 0 || vci.count <= num_training_batches_, "Trainer: val_check_interval = ",
-                   vci.count, " batches, but an epoch has only ", num_training_batches_, " training batches");
-        val_every_ = vci.count;
-      } else if (vci.fraction < 1.0) {
-        val_every_ = std::max<int64_t>(1, static_cast<int64_t>(vci.fraction * num_training_batches_));
-      }
-    }
   } catch (...) {
     // A bad limit or loader: nothing ran yet, and the module is free for the next fit.
     train_loader_ = nullptr;
@@ -366,7 +379,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
                               ? std::move(preloaded_checkpoint_->second)
                               : load_checkpoint(path);
         preloaded_checkpoint_.reset();
-        restore(ckpt, *train);
+        restore(ckpt, *train_loader_);
         resumed = true;
         for (auto& logger : loggers_) {
           if (ckpt.has("trainer.log_dir") && logger->log_dir() == ckpt.get("trainer.log_dir")) {
@@ -402,7 +415,7 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_start", [&](Callback& c) { c.on_train_start(*this, module); });
     }
-    train_loop(*train);
+    train_loop();
     {
       HookScope scope(*this, LogContext::TrainHook);
       call_hooks("on_train_end", [&](Callback& c) { c.on_train_end(*this, module); });
@@ -492,9 +505,9 @@ bool Trainer::validation_due(int64_t batches_done) const {
   return val_every_ > 0 && batches_done % val_every_ == 0;
 }
 
-void Trainer::train_loop(data::DataLoader& train) {
+void Trainer::train_loop() {
   bool resuming_mid_epoch = batch_in_epoch_ > 0;
-  for (;;) {
+  for (bool first_epoch = true;; first_epoch = false) {
     // A signal during the last epoch's end (its validation, its hooks), or one a stop or limit left unread.
     if (catch_signals_) agree_on_interrupt_and_throw();
     if (options_.max_epochs >= 0 && epoch_ >= options_.max_epochs) break;
@@ -504,6 +517,10 @@ void Trainer::train_loop(data::DataLoader& train) {
     if (strategy_->any(out_of_time || (should_stop_ && epoch_ >= options_.min_epochs))) break;
 
     epoch_finished_ = false;
+    // The first epoch this fit runs, resumed or not, has the loaders it started with.
+    const int64_t reload_every = options_.reload_dataloaders_every_n_epochs;
+    if (!first_epoch && reload_every > 0 && epoch_ % reload_every == 0) reload_loaders_();
+    data::DataLoader& train = *train_loader_;
     if (!resuming_mid_epoch) {
       train.set_epoch(static_cast<uint64_t>(epoch_));
       batch_in_epoch_ = 0;

@@ -88,6 +88,11 @@ struct TrainerOptions {
   BatchLimit limit_train_batches = 1.0, limit_val_batches = 1.0, limit_test_batches = 1.0,
              limit_predict_batches = 1.0;
   int64_t num_sanity_val_steps = 2;  // validation batches run before training (-1: all; skipped on resume)
+  // A fit given a DataModule asks it for new training and validation loaders at the start of every epoch that
+  // is a multiple of this (0: never; the first epoch a fit runs, resumed or not, uses the loaders it started
+  // with). For loaders that change during training: a curriculum, a batch size set by a callback. A fit given
+  // loaders cannot rebuild them and refuses it.
+  int64_t reload_dataloaders_every_n_epochs = 0;
   int64_t log_every_n_steps = 50;
 
   // Every CPU kernel is deterministic for a fixed thread count, whatever this says. NOTE: on CUDA the ops that
@@ -294,7 +299,7 @@ class Trainer {
   void notify_exception(const std::exception& error);
   Checkpoint build_checkpoint();
 
-  void train_loop(data::DataLoader& train);
+  void train_loop();
   void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);
   // The automatic loop's checks on what training_step returned (one value that requires grad).
   void check_training_loss(const Tensor& loss, int64_t batch_idx) const;
@@ -316,6 +321,9 @@ class Trainer {
   void check_optimization() const;
   void step_schedulers(const std::string& interval);
   bool validation_due(int64_t batches_done) const;
+  // The loaders fit() iterates: this rank's shards of the user's (without shuffling under overfit_batches),
+  // each validation loader's limit, and the counts that follow from them (batches per epoch, validation cadence).
+  void use_loaders(data::DataLoader& user_train, const std::vector<data::DataLoader*>& user_vals);
   bool stop_requested() const;
   // stop_requested(), agreed by every rank (and should_stop made the same on all of them). ranks_met: every rank
   // has just validated after this same batch (see trainer.cpp for ranks that do not otherwise meet every batch).
@@ -346,6 +354,11 @@ class Trainer {
   std::unique_ptr<optim::GradScaler> scaler_;  // precision "16-mixed" only
   TrainModule* module_ = nullptr;
   DataModule* datamodule_ = nullptr;
+  // A DataModule's fit: builds its loaders (into dm_train_ and dm_vals_) and hands them to use_loaders; run
+  // where reload_dataloaders_every_n_epochs says (data_module.cpp).
+  std::function<void()> reload_loaders_;
+  std::unique_ptr<data::DataLoader> dm_train_;
+  std::vector<std::unique_ptr<data::DataLoader>> dm_vals_;
   // The checkpoint a DataModule's fit read to hand the DataModule its state before its loaders were built,
   // with its path: fit's resume takes it rather than reading the file again.
   std::optional<std::pair<std::string, Checkpoint>> preloaded_checkpoint_;

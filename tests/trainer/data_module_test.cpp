@@ -226,6 +226,88 @@ TEST(DataModule, MissingLoadersAreClearErrors) {
   EXPECT_EQ(holes.calls.back(), "teardown fit");
 }
 
+// reload_dataloaders_every_n_epochs = 2 over 5 epochs: the loaders are built when the fit starts and again at
+// epochs 2 and 4, each time with the batch size a callback set at the end of the epoch before (8, 12, 16, 20 after
+// epochs 0 to 3): 48 examples make 12 batches of 4 in epochs 0 and 1, 4 of 12 in epochs 2 and 3, 3 of 20 in 4.
+TEST(DataModule, ReloadDataloadersEveryNEpochsRebuildsTheLoaders) {
+  TempDir dir;
+  struct GrowTheBatch : trainer::Callback {
+    RegressionData* dm = nullptr;
+    std::vector<int64_t> batches, val_batches;
+    void on_train_epoch_start(trainer::Trainer& t, trainer::TrainModule&) override {
+      batches.push_back(t.num_training_batches());
+    }
+    void on_validation_epoch_start(trainer::Trainer& t, trainer::TrainModule&) override {
+      if (!t.sanity_checking()) val_batches.push_back(t.num_val_batches());
+    }
+    void on_train_epoch_end(trainer::Trainer& t, trainer::TrainModule&) override {
+      dm->batch_size = 4 + 4 * (t.current_epoch() + 1);
+    }
+  };
+  RegressionData dm;
+  dm.batch_size = 4;
+  auto grow = std::make_shared<GrowTheBatch>();
+  grow->dm = &dm;
+  auto o = quiet(dir.str());
+  o.max_epochs = 5;
+  o.reload_dataloaders_every_n_epochs = 2;
+  o.callbacks = {grow};
+  Regressor m;
+  trainer::Trainer(o).fit(m, dm);
+  EXPECT_EQ(grow->batches, (std::vector<int64_t>{12, 12, 4, 4, 3}));
+  EXPECT_EQ(grow->val_batches, (std::vector<int64_t>{4, 4, 2, 2, 1}));  // 16 examples in the same batches
+  EXPECT_EQ(m.train_steps, 12 + 12 + 4 + 4 + 3);
+  EXPECT_EQ(dm.trains_built, 3);
+  EXPECT_EQ(std::count(dm.calls.begin(), dm.calls.end(), "val_dataloader"), 3);
+
+  // Loaders given directly cannot be rebuilt; a negative count is refused.
+  auto train = dm.train_dataloader();
+  expect_error([&] { trainer::Trainer(o).fit(m, *train); },
+               {"reload_dataloaders_every_n_epochs = 2", "this fit() was given loaders: pass a DataModule"});
+  o.reload_dataloaders_every_n_epochs = -1;
+  expect_error([&] { trainer::Trainer t(o); }, {"reload_dataloaders_every_n_epochs = -1", "expected >= 0"});
+}
+
+// Loaders rebuilt every epoch from the same batch size are the same loaders: the weights are those of a fit
+// that never rebuilds them, bit for bit, and a fit resumed mid-epoch from a checkpoint of that run ends on
+// them too (the first epoch a fit runs keeps the loaders it started with, at the position the checkpoint holds).
+TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
+  TempDir dir;
+  const std::string path = dir / "mid.ckpt";
+  auto run = [&](int64_t reload, const std::string& ckpt, bool save) {
+    struct SaveMidEpoch : trainer::Callback {
+      std::string path;
+      void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                              int64_t idx) override {
+        if (t.current_epoch() == 1 && idx == 2) t.save_checkpoint(path);
+      }
+    };
+    auto o = quiet(dir.str());
+    o.max_epochs = 3;
+    o.reload_dataloaders_every_n_epochs = reload;
+    if (save) {
+      auto cb = std::make_shared<SaveMidEpoch>();
+      cb->path = path;
+      o.callbacks = {cb};
+    }
+    manual_seed(5);
+    Regressor m;
+    RegressionData dm;
+    dm.batch_size = 8;
+    trainer::Trainer t(o);
+    t.fit(m, dm, ckpt);
+    return std::make_pair(flat(weights_of(m)), dm.trains_built);
+  };
+  const auto [plain, plain_built] = run(0, "", false);
+  const auto [reloaded, reloaded_built] = run(1, "", true);
+  EXPECT_EQ(plain_built, 1);
+  EXPECT_EQ(reloaded_built, 3);
+  EXPECT_EQ(reloaded, plain);
+  const auto [resumed, resumed_built] = run(1, path, false);
+  EXPECT_EQ(resumed_built, 2);  // when the resumed fit starts (epoch 1), and for epoch 2
+  EXPECT_EQ(resumed, plain);
+}
+
 // scale_batch_size over a DataModule: its batch_size is what is scaled, and is left at the answer.
 struct Capped : Regressor {
   int64_t capacity = 20;
