@@ -191,7 +191,7 @@ TEST(CrossBackend, GlooTimeoutNamesTheOpAndStaysFailed) {
 }
 
 // A gloo rank killed (SIGKILL) in the middle of all-reduces: every other rank fails promptly, long before its
-// 30 s deadline, names the dead rank, and can destroy its group at once. Its ring neighbours see its
+// 15 s deadline, names the dead rank, and can destroy its group at once. Its ring neighbours see its
 // connections close; the rank across the ring waits only on live neighbours, and learns it when they fail and
 // close theirs (or from the store's report): the failure spreads as it does on tcp.
 TEST(CrossBackend, GlooRankKilledMidAllreduceFailsTheOthersPromptlyNamingIt) {
