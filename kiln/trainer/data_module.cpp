@@ -38,11 +38,13 @@ std::vector<data::DataLoader*> pointers(const std::vector<std::unique_ptr<data::
   return out;
 }
 
-// prepare_data (where the strategy runs it), setup(stage) and `run`, then teardown(stage) once setup has been
-// called, whatever happened (a teardown that throws after a failure does not hide that failure); the
-// DataModule is the Trainer's datamodule() meanwhile.
-template <class Run>
-auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data, Stage stage, Run&& run) {
+// prepare_data (where the strategy runs it), then setup(stage) and `build` (the stage's loaders), agreed over
+// the ranks (under ddp a rank whose setup or loaders failed would otherwise leave the others in collectives it
+// never makes), then `run`; teardown(stage) once setup has been called, whatever happened (a teardown that
+// throws after a failure does not hide that failure). The DataModule is the Trainer's datamodule() meanwhile.
+template <class Build, class Run>
+auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data, Stage stage, Build&& build,
+                     Run&& run) {
   KILN_CHECK(current == nullptr, "Trainer: ", stage_name(stage), "() with a DataModule called while another run ",
              "of this Trainer is using one (from a hook?)");
   current = &data;
@@ -54,7 +56,14 @@ auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data,
   }
   std::optional<decltype(run())> result;
   try {
-    data.setup(stage);
+    std::exception_ptr error;
+    try {
+      data.setup(stage);
+      build();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    strategy.agree(error, std::string("the DataModule's setup(") + stage_name(stage) + ") or its loaders");
     result.emplace(run());
   } catch (...) {
     current = nullptr;
@@ -73,66 +82,73 @@ auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data,
 }  // namespace
 
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  // What the DataModule's fit leaves in the Trainer goes with it, however it ends.
+  struct Cleanup {
+    Trainer& t;
+    ~Cleanup() {
+      t.preloaded_checkpoint_.reset();  // not left for a later fit of this Trainer
+      t.reload_loaders_ = nullptr, t.dm_train_.reset(), t.dm_vals_.clear();
+    }
+  } cleanup{*this};
+  std::string path;
+  std::vector<data::DataLoader*> vals;
+  // The loaders, built again where reload_dataloaders_every_n_epochs says: the Trainer owns them, and the ones
+  // it replaces go once the new ones are in use.
+  auto build = [this, &data] {
+    std::unique_ptr<data::DataLoader> train = data.train_dataloader();
+    KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
+    std::vector<std::unique_ptr<data::DataLoader>> loaders = data.val_dataloaders();
+    const std::vector<data::DataLoader*> ptrs = pointers(loaders, "val_dataloaders");
+    if (dm_train_ != nullptr) use_loaders(*train, ptrs);
+    dm_train_ = std::move(train), dm_vals_ = std::move(loaders);
+    return ptrs;
+  };
   with_datamodule(datamodule_, *strategy_, data, Stage::Fit, [&] {
     // A resume hands the DataModule its state before it builds the loaders, which that state may shape. The
     // checkpoint read for it is the one fit's resume then takes (fit gets the path resolved here, so "last"
     // is looked up once). A checkpoint that cannot be read fails here, before fit starts.
-    const std::string path = ckpt_path.empty() ? std::string() : resolve_ckpt_path(ckpt_path);
-    try {
-      if (!path.empty()) {
-        preloaded_checkpoint_.emplace(path, load_checkpoint(path));
-        const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
-        if (!state.empty()) data.load_state_dict(state);
-      }
-      // The loaders, built again where reload_dataloaders_every_n_epochs says: the Trainer owns them, and the
-      // ones it replaces go once the new ones are in use.
-      auto build = [this, &data] {
-        std::unique_ptr<data::DataLoader> train = data.train_dataloader();
-        KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
-        std::vector<std::unique_ptr<data::DataLoader>> vals = data.val_dataloaders();
-        const std::vector<data::DataLoader*> val_ptrs = pointers(vals, "val_dataloaders");
-        if (dm_train_ != nullptr) use_loaders(*train, val_ptrs);
-        dm_train_ = std::move(train), dm_vals_ = std::move(vals);
-        return val_ptrs;
-      };
-      const std::vector<data::DataLoader*> vals = build();
-      reload_loaders_ = [build] { build(); };
-      // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
-      fit(module, *dm_train_, vals, path);
-    } catch (...) {
-      preloaded_checkpoint_.reset();  // not left for a later fit of this Trainer
-      reload_loaders_ = nullptr, dm_train_.reset(), dm_vals_.clear();
-      throw;
+    path = ckpt_path.empty() ? std::string() : resolve_ckpt_path(ckpt_path);
+    if (!path.empty()) {
+      preloaded_checkpoint_.emplace(path, load_checkpoint(path));
+      const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
+      if (!state.empty()) data.load_state_dict(state);
     }
-    preloaded_checkpoint_.reset();
-    reload_loaders_ = nullptr, dm_train_.reset(), dm_vals_.clear();
+    vals = build();
+    reload_loaders_ = [build] { build(); };
+  }, [&] {
+    // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
+    fit(module, *dm_train_, vals, path);
     return 0;
   });
 }
 
 std::map<std::string, double> Trainer::validate(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  std::vector<std::unique_ptr<data::DataLoader>> loaders;
+  std::vector<data::DataLoader*> ptrs;
   return with_datamodule(datamodule_, *strategy_, data, Stage::Validate, [&] {
-    const std::vector<std::unique_ptr<data::DataLoader>> loaders = data.val_dataloaders();
+    loaders = data.val_dataloaders();
     KILN_CHECK(!loaders.empty(), "Trainer: validate(): the DataModule has no validation loader (val_dataloader())");
-    return validate(module, pointers(loaders, "val_dataloaders"), ckpt_path);
-  });
+    ptrs = pointers(loaders, "val_dataloaders");
+  }, [&] { return validate(module, ptrs, ckpt_path); });
 }
 
 std::map<std::string, double> Trainer::test(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
+  std::vector<std::unique_ptr<data::DataLoader>> loaders;
+  std::vector<data::DataLoader*> ptrs;
   return with_datamodule(datamodule_, *strategy_, data, Stage::Test, [&] {
-    const std::vector<std::unique_ptr<data::DataLoader>> loaders = data.test_dataloaders();
+    loaders = data.test_dataloaders();
     KILN_CHECK(!loaders.empty(), "Trainer: test(): the DataModule has no test loader (test_dataloader())");
-    return test(module, pointers(loaders, "test_dataloaders"), ckpt_path);
-  });
+    ptrs = pointers(loaders, "test_dataloaders");
+  }, [&] { return test(module, ptrs, ckpt_path); });
 }
 
 std::vector<Tensor> Trainer::predict(TrainModule& module, DataModule& data, const std::string& ckpt_path,
                                      bool return_predictions) {
+  std::unique_ptr<data::DataLoader> loader;
   return with_datamodule(datamodule_, *strategy_, data, Stage::Predict, [&] {
-    std::unique_ptr<data::DataLoader> loader = data.predict_dataloader();
+    loader = data.predict_dataloader();
     KILN_CHECK(loader != nullptr, "Trainer: predict(): the DataModule has no prediction loader (predict_dataloader())");
-    return predict(module, *loader, ckpt_path, return_predictions);
-  });
+  }, [&] { return predict(module, *loader, ckpt_path, return_predictions); });
 }
 
 }  // namespace kiln::trainer

@@ -19,11 +19,14 @@
 // Each of the Trainer's fit, validate, test and predict given a DataModule calls prepare_data() then
 // setup(stage) before asking for the stage's loaders, and teardown(stage) when the run ends, whether it
 // succeeded or threw (once setup has been called, even if setup itself threw). Under ddp and
-// parameter_server, as in Lightning, prepare_data runs in one process per node (local rank 0; only in the
-// job's rank 0 with prepare_data_per_node false, for data on a filesystem every node shares) while the
-// others wait, up to TrainerOptions::process_group_timeout, and then every process calls setup. If it fails
-// there, every process's run fails: that one's with its own error, the others' with one naming it. Under ddp
-// the Trainer shards the loaders it gets, as it does loaders given to fit directly.
+// parameter_server, as in Lightning, prepare_data runs in one process per node (ddp: local rank 0; a
+// parameter server: the node's first worker) or, with prepare_data_per_node false, for data on a filesystem
+// every node shares, in one process of the job (rank 0; worker 0), while the others wait, up to
+// TrainerOptions::process_group_timeout (raise it for a long download), and then every process calls setup.
+// If it fails there, every process's run fails: that one's with its own error, the others' with one naming it.
+// Under ddp the ranks then agree that setup and the stage's loaders worked everywhere before any collective
+// (a rank where they failed fails the others at once, naming it). Under ddp the Trainer shards the loaders it
+// gets, as it does loaders given to fit directly.
 //
 // state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>"). A fit that resumes from one hands it
 // to load_state_dict() after setup and before building the loaders (so the state may shape them); a checkpoint
@@ -50,8 +53,9 @@ class DataModule {
   int64_t batch_size = 1;
 
   // Work done once before setup: downloading, converting or caching files. Under ddp and parameter_server
-  // called in one process per node, or in rank 0 alone when prepare_data_per_node is false (see above); keep
-  // no state in members here, since the other processes never call it: setup is where each process reads.
+  // called in one process per node, or in one process of the job when prepare_data_per_node is false (see
+  // above); keep no state in members here, since the other processes never call it: setup is where each
+  // process reads.
   virtual void prepare_data() {}
   bool prepare_data_per_node = true;
   // Builds what the stage's loaders read (Fit: training and validation; Validate; Test; Predict).

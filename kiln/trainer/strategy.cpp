@@ -125,9 +125,9 @@ class DDPStrategy : public GroupStrategy {
   int rank() const override { return info_.rank; }
   int world_size() const override { return info_.world_size; }
 
-  // Every rank learns which ranks' prepare_data failed through one all-reduce of a flag per rank, over the
-  // trainer's group (so over every backend, mpi's too, which has no store); a rank still waiting there when
-  // the one preparing dies fails as soon as the group sees the death.
+  // Every rank learns whether prepare_data failed, and where, through agree's all-reduce over the trainer's
+  // group (so over every backend, mpi's too, which has no store); a rank still waiting there when the one
+  // preparing dies fails as soon as the group sees the death.
   void prepare_data(const std::function<void()>& prepare, bool per_node) override {
     connect();
     std::exception_ptr error;
@@ -138,21 +138,28 @@ class DDPStrategy : public GroupStrategy {
         error = std::current_exception();
       }
     }
+    agree(error, "the DataModule's prepare_data()");
+  }
+
+  // One all-reduce of a flag per rank.
+  void agree(std::exception_ptr error, const std::string& what) override {
+    connect();
     Tensor failed = zeros({info_.world_size}, kInt32);
     if (error) failed.data_ptr<int32_t>()[info_.rank] = 1;
     try {
       group_->allreduce(failed)->wait();
     } catch (const std::exception& e) {
       if (error) std::rethrow_exception(error);
-      detail::throw_error(detail::concat("Trainer: rank ", info_.rank, " waiting for the DataModule's prepare_data() ",
-                                         "(run by ", per_node ? "local rank 0 of each node" : "rank 0", "): ", e.what()));
+      detail::throw_error(detail::concat(
+          "Trainer: rank ", info_.rank, " waiting for every rank to finish ", what, " (each waits up to ",
+          "process_group_timeout, ", timeout_.count() / 1000.0, " s: raise it for a long prepare_data): ", e.what()));
     }
     if (error) std::rethrow_exception(error);
     std::string who;
     for (int r = 0; r < info_.world_size; ++r)
       if (failed.data_ptr<int32_t>()[r] != 0) who += (who.empty() ? "" : ", ") + std::to_string(r);
-    KILN_CHECK(who.empty(), "Trainer: the DataModule's prepare_data() failed on rank ", who, " (its own error says ",
-               "why); rank ", info_.rank, " stops too");
+    KILN_CHECK(who.empty(), "Trainer: ", what, " failed on rank ", who, " (its own error says why); rank ",
+               info_.rank, " stops too");
   }
 
   void setup(TrainModule& module) override {
@@ -296,32 +303,53 @@ class ParameterServerStrategy : public GroupStrategy {
   void setup(TrainModule& module) override { connect(); }
 
   // Servers and workers share no group, but every process reaches the store: the process that prepares
-  // publishes how it went under a key of its node (its host name), which the others wait for. Each call has
-  // keys of its own (every process makes the same calls, as with collectives).
+  // publishes how it went under a key of its node (the node's first rank) and of the call (a counter: every
+  // process that runs a stage makes the same calls), which the others wait for. It prepares for every stage,
+  // so it is a worker where the node has one. A failure is also recorded as the job's, so that processes of
+  // other nodes, which did not wait for this one, fail too rather than train without it.
   void prepare_data(const std::function<void()>& prepare, bool per_node) override {
     connect();
+    const int first = per_node ? info_.rank - info_.local_rank : 0;
+    const int end = per_node ? first + info_.local_world_size : info_.world_size;
+    const int first_worker = std::max(first, role_.num_servers);
+    const int preparer = first_worker < end ? first_worker : first;
     const std::string key = "prepare_data/" + std::to_string(prepare_calls_++) + "/" +
-                            (per_node ? host_name() : std::string("job"));
-    if (per_node ? info_.local_rank == 0 : info_.rank == 0) {
+                            (per_node ? "node" + std::to_string(first) : std::string("job"));
+    const std::string who = [&](int rank) {
+      return distributed::ps::role_of(rank, info_.world_size, role_.num_servers).describe() + " (rank " +
+             std::to_string(rank) + ")";
+    }(preparer);
+    if (info_.rank == preparer) {
+      std::string failure;
+      std::exception_ptr error;
       try {
         prepare();
       } catch (const std::exception& e) {
-        store_->set(key, role_.describe() + " (rank " + std::to_string(info_.rank) + "): " + e.what());
-        throw;
+        failure = e.what(), error = std::current_exception();
       } catch (...) {
-        store_->set(key, role_.describe() + " (rank " + std::to_string(info_.rank) + ")");
-        throw;
+        failure = "an exception that is not a std::exception", error = std::current_exception();
       }
-      store_->set(key, std::string("ok"));
-      return;
+      if (!error) {
+        store_->set(key, std::string("ok"));
+        return;
+      }
+      try {
+        store_->set(key, who + ": " + failure);
+        distributed::ps::record_failure(*store_, ps_.name,
+                                        who + ": the DataModule's prepare_data() failed: " + failure);
+      } catch (...) {
+        // The others time out instead; this process's own error is the one to report.
+      }
+      std::rethrow_exception(error);
     }
     std::string outcome;
     try {
       store_->wait({key}, timeout_);
       outcome = store_->get_string(key);
     } catch (const std::exception& e) {
-      detail::throw_error(detail::concat("Trainer: ", role_.describe(), " waiting for the DataModule's prepare_data() ",
-                                         "(run by ", per_node ? "local rank 0 of each node" : "rank 0", "): ", e.what()));
+      detail::throw_error(detail::concat(
+          "Trainer: ", role_.describe(), " waiting for the DataModule's prepare_data() on ", who, " (up to ",
+          "process_group_timeout, ", timeout_.count() / 1000.0, " s: raise it for a long prepare_data): ", e.what()));
     }
     KILN_CHECK(outcome == "ok", "Trainer: the DataModule's prepare_data() failed on ", outcome, "; ",
                role_.describe(), " stops too");
@@ -339,6 +367,19 @@ class ParameterServerStrategy : public GroupStrategy {
     KILN_CHECK(worker_ == nullptr, "Trainer: strategy 'parameter_server' runs one fit() per process");
     worker_ = std::make_unique<distributed::ps::Worker>(store_, role_, *optimizers[0], ps_, &module);
     return false;
+  }
+
+  // The workers' own collectives (metrics, the run folder, the final barrier) fail naming only the group when a
+  // worker left it for a failure elsewhere (its prepare_data, say): the job's first failure, recorded in the
+  // store before that worker left, says why.
+  void all_reduce_sum(std::vector<double>& values) override {
+    with_job_failure([&] { GroupStrategy::all_reduce_sum(values); });
+  }
+  void barrier() override {
+    with_job_failure([&] { GroupStrategy::barrier(); });
+  }
+  std::string broadcast_from_zero(const std::string& text) override {
+    return with_job_failure([&] { return GroupStrategy::broadcast_from_zero(text); });
   }
 
   // (A server is given the user's loaders and never iterates them.)
@@ -423,6 +464,23 @@ class ParameterServerStrategy : public GroupStrategy {
     if (!role_.is_server()) {
       group_ = distributed::new_group("tcp", std::make_shared<distributed::PrefixStore>("workers", store_),
                                       role_.index, role_.num_workers, {.timeout = timeout_, .name = "trainer"});
+    }
+  }
+
+  template <class F>
+  auto with_job_failure(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error& e) {
+      std::string first;
+      try {
+        const std::string key = distributed::ps::failure_key(ps_.name);
+        if (store_ != nullptr && store_->check({key})) first = store_->get_string(key);
+      } catch (...) {
+        // no store to ask: the group's error is all there is
+      }
+      if (first.empty() || std::string(e.what()).find(first) != std::string::npos) throw;
+      throw Error(std::string(e.what()) + "; the job's first failure: " + first);
     }
   }
 

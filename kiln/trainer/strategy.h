@@ -22,6 +22,7 @@
 //           runs on the servers (ddp clips the averaged gradient); with ps.optimizer "worker" it clips the mean.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,12 +44,20 @@ class Strategy {
   virtual int world_size() const { return 1; }
   bool is_global_zero() const { return rank() == 0; }
 
-  // A DataModule's prepare_data (`prepare`): run in one process per node (the one with local rank 0), or in
-  // the job's rank 0 alone when `per_node` is false, while the other processes wait for it, up to
-  // TrainerOptions::process_group_timeout. Returns in every process once it has run; when it failed, every
-  // process throws: the one that ran it its own error, the others an error naming it. Collective under ddp
-  // and parameter_server (every process calls it at the same point); one process just runs it.
+  // A DataModule's prepare_data (`prepare`): run in one process per node, or in one process of the job when
+  // `per_node` is false, while the other processes wait for it, up to TrainerOptions::process_group_timeout.
+  // ddp: local rank 0 of each node, or rank 0. parameter_server: the node's first worker (only workers run
+  // validate, test and predict), or worker 0; a node of servers alone, its first server. Returns in every
+  // process once it has run; when it failed, every process throws: the one that ran it its own error, the
+  // others an error naming it. Collective under ddp and parameter_server (every process that runs the stage
+  // calls it at the same point); one process just runs it.
   virtual void prepare_data(const std::function<void()>& prepare, bool per_node) { prepare(); }
+  // After a step every rank takes on its own (a DataModule's setup and loaders): `error` is how it went on this
+  // rank. Rethrows it; otherwise throws, naming `what` and the ranks, when it failed on another rank, so that
+  // no rank goes on to collectives the others will not make. Collective under ddp; elsewhere it only rethrows.
+  virtual void agree(std::exception_ptr error, const std::string& what) {
+    if (error) std::rethrow_exception(error);
+  }
   // fit() starts: the module is on its device, its optimizers not made yet. Collective under ddp.
   virtual void setup(TrainModule& module) {}
   // fit() has made the optimizers (before a resume restores them). Returns true when this process's part of

@@ -60,7 +60,8 @@ struct TrainerOptions {
   // "auto" or "single": one process; "ddp": one process per rank, started by `kiln launch` (strategy.h);
   // "parameter_server": servers and workers, started by `kiln launch --servers S --workers W`.
   std::string strategy = "auto";
-  // ddp: the deadline of every collective and of the rendezvous, in seconds.
+  // ddp and parameter_server: the deadline of every collective and of the rendezvous, in seconds; also how long
+  // the other processes wait for a DataModule's prepare_data (raise it for a long download).
   double process_group_timeout = 300;
   // ddp: the process-group backend the ranks form ("tcp"; "gloo" and "mpi" when built, mpi under mpirun).
   std::string ddp_backend = "tcp";

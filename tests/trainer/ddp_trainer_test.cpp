@@ -440,6 +440,7 @@ TEST(TrainerPS, ResumeAfterACrashGivesTheSameWeightsBitForBit) {
 struct SlowPreparedData : trainer::DataModule {
   std::string root;
   std::string fail;  // prepare_data throws this, when set
+  int fail_setup_on = -1;  // the rank whose setup throws
   explicit SlowPreparedData(std::string r, bool per_node = true) : root(std::move(r)) {
     batch_size = 4;
     prepare_data_per_node = per_node;
@@ -458,8 +459,10 @@ struct SlowPreparedData : trainer::DataModule {
   void setup(trainer::Stage) override {
     rank_check(std::filesystem::exists(place() + "/prepared"),
                std::string("rank ") + std::getenv("RANK") + "'s setup ran before " + place() + " was prepared");
+    if (std::atoi(std::getenv("RANK")) == fail_setup_on) throw std::runtime_error("setup: no such split");
   }
   std::unique_ptr<data::DataLoader> train_dataloader() override { return loader(regression_data(32), batch_size); }
+  std::unique_ptr<data::DataLoader> test_dataloader() override { return loader(regression_data(16, 9), batch_size); }
 };
 
 std::vector<int> preparers(const std::string& root) {
@@ -471,7 +474,7 @@ std::vector<int> preparers(const std::string& root) {
 
 // Four ranks on two "nodes" of two (local ranks 0, 1, 0, 1): the first local rank of each prepares, once per
 // run (fit, then test), and every rank sets up after its node's data is there; with prepare_data_per_node
-// false, rank 0 alone prepares the job's.
+// false, rank 0 alone prepares the job's, once per run.
 TEST(TrainerDDP, PrepareDataRunsOncePerNodeWhileTheOtherRanksWait) {
   for (bool per_node : {true, false}) {
     TempDir dir;
@@ -489,9 +492,10 @@ TEST(TrainerDDP, PrepareDataRunsOncePerNodeWhileTheOtherRanksWait) {
       tr.fit(m, data);
       rank_check(tr.global_step() == 2, "rank " + std::to_string(rank) + ": " + std::to_string(tr.global_step()) +
                                             " steps, expected 2 (a shard of 8 examples in batches of 4)");
+      tr.test(m, data);
     }, std::chrono::seconds(60));
     expect_all_ok(results);
-    EXPECT_EQ(preparers(dir.str()), per_node ? (std::vector<int>{0, 2}) : (std::vector<int>{0}))
+    EXPECT_EQ(preparers(dir.str()), per_node ? (std::vector<int>{0, 0, 2, 2}) : (std::vector<int>{0, 0}))
         << (per_node ? "per node" : "once for the job");
   }
 }
@@ -525,38 +529,81 @@ TEST(TrainerDDP, APrepareDataThatFailsFailsEveryRankPromptly) {
   EXPECT_EQ(preparers(dir.str()), std::vector<int>{0});
 }
 
-// Under parameter_server the servers and the workers share a node: one of them (rank 0, a server) prepares,
-// and the workers train once it is done. When it fails, the workers fail naming it.
-TEST(TrainerPS, PrepareDataRunsOncePerNodeAcrossServersAndWorkers) {
+// setup fails on rank 1 alone: rank 1's fit throws its own error, rank 0's one naming rank 1, at once (rank 0
+// would otherwise go on to DDP's first broadcast while rank 1 leaves for its final barrier).
+TEST(TrainerDDP, ASetupThatFailsOnOneRankFailsEveryRankPromptly) {
+  TempDir dir;
+  const uint16_t port = distributed::find_free_port();
+  const auto results = run_ranks(2, [&](int rank) {
+    set_rank_env(rank, 2, port);
+    Regressor m;
+    SlowPreparedData data(dir.str());
+    data.fail_setup_on = 1;
+    trainer::Trainer tr(ddp_options(dir.str()));
+    const auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      tr.fit(m, data);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string want = rank == 1 ? "setup: no such split" : "the DataModule's setup(fit) or its loaders failed on rank 1";
+    rank_check(message.find(want) != std::string::npos,
+               "rank " + std::to_string(rank) + ": expected an error with '" + want + "', got '" + message + "'");
+    rank_check(seconds < 10, "rank " + std::to_string(rank) + " failed after " + std::to_string(seconds) + " s");
+    rank_check(tr.global_step() == 0, "rank " + std::to_string(rank) + " trained");
+  }, std::chrono::seconds(60));
+  expect_all_ok(results);
+}
+
+// Under parameter_server, one server and three workers on two "nodes" (ranks 0, 1 | 2, 3): each node's first
+// worker (ranks 1 and 2) prepares, for fit and then, for the workers alone, for test (servers serve fit only).
+// Then rank 2's prepare_data fails: the workers of its node fail naming it, and so do the processes of the
+// other node, which did not wait for it, through the job's failure in the store, well before the 30 s timeout.
+TEST(TrainerPS, PrepareDataRunsOnEachNodesFirstWorker) {
   for (bool fail : {false, true}) {
     TempDir dir;
     const uint16_t port = distributed::find_free_port();
-    const auto results = run_ranks(3, [&](int rank) {
-      set_rank_env(rank, 3, port);
+    const auto results = run_ranks(4, [&](int rank) {
+      set_rank_env(rank, 4, port);
+      ::setenv("LOCAL_RANK", std::to_string(rank % 2).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+      ::setenv("KILN_TEST_NODE", std::to_string(rank / 2).c_str(), 1);
       Regressor m;
       SlowPreparedData data(dir.str());
-      if (fail) data.fail = "the mirror is down";
+      if (fail && rank == 2) data.fail = "the mirror is down";
       trainer::TrainerOptions o = ps_options(dir.str(), 1, "server");
       o.max_epochs = 1;
       trainer::Trainer tr(o);
+      const auto start = std::chrono::steady_clock::now();
       std::string message;
       try {
         tr.fit(m, data);
+        if (!tr.strategy().is_server()) tr.test(m, data);
       } catch (const std::exception& e) {
         message = e.what();
       }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const std::string me = "rank " + std::to_string(rank);
       if (!fail) {
-        rank_check(message.empty(), "rank " + std::to_string(rank) + ": " + message);
-        rank_check(tr.strategy().is_server() || tr.global_step() == 4,
-                   "worker " + std::to_string(tr.global_rank()) + ": " + std::to_string(tr.global_step()) + " steps");
+        rank_check(message.empty(), me + ": " + message);
+        rank_check(tr.strategy().is_server() || tr.global_step() == 3,
+                   me + ": " + std::to_string(tr.global_step()) + " steps, expected 3 (32 examples over 3 workers)");
         return;
       }
-      const std::string want = rank == 0 ? "the mirror is down" : "prepare_data() failed on server 0 of 1 (rank 0): the mirror is down";
-      rank_check(message.find(want) != std::string::npos,
-                 "rank " + std::to_string(rank) + ": expected an error with '" + want + "', got '" + message + "'");
+      // Rank 3 waited for rank 2; ranks 0 and 1 fail in fit, on the job's failure.
+      for (const std::string want : rank == 2 ? std::vector<std::string>{"the mirror is down"}
+                                              : std::vector<std::string>{"prepare_data() failed", "worker 1 of 3 (rank 2)",
+                                                                         "the mirror is down"}) {
+        rank_check(message.find(want) != std::string::npos,
+                   me + ": expected an error with '" + want + "', got '" + message + "'");
+      }
+      rank_check(seconds < 10, me + " failed after " + std::to_string(seconds) + " s");
     }, std::chrono::seconds(60));
     expect_all_ok(results);
-    EXPECT_EQ(preparers(dir.str()), std::vector<int>{0}) << (fail ? "failing" : "");
+    EXPECT_EQ(preparers(dir.str()), fail ? (std::vector<int>{1, 2}) : (std::vector<int>{1, 1, 2, 2}))
+        << (fail ? "failing" : "");
   }
 }
 
