@@ -465,6 +465,14 @@ struct SlowPreparedData : trainer::DataModule {
   std::unique_ptr<data::DataLoader> test_dataloader() override { return loader(regression_data(16, 9), batch_size); }
 };
 
+// Rank `rank` of 4 on two "nodes" of two: local ranks 0, 1, 0, 1, and KILN_TEST_NODE for SlowPreparedData.
+void set_two_node_env(int rank, uint16_t port) {
+  set_rank_env(rank, 4, port);
+  ::setenv("LOCAL_RANK", std::to_string(rank % 2).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  ::setenv("KILN_TEST_NODE", std::to_string(rank / 2).c_str(), 1);
+}
+
 std::vector<int> preparers(const std::string& root) {
   std::vector<int> ranks;
   for (double r : read_numbers(root + "/preparers")) ranks.push_back(static_cast<int>(r));
@@ -480,10 +488,7 @@ TEST(TrainerDDP, PrepareDataRunsOncePerNodeWhileTheOtherRanksWait) {
     TempDir dir;
     const uint16_t port = distributed::find_free_port();
     const auto results = run_ranks(4, [&](int rank) {
-      set_rank_env(rank, 4, port);
-      ::setenv("LOCAL_RANK", std::to_string(rank % 2).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-      ::setenv("KILN_TEST_NODE", std::to_string(rank / 2).c_str(), 1);
+      set_two_node_env(rank, port);
       Regressor m;
       SlowPreparedData data(dir.str(), per_node);
       trainer::TrainerOptions o = ddp_options(dir.str());
@@ -500,17 +505,17 @@ TEST(TrainerDDP, PrepareDataRunsOncePerNodeWhileTheOtherRanksWait) {
   }
 }
 
-// prepare_data fails on rank 0: rank 0's fit throws its own error, rank 1's an error naming rank 0, at once
-// (not at the 30 s timeout), and neither trains.
-TEST(TrainerDDP, APrepareDataThatFailsFailsEveryRankPromptly) {
-  TempDir dir;
+// Two ranks fit a DataModule that `spoil` breaks: each rank's fit must throw an error containing want(rank)
+// in under 10 s (the timeout is 30) without training.
+void expect_both_ranks_fail_promptly(const std::function<void(SlowPreparedData&)>& spoil,
+                                     const std::function<std::string(int)>& want, const std::string& root) {
   const uint16_t port = distributed::find_free_port();
   const auto results = run_ranks(2, [&](int rank) {
     set_rank_env(rank, 2, port);
     Regressor m;
-    SlowPreparedData data(dir.str());
-    data.fail = "the mirror is down";
-    trainer::Trainer tr(ddp_options(dir.str()));
+    SlowPreparedData data(root);
+    spoil(data);
+    trainer::Trainer tr(ddp_options(root));
     const auto start = std::chrono::steady_clock::now();
     std::string message;
     try {
@@ -519,42 +524,36 @@ TEST(TrainerDDP, APrepareDataThatFailsFailsEveryRankPromptly) {
       message = e.what();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string want = rank == 0 ? "the mirror is down" : "prepare_data() failed on rank 0";
-    rank_check(message.find(want) != std::string::npos,
-               "rank " + std::to_string(rank) + ": expected an error with '" + want + "', got '" + message + "'");
-    rank_check(seconds < 10, "rank " + std::to_string(rank) + " failed after " + std::to_string(seconds) + " s");
-    rank_check(tr.global_step() == 0, "rank " + std::to_string(rank) + " trained");
+    const std::string me = "rank " + std::to_string(rank);
+    rank_check(message.find(want(rank)) != std::string::npos,
+               me + ": expected an error with '" + want(rank) + "', got '" + message + "'");
+    rank_check(seconds < 10, me + " failed after " + std::to_string(seconds) + " s");
+    rank_check(tr.global_step() == 0, me + " trained");
   }, std::chrono::seconds(60));
   expect_all_ok(results);
+}
+
+// prepare_data fails on rank 0: rank 0's fit throws its own error, rank 1's an error naming rank 0.
+TEST(TrainerDDP, APrepareDataThatFailsFailsEveryRankPromptly) {
+  TempDir dir;
+  expect_both_ranks_fail_promptly([](SlowPreparedData& d) { d.fail = "the mirror is down"; },
+                                  [](int rank) -> std::string {
+                                    return rank == 0 ? "the mirror is down" : "prepare_data() failed on rank 0";
+                                  },
+                                  dir.str());
   EXPECT_EQ(preparers(dir.str()), std::vector<int>{0});
 }
 
-// setup fails on rank 1 alone: rank 1's fit throws its own error, rank 0's one naming rank 1, at once (rank 0
-// would otherwise go on to DDP's first broadcast while rank 1 leaves for its final barrier).
+// setup fails on rank 1 alone: rank 1's fit throws its own error, rank 0's one naming rank 1 (rank 0 would
+// otherwise go on to DDP's first broadcast while rank 1 leaves for its final barrier).
 TEST(TrainerDDP, ASetupThatFailsOnOneRankFailsEveryRankPromptly) {
   TempDir dir;
-  const uint16_t port = distributed::find_free_port();
-  const auto results = run_ranks(2, [&](int rank) {
-    set_rank_env(rank, 2, port);
-    Regressor m;
-    SlowPreparedData data(dir.str());
-    data.fail_setup_on = 1;
-    trainer::Trainer tr(ddp_options(dir.str()));
-    const auto start = std::chrono::steady_clock::now();
-    std::string message;
-    try {
-      tr.fit(m, data);
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const std::string want = rank == 1 ? "setup: no such split" : "the DataModule's setup(fit) or its loaders failed on rank 1";
-    rank_check(message.find(want) != std::string::npos,
-               "rank " + std::to_string(rank) + ": expected an error with '" + want + "', got '" + message + "'");
-    rank_check(seconds < 10, "rank " + std::to_string(rank) + " failed after " + std::to_string(seconds) + " s");
-    rank_check(tr.global_step() == 0, "rank " + std::to_string(rank) + " trained");
-  }, std::chrono::seconds(60));
-  expect_all_ok(results);
+  expect_both_ranks_fail_promptly([](SlowPreparedData& d) { d.fail_setup_on = 1; },
+                                  [](int rank) -> std::string {
+                                    return rank == 1 ? "setup: no such split"
+                                                     : "the DataModule's setup(fit) or its loaders failed on rank 1";
+                                  },
+                                  dir.str());
 }
 
 // Under parameter_server, one server and three workers on two "nodes" (ranks 0, 1 | 2, 3): each node's first
@@ -566,10 +565,7 @@ TEST(TrainerPS, PrepareDataRunsOnEachNodesFirstWorker) {
     TempDir dir;
     const uint16_t port = distributed::find_free_port();
     const auto results = run_ranks(4, [&](int rank) {
-      set_rank_env(rank, 4, port);
-      ::setenv("LOCAL_RANK", std::to_string(rank % 2).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-      ::setenv("KILN_TEST_NODE", std::to_string(rank / 2).c_str(), 1);
+      set_two_node_env(rank, port);
       Regressor m;
       SlowPreparedData data(dir.str());
       if (fail && rank == 2) data.fail = "the mirror is down";
