@@ -47,6 +47,9 @@ auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data,
                      Run&& run) {
   KILN_CHECK(current == nullptr, "Trainer: ", stage_name(stage), "() with a DataModule called while another run ",
              "of this Trainer is using one (from a hook?)");
+  // Before prepare_data, which a server would otherwise wait in for workers that never make this call.
+  KILN_CHECK(stage == Stage::Fit || !strategy.is_server(), "Trainer: this process is a parameter server's server, ",
+             "which only serves: ", stage_name(stage), " runs on the workers");
   current = &data;
   try {
     strategy.prepare_data([&data] { data.prepare_data(); }, data.prepare_data_per_node);
@@ -82,42 +85,59 @@ auto with_datamodule(DataModule*& current, Strategy& strategy, DataModule& data,
 }  // namespace
 
 void Trainer::fit(TrainModule& module, DataModule& data, const std::string& ckpt_path) {
-  // What the DataModule's fit leaves in the Trainer goes with it, however it ends.
+  // What the DataModule's fit leaves in the Trainer goes when it ends: at the end of a fit that ran, before
+  // teardown; else on the way out. Not before the DataModule's run has started (`armed`): a fit refused for
+  // being called inside another one's hook must not take that one's loaders.
+  bool armed = false;
+  auto release = [this] {
+    preloaded_checkpoint_.reset();  // not left for a later fit of this Trainer
+    reload_loaders_ = nullptr, dm_train_.reset(), dm_vals_.clear(), dm_state_at_build_.clear();
+  };
   struct Cleanup {
-    Trainer& t;
+    const bool& armed;
+    const std::function<void()> release;
     ~Cleanup() {
-      t.preloaded_checkpoint_.reset();  // not left for a later fit of this Trainer
-      t.reload_loaders_ = nullptr, t.dm_train_.reset(), t.dm_vals_.clear();
+      if (armed) release();
     }
-  } cleanup{*this};
+  } cleanup{armed, release};
   std::string path;
   std::vector<data::DataLoader*> vals;
   // The loaders, built again where reload_dataloaders_every_n_epochs says: the Trainer owns them, and the ones
   // it replaces go once the new ones are in use.
   auto build = [this, &data] {
+    CallbackState state = data.state_dict();
     std::unique_ptr<data::DataLoader> train = data.train_dataloader();
     KILN_CHECK(train != nullptr, "Trainer: fit(): the DataModule's train_dataloader() returned no loader");
     std::vector<std::unique_ptr<data::DataLoader>> loaders = data.val_dataloaders();
     const std::vector<data::DataLoader*> ptrs = pointers(loaders, "val_dataloaders");
     if (dm_train_ != nullptr) use_loaders(*train, ptrs);
-    dm_train_ = std::move(train), dm_vals_ = std::move(loaders);
+    dm_train_ = std::move(train), dm_vals_ = std::move(loaders), dm_state_at_build_ = std::move(state);
     return ptrs;
   };
   with_datamodule(datamodule_, *strategy_, data, Stage::Fit, [&] {
+    armed = true;
     // A resume hands the DataModule its state before it builds the loaders, which that state may shape. The
     // checkpoint read for it is the one fit's resume then takes (fit gets the path resolved here, so "last"
-    // is looked up once). A checkpoint that cannot be read fails here, before fit starts.
+    // is looked up once). A checkpoint that cannot be read fails here, before fit starts. Under
+    // reload_dataloaders_every_n_epochs the loaders are built from the state the DataModule had when the
+    // interrupted run built its own, and the DataModule then gets its latest.
     path = ckpt_path.empty() ? std::string() : resolve_ckpt_path(ckpt_path);
+    CallbackState latest, at_build;
     if (!path.empty()) {
       preloaded_checkpoint_.emplace(path, load_checkpoint(path));
-      const CallbackState state = preloaded_checkpoint_->second.section("datamodule");
-      if (!state.empty()) data.load_state_dict(state);
+      latest = preloaded_checkpoint_->second.section("datamodule");
+      if (options_.reload_dataloaders_every_n_epochs > 0)
+        at_build = preloaded_checkpoint_->second.section("datamodule_at_build");
+      if (at_build.empty()) at_build = latest;
+      if (!at_build.empty()) data.load_state_dict(at_build);
     }
     vals = build();
+    if (at_build != latest) data.load_state_dict(latest);
     reload_loaders_ = [build] { build(); };
   }, [&] {
     // The fit runs with datamodule_ set: its checkpoints keep the DataModule's state.
     fit(module, *dm_train_, vals, path);
+    release();
     return 0;
   });
 }

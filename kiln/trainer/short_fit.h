@@ -25,6 +25,7 @@ inline TrainerOptions short_fit_options(TrainerOptions o, int64_t steps) {
   o.loggers.clear();
   o.profiler = "none";
   o.callbacks.clear();
+  o.reload_dataloaders_every_n_epochs = 0;  // the tuners fit on loaders, which cannot be rebuilt
   return o;
 }
 

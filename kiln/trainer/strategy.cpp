@@ -61,6 +61,7 @@ class GroupStrategy : public Strategy {
     shard = shard_of(*user, shard_rank_, shard_world_);
     return shard.get();
   }
+  void forget_eval_loaders() override { eval_.clear(); }
 
   void all_reduce_sum(std::vector<double>& values) override {
     if (values.empty() || group_ == nullptr) return;
@@ -89,7 +90,7 @@ class GroupStrategy : public Strategy {
   bool final_barrier(const char* who) {
     if (group_ == nullptr) return true;
     try {
-      group_->barrier()->wait();
+      barrier();  // the most derived one's (a parameter server's adds the job's first failure to errors)
       return true;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kiln: %s %d: the final barrier failed: %s\n", who, group_->rank(), e.what());
@@ -367,6 +368,24 @@ class ParameterServerStrategy : public GroupStrategy {
     KILN_CHECK(worker_ == nullptr, "Trainer: strategy 'parameter_server' runs one fit() per process");
     worker_ = std::make_unique<distributed::ps::Worker>(store_, role_, *optimizers[0], ps_, &module);
     return false;
+  }
+
+  // No group spans servers and workers: a failure here is recorded as the job's, which the other processes
+  // watch (they fail naming it, in fit or in their workers' collectives below), and rethrown.
+  void agree(std::exception_ptr error, const std::string& what) override {
+    if (!error) return;
+    std::string message = "an exception that is not a std::exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    if (store_ != nullptr) {
+      distributed::ps::record_failure(*store_, ps_.name, role_.describe() + " (rank " + std::to_string(info_.rank) +
+                                                             "): " + what + " failed: " + message);
+    }
+    std::rethrow_exception(error);
   }
 
   // The workers' own collectives (metrics, the run folder, the final barrier) fail naming only the group when a

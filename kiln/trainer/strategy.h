@@ -47,14 +47,18 @@ class Strategy {
   // A DataModule's prepare_data (`prepare`): run in one process per node, or in one process of the job when
   // `per_node` is false, while the other processes wait for it, up to TrainerOptions::process_group_timeout.
   // ddp: local rank 0 of each node, or rank 0. parameter_server: the node's first worker (only workers run
-  // validate, test and predict), or worker 0; a node of servers alone, its first server. Returns in every
+  // validate, test and predict), or worker 0; a node of servers alone, its first server (a node is the ranks
+  // rank - local rank onward: its ranks must be consecutive, as torchrun, kiln launch and SLURM's default block
+  // layout number them, not spread round-robin over the nodes). Returns in every
   // process once it has run; when it failed, every process throws: the one that ran it its own error, the
   // others an error naming it. Collective under ddp and parameter_server (every process that runs the stage
   // calls it at the same point); one process just runs it.
   virtual void prepare_data(const std::function<void()>& prepare, bool per_node) { prepare(); }
-  // After a step every rank takes on its own (a DataModule's setup and loaders): `error` is how it went on this
-  // rank. Rethrows it; otherwise throws, naming `what` and the ranks, when it failed on another rank, so that
-  // no rank goes on to collectives the others will not make. Collective under ddp; elsewhere it only rethrows.
+  // After a step every rank takes on its own (a DataModule's setup and loaders, their rebuilding): `error` is
+  // how it went on this rank. Rethrows it; otherwise throws, naming `what` and the ranks, when it failed on
+  // another rank, so that no rank goes on to collectives the others will not make. Collective under ddp; under
+  // parameter_server a failure is recorded as the job's (which fails the others) and rethrown; one process
+  // only rethrows.
   virtual void agree(std::exception_ptr error, const std::string& what) {
     if (error) std::rethrow_exception(error);
   }
@@ -71,9 +75,12 @@ class Strategy {
   virtual void fit_starting() {}
   // fit() is over: `error` is "" when it succeeded, else what it failed with.
   virtual void fit_ended(const std::string& error) {}
-  // The loader the loops iterate: the user's, or one over this rank's shard of its dataset.
+  // The loader the loops iterate: the user's, or one over this rank's shard of its dataset (which replaces the
+  // training shard made before).
   virtual data::DataLoader& train_loader(data::DataLoader& user) { return user; }
   virtual data::DataLoader* eval_loader(data::DataLoader* user) { return user; }
+  // Frees the evaluation shards eval_loader made so far (fit's loaders are being replaced).
+  virtual void forget_eval_loaders() {}
 
   // Around training_step (the forward).
   virtual void before_training_step() {}

@@ -268,7 +268,11 @@ void Trainer::use_loaders(data::DataLoader& user_train, const std::vector<data::
     overfit = std::make_unique<data::DataLoader>(user_train.dataset(), o);
     unshuffled = overfit.get();
   }
-  // This rank's shards of the data (the user's loaders themselves on one process).
+  // This rank's shards of the data (the user's loaders themselves on one process). The strategy frees the
+  // shards it made before: nothing points at them from here on, also if a check below fails.
+  train_loader_ = nullptr;
+  val_loaders_.clear();
+  strategy_->forget_eval_loaders();
   data::DataLoader* train = &strategy_->train_loader(*unshuffled);
   std::vector<data::DataLoader*> vals;
   std::vector<int64_t> limits;
@@ -519,7 +523,17 @@ void Trainer::train_loop() {
     epoch_finished_ = false;
     // The first epoch this fit runs, resumed or not, has the loaders it started with.
     const int64_t reload_every = options_.reload_dataloaders_every_n_epochs;
-    if (!first_epoch && reload_every > 0 && epoch_ % reload_every == 0) reload_loaders_();
+    if (!first_epoch && reload_every > 0 && epoch_ % reload_every == 0) {
+      // Every rank rebuilds here; one whose DataModule failed to would leave the others in collectives it
+      // never makes, so they agree first (ddp).
+      std::exception_ptr error;
+      try {
+        reload_loaders_();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      strategy_->agree(error, "rebuilding the DataModule's loaders (reload_dataloaders_every_n_epochs)");
+    }
     data::DataLoader& train = *train_loader_;
     if (!resuming_mid_epoch) {
       train.set_epoch(static_cast<uint64_t>(epoch_));

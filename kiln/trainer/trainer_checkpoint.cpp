@@ -104,8 +104,13 @@ Checkpoint Trainer::build_checkpoint() {
     keys_with_state.insert(key);
     for (const auto& [k, v] : state) c.set("callbacks." + key + "." + k, v);
   }
-  if (datamodule_ != nullptr)
+  if (datamodule_ != nullptr) {
     for (const auto& [k, v] : datamodule_->state_dict()) c.set("datamodule." + k, v);
+    // What it held when the loaders in use were built (reload_dataloaders_every_n_epochs), for a resume to
+    // build the same ones.
+    if (options_.reload_dataloaders_every_n_epochs > 0)
+      for (const auto& [k, v] : dm_state_at_build_) c.set("datamodule_at_build." + k, v);
+  }
   if (scaler_)
     for (const auto& [k, v] : scaler_->state_dict()) c.set_double("grad_scaler." + k, v);
   strategy_->save_state(c);

@@ -226,6 +226,38 @@ TEST(DataModule, MissingLoadersAreClearErrors) {
   EXPECT_EQ(holes.calls.back(), "teardown fit");
 }
 
+// A DataModule fit started from a hook of a running one is refused, and the running fit goes on with its own
+// loaders (the refusal must not release them).
+TEST(DataModule, AFitFromAHookOfAnotherIsRefusedAndTheFirstGoesOn) {
+  TempDir dir;
+  struct NestedFit : trainer::Callback {
+    std::string refused;
+    void on_train_epoch_end(trainer::Trainer& t, trainer::TrainModule&) override {
+      if (t.current_epoch() != 0) return;
+      Regressor other;
+      RegressionData other_data;
+      try {
+        t.fit(other, other_data);
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    }
+  };
+  auto nested = std::make_shared<NestedFit>();
+  auto o = quiet(dir.str());
+  o.max_epochs = 3;
+  o.reload_dataloaders_every_n_epochs = 2;
+  o.callbacks = {nested};
+  Regressor m;
+  RegressionData dm;
+  dm.batch_size = 8;
+  trainer::Trainer(o).fit(m, dm);
+  EXPECT_NE(nested->refused.find("while another run of this Trainer is using one"), std::string::npos)
+      << nested->refused;
+  EXPECT_EQ(m.train_steps, 3 * 6);
+  EXPECT_EQ(dm.trains_built, 2);
+}
+
 // reload_dataloaders_every_n_epochs = 2 over 5 epochs: the loaders are built when the fit starts and again at
 // epochs 2 and 4, each time with the batch size a callback set at the end of the epoch before (8, 12, 16, 20 after
 // epochs 0 to 3): 48 examples make 12 batches of 4 in epochs 0 and 1, 4 of 12 in epochs 2 and 3, 3 of 20 in 4.
@@ -271,41 +303,72 @@ TEST(DataModule, ReloadDataloadersEveryNEpochsRebuildsTheLoaders) {
 // Loaders rebuilt every epoch from the same batch size are the same loaders: the weights are those of a fit
 // that never rebuilds them, bit for bit, and a fit resumed mid-epoch from a checkpoint of that run ends on
 // them too (the first epoch a fit runs keeps the loaders it started with, at the position the checkpoint holds).
+// Then with a batch size a callback grows at each epoch's end (12, 16, 20, 24) and rebuilds every 2 epochs: a
+// checkpoint in epoch 3 holds batch size 20, but epoch 3's loaders were built with 16; the resumed fit builds
+// them from that (the checkpoint's datamodule_at_build) and ends on the uninterrupted run's weights.
 TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
   TempDir dir;
-  const std::string path = dir / "mid.ckpt";
-  auto run = [&](int64_t reload, const std::string& ckpt, bool save) {
-    struct SaveMidEpoch : trainer::Callback {
-      std::string path;
-      void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
-                              int64_t idx) override {
-        if (t.current_epoch() == 1 && idx == 2) t.save_checkpoint(path);
-      }
-    };
-    auto o = quiet(dir.str());
-    o.max_epochs = 3;
-    o.reload_dataloaders_every_n_epochs = reload;
-    if (save) {
-      auto cb = std::make_shared<SaveMidEpoch>();
-      cb->path = path;
-      o.callbacks = {cb};
+  struct SaveMidEpoch : trainer::Callback {
+    std::string path;
+    int64_t epoch = 1;
+    void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
+                            int64_t idx) override {
+      if (t.current_epoch() == epoch && idx == 1) t.save_checkpoint(path);
     }
+  };
+  struct GrowTheBatch : trainer::Callback {
+    RegressionData* dm = nullptr;
+    void on_train_epoch_end(trainer::Trainer& t, trainer::TrainModule&) override {
+      dm->batch_size = 8 + 4 * (t.current_epoch() + 1);
+    }
+  };
+  struct Run {
+    int64_t reload = 0, epochs = 3;
+    bool grow = false;
+    std::string save_to, resume_from;
+    int64_t save_epoch = 1;
+  };
+  auto run = [&](const Run& r) {
+    auto o = quiet(dir.str());
+    o.max_epochs = r.epochs;
+    o.reload_dataloaders_every_n_epochs = r.reload;
     manual_seed(5);
     Regressor m;
     RegressionData dm;
     dm.batch_size = 8;
+    if (!r.save_to.empty()) {
+      auto cb = std::make_shared<SaveMidEpoch>();
+      cb->path = r.save_to, cb->epoch = r.save_epoch;
+      o.callbacks.push_back(cb);
+    }
+    if (r.grow) {
+      auto cb = std::make_shared<GrowTheBatch>();
+      cb->dm = &dm;
+      o.callbacks.push_back(cb);
+    }
     trainer::Trainer t(o);
-    t.fit(m, dm, ckpt);
+    t.fit(m, dm, r.resume_from);
     return std::make_pair(flat(weights_of(m)), dm.trains_built);
   };
-  const auto [plain, plain_built] = run(0, "", false);
-  const auto [reloaded, reloaded_built] = run(1, "", true);
+  const std::string mid = dir / "mid.ckpt", grown = dir / "grown.ckpt";
+  const auto [plain, plain_built] = run({.reload = 0});
+  const auto [reloaded, reloaded_built] = run({.reload = 1, .save_to = mid});
   EXPECT_EQ(plain_built, 1);
   EXPECT_EQ(reloaded_built, 3);
   EXPECT_EQ(reloaded, plain);
-  const auto [resumed, resumed_built] = run(1, path, false);
+  const auto [resumed, resumed_built] = run({.reload = 1, .resume_from = mid});
   EXPECT_EQ(resumed_built, 2);  // when the resumed fit starts (epoch 1), and for epoch 2
   EXPECT_EQ(resumed, plain);
+
+  const auto [growing, growing_built] = run({.reload = 2, .epochs = 5, .grow = true, .save_to = grown, .save_epoch = 3});
+  EXPECT_EQ(growing_built, 3);
+  const trainer::Checkpoint ckpt = trainer::load_checkpoint(grown);
+  EXPECT_EQ(ckpt.get("datamodule.batch_size"), "20");
+  EXPECT_EQ(ckpt.get("datamodule_at_build.batch_size"), "16");
+  const auto [grown_resumed, grown_resumed_built] =
+      run({.reload = 2, .epochs = 5, .grow = true, .resume_from = grown});
+  EXPECT_EQ(grown_resumed, growing);
+  EXPECT_EQ(grown_resumed_built, 2);  // epoch 3's loaders, then epoch 4's
 }
 
 // scale_batch_size over a DataModule: its batch_size is what is scaled, and is left at the answer.

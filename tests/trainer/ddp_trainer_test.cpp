@@ -441,6 +441,8 @@ struct SlowPreparedData : trainer::DataModule {
   std::string root;
   std::string fail;  // prepare_data throws this, when set
   int fail_setup_on = -1;  // the rank whose setup throws
+  int fail_rebuild_on = -1;  // the rank whose second train_dataloader() throws
+  int built = 0;
   explicit SlowPreparedData(std::string r, bool per_node = true) : root(std::move(r)) {
     batch_size = 4;
     prepare_data_per_node = per_node;
@@ -461,7 +463,10 @@ struct SlowPreparedData : trainer::DataModule {
                std::string("rank ") + std::getenv("RANK") + "'s setup ran before " + place() + " was prepared");
     if (std::atoi(std::getenv("RANK")) == fail_setup_on) throw std::runtime_error("setup: no such split");
   }
-  std::unique_ptr<data::DataLoader> train_dataloader() override { return loader(regression_data(32), batch_size); }
+  std::unique_ptr<data::DataLoader> train_dataloader() override {
+    if (++built == 2 && std::atoi(std::getenv("RANK")) == fail_rebuild_on) throw std::runtime_error("the shard moved");
+    return loader(regression_data(32), batch_size);
+  }
   std::unique_ptr<data::DataLoader> test_dataloader() override { return loader(regression_data(16, 9), batch_size); }
 };
 
@@ -506,16 +511,19 @@ TEST(TrainerDDP, PrepareDataRunsOncePerNodeWhileTheOtherRanksWait) {
 }
 
 // Two ranks fit a DataModule that `spoil` breaks: each rank's fit must throw an error containing want(rank)
-// in under 10 s (the timeout is 30) without training.
+// in under 10 s (the timeout is 30), after `steps` steps.
 void expect_both_ranks_fail_promptly(const std::function<void(SlowPreparedData&)>& spoil,
-                                     const std::function<std::string(int)>& want, const std::string& root) {
+                                     const std::function<std::string(int)>& want, const std::string& root,
+                                     int64_t reload_every = 0, int64_t steps = 0) {
   const uint16_t port = distributed::find_free_port();
   const auto results = run_ranks(2, [&](int rank) {
     set_rank_env(rank, 2, port);
     Regressor m;
     SlowPreparedData data(root);
     spoil(data);
-    trainer::Trainer tr(ddp_options(root));
+    trainer::TrainerOptions o = ddp_options(root);
+    o.reload_dataloaders_every_n_epochs = reload_every;
+    trainer::Trainer tr(o);
     const auto start = std::chrono::steady_clock::now();
     std::string message;
     try {
@@ -528,7 +536,8 @@ void expect_both_ranks_fail_promptly(const std::function<void(SlowPreparedData&)
     rank_check(message.find(want(rank)) != std::string::npos,
                me + ": expected an error with '" + want(rank) + "', got '" + message + "'");
     rank_check(seconds < 10, me + " failed after " + std::to_string(seconds) + " s");
-    rank_check(tr.global_step() == 0, me + " trained");
+    rank_check(tr.global_step() == steps, me + " made " + std::to_string(tr.global_step()) + " steps, expected " +
+                                              std::to_string(steps));
   }, std::chrono::seconds(60));
   expect_all_ok(results);
 }
@@ -554,6 +563,20 @@ TEST(TrainerDDP, ASetupThatFailsOnOneRankFailsEveryRankPromptly) {
                                                      : "the DataModule's setup(fit) or its loaders failed on rank 1";
                                   },
                                   dir.str());
+}
+
+// The loaders are rebuilt every epoch (reload_dataloaders_every_n_epochs), and rank 1's rebuild for epoch 1
+// fails: both ranks fail there, rank 0 naming rank 1, after epoch 0's 4 steps (rank 0 would otherwise go on
+// to epoch 1's all-reduces while rank 1 leaves for its final barrier).
+TEST(TrainerDDP, ARebuildThatFailsOnOneRankFailsEveryRankPromptly) {
+  TempDir dir;
+  expect_both_ranks_fail_promptly([](SlowPreparedData& d) { d.fail_rebuild_on = 1; },
+                                  [](int rank) -> std::string {
+                                    return rank == 1 ? "the shard moved"
+                                                     : "rebuilding the DataModule's loaders "
+                                                       "(reload_dataloaders_every_n_epochs) failed on rank 1";
+                                  },
+                                  dir.str(), /*reload_every=*/1, /*steps=*/4);
 }
 
 // Under parameter_server, one server and three workers on two "nodes" (ranks 0, 1 | 2, 3): each node's first
