@@ -1,11 +1,11 @@
-// The ops kiln builds from other ops against LibTorch's (which has kernels for most of them), on the CPU,
-// forward + backward through autograd where they are differentiable: indexing with index tensors (a row gather,
-// a mask, an accumulating write; nonzero, forward only), topk, sort, gather, cumsum and tril (kernels), einsum
-// (attention scores, a chain of three), torch.nn's activations beyond relu, gelu, silu, sigmoid and tanh (most now one fused kernel each way, activation_kind.h; softsign,
-// tanhshrink and threshold still composites), log of |x| (kiln's vectorized float log), interpolate
-// (bilinear and bicubic up, area down), padding (reflect, replicate), a transpose's copy, an NCHW to NHWC copy,
-// pixel_shuffle and rms_norm (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and pools
-// (kiln's composites over the 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold,
+// The ops kiln builds from other ops against LibTorch's (which has kernels for most of them), on the CPU, forward +
+// backward through autograd where they are differentiable: indexing with index tensors (a row gather, a mask, an
+// accumulating write; nonzero, forward only), topk, sort, gather, cumsum and tril (kernels), einsum (attention
+// scores, a chain of three), torch.nn's activations beyond relu, gelu, silu, sigmoid and tanh (most one fused kernel
+// each way, activation_kind.h; softsign and tanhshrink composites), log of |x| (kiln's vectorized float log),
+// interpolate (bilinear and bicubic up, area down), padding (reflect, replicate), a transpose's copy, an NCHW to
+// NHWC copy, pixel_shuffle and rms_norm (LibTorch 1.13 has none: its usual composite), and the 3-d convolutions and
+// pools (kiln's composites over the 2-d kernels; LibTorch's own 3-d kernels), embedding_bag, unfold and fold,
 // grid_sample, lp_pool2d and channel_shuffle; and max_pool2d with padding (ResNet's stem pool, a kernel).
 // Interleaved in one process, medians; the ratio is kiln / LibTorch (below 1: faster). Each pair is checked to
 // agree before it is timed. Without LibTorch (KILN_BENCH_WITH_TORCH unset) it times kiln alone.

@@ -52,7 +52,11 @@ Tensor softshrink(const Tensor& x, double lambd) { return activation(x, Activati
 
 Tensor hardshrink(const Tensor& x, double lambd) { return activation(x, Activation::hardshrink, {.a = lambd}); }
 
-Tensor threshold(const Tensor& x, double threshold, double value) { return where(x > threshold, x, Scalar(value)); }
+// Floating point: the fused kernel (value where x <= threshold, NaN kept); integers keep their dtype, as in PyTorch.
+Tensor threshold(const Tensor& x, double threshold, double value) {
+  if (x.defined() && is_floating(x.dtype())) return activation(x, Activation::threshold, {.a = threshold, .b = value});
+  return where(x > threshold, x, Scalar(static_cast<int64_t>(value)));  // value truncated, as PyTorch casts it
+}
 
 Tensor glu(const Tensor& x, int64_t dim) {
   KILN_CHECK(x.dim() > 0, "glu: expected at least one dim, got a 0-dim tensor");

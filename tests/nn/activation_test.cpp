@@ -136,6 +136,9 @@ std::vector<FusedActivation> fused_activations() {
        [](double x) { return x >= -0.5 && x <= 0.5 ? 0.0 : 1.0; }},
       {"hardshrink", [](const Tensor& x) { return F::hardshrink(x, 0.5); },
        [](double x) { return x >= -0.5 && x <= 0.5 ? 0.0 : 1.0; }},
+      // PyTorch's threshold_backward: 0 where x <= threshold, so a NaN input passes its gradient on.
+      {"threshold", [](const Tensor& x) { return F::threshold(x, 0.25, -2.0); },
+       [](double x) { return x <= 0.25 ? 0.0 : 1.0; }},
   };
 }
 
@@ -197,6 +200,17 @@ TEST(Activations, FusedBackwardChecksItsInputs) {
   expect_error([&] { F::softshrink(x, -0.5); }, {"softshrink: lambd = -0.5: expected >= 0"});
   // Integer inputs compute in the default float dtype.
   EXPECT_EQ(F::hardswish(arange(-4, 5)).dtype(), default_dtype());
+}
+
+// threshold of NaN is NaN (PyTorch compares x <= threshold, which NaN fails), and of integers keeps their dtype.
+TEST(Activations, ThresholdKeepsNaNAndIntegerDtypes) {
+  const std::vector<double> y = values(F::threshold(tensor({kNan, 0.25, 0.5}, kFloat32), 0.25, -2.0));
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], -2.0);
+  EXPECT_EQ(y[2], 0.5);
+  const Tensor yi = F::threshold(tensor(std::vector<int64_t>{-3, 1, 2, 7}), 1, 5);
+  EXPECT_EQ(yi.dtype(), kInt64);
+  EXPECT_EQ(values(yi), (std::vector<double>{5, 5, 2, 7}));
 }
 
 TEST(Activations, GluSoftminAndPrelu) {

@@ -293,6 +293,7 @@ Tensor& leaky_relu_(Tensor& x, double slope) {
 //   softplus:    g sigmoid(beta x) where beta x <= threshold, else g
 //   logsigmoid:  g sigmoid(-x)
 //   the shrinks: 0 from -lambd to lambd (both included), else g
+//   threshold:   0 up to the threshold (included), else g
 namespace {
 Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation kind, const ActivationParams& p) {
   switch (kind) {
@@ -321,6 +322,8 @@ Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation ki
     case Activation::softshrink:
     case Activation::hardshrink:
       return where(ops::logical_and(ops::ge(x, -p.a), ops::le(x, p.a)), Scalar(0.0), g);
+    case Activation::threshold:
+      return where(ops::le(x, p.a), Scalar(0.0), g);
   }
   KILN_CHECK(false, "activation: unknown kind ", static_cast<int>(kind));
   return {};

@@ -3,9 +3,9 @@
 // list below and a pair of functors in elementwise_functors.h.
 //
 // Without them each was a composite of element-wise ops: elu was six passes forward and as many back, each
-// with a temporary the size of the input; logsigmoid took 3.4 times LibTorch's time, softshrink 2.4. torch.nn's
-// other activations (softsign, tanhshrink, threshold) stay composites (activation.cpp in kiln/nn): a benchmark
-// puts them at 0.7 to 1.1 times the time of LibTorch's kernels.
+// with a temporary the size of the input; logsigmoid took 3.4 times LibTorch's time, softshrink 2.4, threshold
+// (a comparison and a where) 1.06-1.38. torch.nn's other activations (softsign, tanhshrink) stay composites
+// (activation.cpp in kiln/nn): a benchmark puts them at 0.7 to 0.9 times the time of LibTorch's kernels.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,8 @@ namespace kiln {
   X(softplus, Softplus, SoftplusBackward)         \
   X(logsigmoid, Logsigmoid, LogsigmoidBackward)   \
   X(softshrink, Softshrink, ShrinkBackward)       \
-  X(hardshrink, Hardshrink, ShrinkBackward)
+  X(hardshrink, Hardshrink, ShrinkBackward)       \
+  X(threshold, Threshold, ThresholdBackward)
 
 enum class Activation : uint8_t {
 #define KILN_ACTIVATION_ENUM(kind, ...) kind,
@@ -37,6 +38,7 @@ enum class Activation : uint8_t {
 //   hardtanh: a = min_val, b = max_val;
 //   softplus: a = beta, b = threshold: log(1 + e^(beta x)) / beta, x itself where beta x > threshold;
 //   softshrink, hardshrink: a = lambd;
+//   threshold: a = threshold, b = value: value where x <= threshold, else x (so NaN stays NaN, as in PyTorch);
 //   the others take none.
 struct ActivationParams {
   double a = 0, b = 0, c = 0;

@@ -350,6 +350,23 @@ struct ShrinkBackward {  // both shrinks: 0 from -lambd to lambd (both included)
   }
 };
 
+struct Threshold {  // value up to threshold (included), else x: NaN compares false and stays, as in PyTorch
+  double threshold, value;
+  explicit Threshold(const ActivationParams& p) : threshold(p.a), value(p.b) {}
+  template <class T> KILN_INLINE T operator()(T x) const {
+    const T t = T(threshold), v = T(value);  // before the select (see above: read in its arm, 45x slower)
+    return x <= t ? v : x;
+  }
+};
+struct ThresholdBackward {  // 0 up to threshold (included), else g
+  double threshold;
+  explicit ThresholdBackward(const ActivationParams& p) : threshold(p.a) {}
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    const T t = T(threshold);
+    return x <= t ? T(0) : g;
+  }
+};
+
 // Calls run(functor, name) with the value functor of `kind` (Backward false) or its gradient's (true): the one
 // switch the CPU and CUDA kernels of ops::activation share.
 template <bool Backward, class Run>
