@@ -14,6 +14,8 @@
 //   rng.<key>                    text    the default generator's seed and offset, the loaders' positions
 //   callbacks.<state_key>.<key>  text    each callback's checkpoint_state()
 //   datamodule.<key>             text    the DataModule's state_dict() (a fit given one, data_module.h)
+//   datamodule_at_build.<key>    text    its state_dict() when the loaders in use were built (the epoch they
+//                                        were built for: trainer.datamodule_loaders_epoch)
 //   hparams.<key>                text    the module's hyperparameters
 //   ps.shard.<k>.values          tensor  parameter server k's shard (strategy parameter_server), and
 //   ps.shard.<k>.optimizer.<key> both    its optimizer's state; ps.num_servers (text) says how many

@@ -28,10 +28,16 @@
 // (a rank where they failed fails the others at once, naming it). Under ddp the Trainer shards the loaders it
 // gets, as it does loaders given to fit directly.
 //
-// state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>"). A fit that resumes from one hands it
-// to load_state_dict() after setup and before building the loaders (so the state may shape them); a checkpoint
-// without such entries (written by a fit given loaders) calls nothing. A checkpoint that cannot be read then
-// fails before the fit starts (so callbacks' on_exception and the loggers do not hear of it).
+// state_dict() is kept in the Trainer's checkpoints ("datamodule.<key>"), and so is what it returned just
+// before the loaders in use were built ("datamodule_at_build.<key>"; building may move the state on, and a
+// callback may change it later, for the next build: a batch size, a curriculum's stage). A fit that resumes
+// from one hands the latter to load_state_dict() after setup and before building the loaders (so the state
+// shapes them as it shaped the interrupted run's), then, if it differs, the former: load_state_dict may be
+// called twice, and should set the whole state from what it is given. A resume at the start of an epoch where
+// reload_dataloaders_every_n_epochs rebuilds, which the interrupted run had not reached, hands it the former
+// only (that run would have built from it there). A checkpoint without such entries (written by a fit given
+// loaders) calls nothing. A checkpoint that cannot be read fails before the fit starts (so callbacks'
+// on_exception and the loggers do not hear of it).
 #pragma once
 
 #include <cstdint>

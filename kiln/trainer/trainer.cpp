@@ -521,7 +521,8 @@ void Trainer::train_loop() {
     if (strategy_->any(out_of_time || (should_stop_ && epoch_ >= options_.min_epochs))) break;
 
     epoch_finished_ = false;
-    // The first epoch this fit runs, resumed or not, has the loaders it started with.
+    // A rebuild is due at every multiple of n but in the first epoch a fit runs, whose loaders fit(DataModule)
+    // has just built: a resumed one's from the state the checkpoint says its epoch's loaders came from.
     const int64_t reload_every = options_.reload_dataloaders_every_n_epochs;
     if (!first_epoch && reload_every > 0 && epoch_ % reload_every == 0) {
       // Every rank rebuilds here; one whose DataModule failed to would leave the others in collectives it

@@ -93,9 +93,10 @@ struct TrainerOptions {
   // is a multiple of this (0: never; the first epoch a fit runs, resumed or not, uses the loaders it started
   // with). For loaders that change during training: a curriculum, a batch size set by a callback. Checkpoints
   // keep the DataModule's state as it was when the loaders in use were built, and a resume builds them from it
-  // (then hands the DataModule its latest state), so the resumed epoch runs on the same loaders. What callbacks
-  // read once at the fit's start (EarlyStopping's validation length, a schedule sized by the first epoch's
-  // batches) does not follow a rebuild. A fit given loaders cannot rebuild them and refuses it.
+  // (then hands the DataModule its latest state), so the resumed epoch runs on the same loaders; a resume at
+  // the start of an epoch that rebuilds builds them from the latest state, as the interrupted run would have.
+  // What callbacks read once at the fit's start (EarlyStopping's validation length, a schedule sized by the
+  // first epoch's batches) does not follow a rebuild. A fit given loaders cannot rebuild them and refuses it.
   int64_t reload_dataloaders_every_n_epochs = 0;
   int64_t log_every_n_steps = 50;
 
@@ -363,7 +364,8 @@ class Trainer {
   std::function<void()> reload_loaders_;
   std::unique_ptr<data::DataLoader> dm_train_;
   std::vector<std::unique_ptr<data::DataLoader>> dm_vals_;
-  CallbackState dm_state_at_build_;  // the DataModule's state_dict() when they were built
+  CallbackState dm_state_at_build_;  // the DataModule's state_dict() just before they were built
+  int64_t dm_built_for_epoch_ = 0;    // the epoch they were built for
   // The checkpoint a DataModule's fit read to hand the DataModule its state before its loaders were built,
   // with its path: fit's resume takes it rather than reading the file again.
   std::optional<std::pair<std::string, Checkpoint>> preloaded_checkpoint_;

@@ -106,10 +106,10 @@ Checkpoint Trainer::build_checkpoint() {
   }
   if (datamodule_ != nullptr) {
     for (const auto& [k, v] : datamodule_->state_dict()) c.set("datamodule." + k, v);
-    // What it held when the loaders in use were built (reload_dataloaders_every_n_epochs), for a resume to
-    // build the same ones.
-    if (options_.reload_dataloaders_every_n_epochs > 0)
-      for (const auto& [k, v] : dm_state_at_build_) c.set("datamodule_at_build." + k, v);
+    // What it held when the loaders in use were built, and for which epoch, for a resume to build the same
+    // ones (a callback may have changed the state since: a batch size, a curriculum's stage).
+    for (const auto& [k, v] : dm_state_at_build_) c.set("datamodule_at_build." + k, v);
+    c.set_int("trainer.datamodule_loaders_epoch", dm_built_for_epoch_);
   }
   if (scaler_)
     for (const auto& [k, v] : scaler_->state_dict()) c.set_double("grad_scaler." + k, v);

@@ -175,6 +175,7 @@ TEST(DataModule, StateIsCheckpointedAndRestoredOnResume) {
   dm.batch_size = 8;
   trainer::Trainer(o).fit(m, dm);
   EXPECT_EQ(trainer::load_checkpoint(path).get("datamodule.trains_built"), "1");
+  EXPECT_EQ(trainer::load_checkpoint(path).get("datamodule_at_build.trains_built"), "0");
 
   Regressor resumed;
   RegressionData again;
@@ -183,8 +184,9 @@ TEST(DataModule, StateIsCheckpointedAndRestoredOnResume) {
   o.max_epochs = 2;
   trainer::Trainer(o).fit(resumed, again, path);
   EXPECT_EQ(again.loaded, (trainer::CallbackState{{"trains_built", "1"}, {"batch_size", "8"}}));
+  // Its state before the loaders were built (trains_built 0), then the latest, which the build moved on.
   EXPECT_EQ(again.calls, (Calls{"prepare_data", "setup fit", "load_state_dict", "train_dataloader", "val_dataloader",
-                                "teardown fit"}));
+                                "load_state_dict", "teardown fit"}));
   EXPECT_EQ(again.loaded_at_step, 0);
   EXPECT_EQ(resumed.train_steps, 6);  // the second epoch only: 48 examples in batches of 8, not 4
   // A fit given loaders writes no datamodule entries, and a DataModule fit resuming from its checkpoint calls
@@ -305,16 +307,27 @@ TEST(DataModule, ReloadDataloadersEveryNEpochsRebuildsTheLoaders) {
 // them too (the first epoch a fit runs keeps the loaders it started with, at the position the checkpoint holds).
 // Then with a batch size a callback grows at each epoch's end (12, 16, 20, 24) and rebuilds every 2 epochs: a
 // checkpoint in epoch 3 holds batch size 20, but epoch 3's loaders were built with 16; the resumed fit builds
-// them from that (the checkpoint's datamodule_at_build) and ends on the uninterrupted run's weights.
+// them from that (the checkpoint's datamodule_at_build) and ends on the uninterrupted run's weights. A checkpoint
+// at the end of epoch 1 resumes at epoch 2, where a rebuild is due: the resumed fit builds epoch 2's loaders
+// from the batch size the callback left (16), as the uninterrupted run did, and only those. Last, a DataModule
+// whose builder moves its own state (each build takes the next shard of data): resumed mid-epoch, and from
+// epoch 2's start after its rebuild, it builds the loaders it built then and goes on from there.
 TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
   TempDir dir;
-  struct SaveMidEpoch : trainer::Callback {
+  enum class When { SecondBatch, EpochStart, EpochEnd };
+  struct Save : trainer::Callback {
     std::string path;
     int64_t epoch = 1;
+    When when = When::SecondBatch;
+    void save(trainer::Trainer& t, When now) {
+      if (when == now && t.current_epoch() == epoch) t.save_checkpoint(path);
+    }
     void on_train_batch_end(trainer::Trainer& t, trainer::TrainModule&, const Tensor&, const data::Batch&,
                             int64_t idx) override {
-      if (t.current_epoch() == epoch && idx == 1) t.save_checkpoint(path);
+      if (idx == 1) save(t, When::SecondBatch);
     }
+    void on_train_epoch_start(trainer::Trainer& t, trainer::TrainModule&) override { save(t, When::EpochStart); }
+    void on_train_epoch_end(trainer::Trainer& t, trainer::TrainModule&) override { save(t, When::EpochEnd); }
   };
   struct GrowTheBatch : trainer::Callback {
     RegressionData* dm = nullptr;
@@ -322,11 +335,29 @@ TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
       dm->batch_size = 8 + 4 * (t.current_epoch() + 1);
     }
   };
+  struct NextShardEachBuild : RegressionData {  // shard k: 48 examples drawn with seed 100 + k
+    int64_t shard = 0;
+    std::unique_ptr<data::DataLoader> train_dataloader() override {
+      calls.push_back("train_dataloader");
+      ++trains_built;
+      return loader(regression_data(48, static_cast<uint64_t>(100 + shard++)), batch_size, /*shuffle=*/true, 0, 11);
+    }
+    trainer::CallbackState state_dict() const override {
+      trainer::CallbackState state = RegressionData::state_dict();
+      state["shard"] = std::to_string(shard);
+      return state;
+    }
+    void load_state_dict(const trainer::CallbackState& state) override {
+      RegressionData::load_state_dict(state);
+      shard = std::stoll(state.at("shard"));
+    }
+  };
   struct Run {
     int64_t reload = 0, epochs = 3;
-    bool grow = false;
+    bool grow = false, next_shard = false;
     std::string save_to, resume_from;
     int64_t save_epoch = 1;
+    When save_when = When::SecondBatch;
   };
   auto run = [&](const Run& r) {
     auto o = quiet(dir.str());
@@ -334,23 +365,24 @@ TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
     o.reload_dataloaders_every_n_epochs = r.reload;
     manual_seed(5);
     Regressor m;
-    RegressionData dm;
-    dm.batch_size = 8;
-    if (!r.save_to.empty()) {
-      auto cb = std::make_shared<SaveMidEpoch>();
-      cb->path = r.save_to, cb->epoch = r.save_epoch;
+    std::unique_ptr<RegressionData> dm =
+        r.next_shard ? std::make_unique<NextShardEachBuild>() : std::make_unique<RegressionData>();
+    dm->batch_size = 8;
+    if (r.grow) {  // before the checkpoint at an epoch's end, which then keeps the batch size it set
+      auto cb = std::make_shared<GrowTheBatch>();
+      cb->dm = dm.get();
       o.callbacks.push_back(cb);
     }
-    if (r.grow) {
-      auto cb = std::make_shared<GrowTheBatch>();
-      cb->dm = &dm;
+    if (!r.save_to.empty()) {
+      auto cb = std::make_shared<Save>();
+      cb->path = r.save_to, cb->epoch = r.save_epoch, cb->when = r.save_when;
       o.callbacks.push_back(cb);
     }
     trainer::Trainer t(o);
-    t.fit(m, dm, r.resume_from);
-    return std::make_pair(flat(weights_of(m)), dm.trains_built);
+    t.fit(m, *dm, r.resume_from);
+    return std::make_pair(flat(weights_of(m)), dm->trains_built);
   };
-  const std::string mid = dir / "mid.ckpt", grown = dir / "grown.ckpt";
+  const std::string mid = dir / "mid.ckpt", grown = dir / "grown.ckpt", ended = dir / "ended.ckpt";
   const auto [plain, plain_built] = run({.reload = 0});
   const auto [reloaded, reloaded_built] = run({.reload = 1, .save_to = mid});
   EXPECT_EQ(plain_built, 1);
@@ -360,7 +392,8 @@ TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
   EXPECT_EQ(resumed_built, 2);  // when the resumed fit starts (epoch 1), and for epoch 2
   EXPECT_EQ(resumed, plain);
 
-  const auto [growing, growing_built] = run({.reload = 2, .epochs = 5, .grow = true, .save_to = grown, .save_epoch = 3});
+  const auto [growing, growing_built] =
+      run({.reload = 2, .epochs = 5, .grow = true, .save_to = grown, .save_epoch = 3});
   EXPECT_EQ(growing_built, 3);
   const trainer::Checkpoint ckpt = trainer::load_checkpoint(grown);
   EXPECT_EQ(ckpt.get("datamodule.batch_size"), "20");
@@ -369,6 +402,27 @@ TEST(DataModule, ReloadedLoadersTrainAndResumeAsTheSameLoaders) {
       run({.reload = 2, .epochs = 5, .grow = true, .resume_from = grown});
   EXPECT_EQ(grown_resumed, growing);
   EXPECT_EQ(grown_resumed_built, 2);  // epoch 3's loaders, then epoch 4's
+
+  const auto [ending, ending_built] = run(
+      {.reload = 2, .epochs = 5, .grow = true, .save_to = ended, .save_epoch = 1, .save_when = When::EpochEnd});
+  EXPECT_EQ(ending, growing);  // the same run, checkpointed elsewhere
+  const trainer::Checkpoint at_end = trainer::load_checkpoint(ended);
+  EXPECT_EQ(at_end.get("datamodule.batch_size"), "16");
+  EXPECT_EQ(at_end.get("datamodule_at_build.batch_size"), "8");
+  const auto [end_resumed, end_resumed_built] = run({.reload = 2, .epochs = 5, .grow = true, .resume_from = ended});
+  EXPECT_EQ(end_resumed, growing);
+  EXPECT_EQ(end_resumed_built, 2);  // epoch 2's loaders when the fit starts, then epoch 4's
+
+  const auto [sharded, sharded_built] = run({.reload = 1, .next_shard = true, .save_to = mid});
+  EXPECT_EQ(sharded_built, 3);  // shards 0, 1 and 2
+  EXPECT_EQ(trainer::load_checkpoint(mid).get("datamodule_at_build.shard"), "1");
+  EXPECT_EQ(run({.reload = 1, .next_shard = true, .resume_from = mid}).first, sharded);
+  const std::string started = dir / "started.ckpt";
+  EXPECT_EQ(run({.reload = 1, .next_shard = true, .save_to = started, .save_epoch = 2, .save_when = When::EpochStart})
+                .first,
+            sharded);
+  EXPECT_EQ(trainer::load_checkpoint(started).get("trainer.batch_in_epoch"), "0");
+  EXPECT_EQ(run({.reload = 1, .next_shard = true, .resume_from = started}).first, sharded);
 }
 
 // scale_batch_size over a DataModule: its batch_size is what is scaled, and is left at the answer.
