@@ -1,9 +1,13 @@
 // torch.nn's activations beyond the ones autograd has always had (relu, gelu, silu, sigmoid, tanh, softplus,
-// leaky_relu). elu (with selu and celu), hardtanh (with relu6), hardsigmoid, hardswish, mish, logsigmoid and the
-// two shrinks have fused kernels for their value and gradient (kiln::activation,
+// leaky_relu). elu (with selu and celu), hardtanh (with relu6), hardsigmoid, hardswish, mish, logsigmoid, the
+// two shrinks and threshold have fused kernels for their value and gradient (kiln::activation,
 // kiln/tensor/ops/activation_kind.h), as softplus does. The rest are composites of differentiable element-wise
 // ops, so they run on every device and have every order of gradient.
 #include "kiln/nn/activation.h"
+
+#include <cmath>
+#include <limits>
+
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional {
@@ -52,10 +56,28 @@ Tensor softshrink(const Tensor& x, double lambd) { return activation(x, Activati
 
 Tensor hardshrink(const Tensor& x, double lambd) { return activation(x, Activation::hardshrink, {.a = lambd}); }
 
-// Floating point: the fused kernel (value where x <= threshold, NaN kept); integers keep their dtype, as in PyTorch.
+// Floating point: the fused kernel (value where x <= threshold, NaN kept). Integers keep their dtype, as in
+// PyTorch, which casts threshold and value to it (truncating) before it compares: so threshold(-1, -1.5, 5)
+// is 5, and an int64 past 2^24 is compared exactly, not as a float. A threshold or value the dtype cannot
+// hold is an error there too.
 Tensor threshold(const Tensor& x, double threshold, double value) {
-  if (x.defined() && is_floating(x.dtype())) return activation(x, Activation::threshold, {.a = threshold, .b = value});
-  return where(x > threshold, x, Scalar(static_cast<int64_t>(value)));  // value truncated, as PyTorch casts it
+  KILN_CHECK(x.defined(), "threshold: the input is an undefined tensor");
+  if (is_floating(x.dtype())) return activation(x, Activation::threshold, {.a = threshold, .b = value});
+  KILN_CHECK(x.dtype() != kBool, "threshold: not defined for bool tensors (expected a number dtype)");
+  int64_t t = 0, v = 0;
+  visit_dtype<kIntegralSet>(x.dtype(), "threshold", [&]<typename T>() {
+    auto cast = [&](double d, const char* name) {
+      // The range test in double: 2^63 rounds up, so the upper bound is exclusive of it.
+      const double lo = static_cast<double>(std::numeric_limits<T>::lowest()),
+                   hi = static_cast<double>(std::numeric_limits<T>::max());
+      KILN_CHECK(std::isfinite(d) && std::trunc(d) >= lo && (sizeof(T) < 8 ? std::trunc(d) <= hi : d < hi),
+                 "threshold: ", name, " ", d, " cannot be converted to the input's dtype ", x.dtype(),
+                 " (expected a finite number in its range)");
+      return static_cast<int64_t>(static_cast<T>(d));
+    };
+    t = cast(threshold, "threshold"), v = cast(value, "value");
+  });
+  return where(x <= Scalar(t), Scalar(v), x);
 }
 
 Tensor glu(const Tensor& x, int64_t dim) {

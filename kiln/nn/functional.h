@@ -466,7 +466,7 @@ Tensor logsigmoid(const Tensor& x);               // log(sigmoid(x)) = min(x, 0)
 Tensor tanhshrink(const Tensor& x);               // x - tanh(x)
 Tensor softshrink(const Tensor& x, double lambd = 0.5);  // x -+ lambd beyond +-lambd, 0 between; lambd >= 0
 Tensor hardshrink(const Tensor& x, double lambd = 0.5);  // x where |x| > lambd, else 0
-Tensor threshold(const Tensor& x, double threshold, double value);  // x > threshold ? x : value
+Tensor threshold(const Tensor& x, double threshold, double value);  // value where x <= threshold, else x
 Tensor glu(const Tensor& x, int64_t dim = -1);    // a sigmoid(b), where a, b are x's halves along dim
 Tensor softmin(const Tensor& x, int64_t dim);      // softmax(-x, dim)
 // x > 0 ? x : weight x; weight: (1), or (C) for x's dim 1 (the channels of (N, C, ...)).

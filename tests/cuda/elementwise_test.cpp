@@ -60,6 +60,7 @@ std::vector<Unary> unary_ops() {
       {"logsigmoid", [](const Tensor& x) { return activation(x, Activation::logsigmoid); }},
       {"softshrink", [](const Tensor& x) { return activation(x, Activation::softshrink, {0.5}); }},
       {"hardshrink", [](const Tensor& x) { return activation(x, Activation::hardshrink, {0.5}); }},
+      {"threshold", [](const Tensor& x) { return activation(x, Activation::threshold, {0.25, -2.0}); }},
       {"pow_2.5", [](const Tensor& x) { return pow(x, 2.5); }},
       {"pow_3", [](const Tensor& x) { return pow(x, 3); }},
       {"clamp", [](const Tensor& x) { return clamp(x, -1.0, 0.5); }},
@@ -182,7 +183,8 @@ TEST_F(CudaTest, ActivationBackwardMatchesTheCpu) {
                                                            {Activation::softplus, {2.0, 4.0}},
                                                            {Activation::logsigmoid, {}},
                                                            {Activation::softshrink, {0.5}},
-                                                           {Activation::hardshrink, {0.5}}};
+                                                           {Activation::hardshrink, {0.5}},
+                                                           {Activation::threshold, {0.25, -2.0}}};
   for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     for (const auto& [kind, params] : kinds) {
       // Inputs over [-5, 5): every branch of the hard ones.

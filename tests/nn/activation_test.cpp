@@ -202,7 +202,9 @@ TEST(Activations, FusedBackwardChecksItsInputs) {
   EXPECT_EQ(F::hardswish(arange(-4, 5)).dtype(), default_dtype());
 }
 
-// threshold of NaN is NaN (PyTorch compares x <= threshold, which NaN fails), and of integers keeps their dtype.
+// threshold of NaN is NaN (PyTorch compares x <= threshold, which NaN fails). Integers keep their dtype, and
+// PyTorch casts threshold and value to it, truncating, before comparing exactly; one the dtype cannot hold, a
+// NaN or a bool input is an error there too.
 TEST(Activations, ThresholdKeepsNaNAndIntegerDtypes) {
   const std::vector<double> y = values(F::threshold(tensor({kNan, 0.25, 0.5}, kFloat32), 0.25, -2.0));
   EXPECT_TRUE(std::isnan(y[0]));
@@ -211,6 +213,18 @@ TEST(Activations, ThresholdKeepsNaNAndIntegerDtypes) {
   const Tensor yi = F::threshold(tensor(std::vector<int64_t>{-3, 1, 2, 7}), 1, 5);
   EXPECT_EQ(yi.dtype(), kInt64);
   EXPECT_EQ(values(yi), (std::vector<double>{5, 5, 2, 7}));
+  // -1.5 truncates to -1, so -1 is at the threshold; 2^24 + 1 is above 2^24 (as float32 both are 2^24).
+  EXPECT_EQ(values(F::threshold(tensor(std::vector<int64_t>{-1, -2, 0}), -1.5, 5)), (std::vector<double>{5, 5, 0}));
+  EXPECT_EQ(values(F::threshold(tensor(std::vector<int64_t>{16777217, 16777216}), 16777216, 0)),
+            (std::vector<double>{16777217, 0}));
+  const Tensor bytes = tensor(std::vector<int64_t>{0, 3, 200}).to(kUInt8);
+  EXPECT_EQ(values(F::threshold(bytes, 3.9, 255)), (std::vector<double>{255, 255, 200}));
+  EXPECT_EQ(F::threshold(bytes, 3, 1).dtype(), kUInt8);
+  expect_error([&] { F::threshold(bytes, -1, 0); }, {"threshold: threshold -1 cannot be converted", "uint8"});
+  expect_error([&] { F::threshold(bytes, 1, 256); }, {"threshold: value 256 cannot be converted"});
+  expect_error([&] { F::threshold(tensor(std::vector<int64_t>{1}), 0, kNan); }, {"value nan cannot be converted"});
+  expect_error([&] { F::threshold(tensor(std::vector<int64_t>{1}), 9.3e18, 0); }, {"cannot be converted"});
+  expect_error([&] { F::threshold(tensor(std::vector<int64_t>{1}).to(kBool), 0, 1); }, {"not defined for bool"});
 }
 
 TEST(Activations, GluSoftminAndPrelu) {
