@@ -80,6 +80,30 @@ TEST(FunctionalParity, ActivationsMatchLibTorch) {
   }
 }
 
+// threshold on integer tensors: LibTorch casts threshold and value to the tensor's dtype (truncating) and
+// compares exactly, so -1.5 acts as -1 and an int64 past 2^24 is not rounded to a float's precision.
+TEST(FunctionalParity, ThresholdOnIntegersMatchesLibTorch) {
+  const std::vector<int64_t> longs = {-3, -2, -1, 0, 1, 7, 16777216, 16777217};
+  const std::vector<std::pair<double, double>> params = {{-1.5, 5}, {16777216, 0}, {0.9, -7}, {1, 1}};
+  for (const auto& [threshold, value] : params) {
+    const Tensor ours = F::threshold(tensor(longs), threshold, value);
+    const torch::Tensor theirs = torch::threshold(torch::tensor(longs, torch::kLong), threshold, value);
+    EXPECT_EQ(ours.dtype(), kInt64);
+    EXPECT_EQ(theirs.scalar_type(), torch::kLong);
+    const torch::Tensor c = theirs.contiguous();
+    const std::vector<int64_t> want(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+    EXPECT_EQ(ours.to_vector<int64_t>(), want) << "threshold " << threshold << ", value " << value;
+  }
+  const std::vector<int64_t> byte_values = {0, 3, 4, 200, 255};
+  for (const auto& [threshold, value] : std::vector<std::pair<double, double>>{{3.9, 255}, {0, 1}, {254.5, 9}}) {
+    const Tensor ours = F::threshold(tensor(byte_values).to(kUInt8), threshold, value);
+    const torch::Tensor theirs =
+        torch::threshold(torch::tensor(byte_values, torch::kLong).to(torch::kByte), threshold, value);
+    EXPECT_EQ(ours.dtype(), kUInt8);
+    EXPECT_EQ(kiln_values(ours), torch_values(theirs)) << "uint8, threshold " << threshold << ", value " << value;
+  }
+}
+
 // The losses of several inputs: each case builds both sides from the same float64 tensors; the gradients of
 // the float inputs (all of them but the labels) are compared.
 TEST(FunctionalParity, DistancesAndMarginLossesMatchLibTorch) {
