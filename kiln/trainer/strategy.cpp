@@ -62,6 +62,7 @@ class GroupStrategy : public Strategy {
     return shard.get();
   }
   void forget_eval_loaders() override { eval_.clear(); }
+  void forget_loaders() override { train_.reset(), eval_.clear(); }
 
   void all_reduce_sum(std::vector<double>& values) override {
     if (values.empty() || group_ == nullptr) return;

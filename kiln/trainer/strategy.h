@@ -81,6 +81,8 @@ class Strategy {
   virtual data::DataLoader* eval_loader(data::DataLoader* user) { return user; }
   // Frees the evaluation shards eval_loader made so far (fit's loaders are being replaced).
   virtual void forget_eval_loaders() {}
+  // Frees every shard train_loader and eval_loader made (the run that used them is over).
+  virtual void forget_loaders() {}
 
   // Around training_step (the forward).
   virtual void before_training_step() {}

@@ -200,6 +200,12 @@ void Trainer::attach(TrainModule& module, Stage stage) {
 }
 
 void Trainer::detach() {
+  // The loaders this run used, and the shards the strategy made of them (which hold the datasets and any
+  // worker threads), go with it: a DataModule's teardown then frees what it read.
+  train_loader_ = nullptr;
+  val_loaders_.clear();
+  overfit_train_.reset();
+  strategy_->forget_loaders();
   profiler_.reset();  // a stage that failed: no report
   if (module_ != nullptr) module_->trainer_ = nullptr;
   module_ = nullptr;
@@ -327,8 +333,6 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     train_epoch_means_.clear(), eval_means_.clear(), pending_step_logs_.clear();
   } catch (...) {
     // A bad limit or loader: nothing ran yet, and the module is free for the next fit.
-    train_loader_ = nullptr;
-    val_loaders_.clear();
     detach();
     throw;
   }
@@ -368,8 +372,6 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     if (strategy_->optimizers_ready(module, optimizers_)) {
       // A parameter server's server: it has served the workers' whole fit.
       call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
-      train_loader_ = nullptr;
-      val_loaders_.clear();
       finish_profiler(Stage::Fit);
       detach();
       return;
@@ -440,13 +442,9 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     for (auto& logger : loggers_) {
       try { logger->finalize(status); } catch (...) {}
     }
-    train_loader_ = nullptr;
-    val_loaders_.clear();
     detach();
     throw;
   }
-  train_loader_ = nullptr;
-  val_loaders_.clear();
   finish_profiler(Stage::Fit);
   detach();
 }

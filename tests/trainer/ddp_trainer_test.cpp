@@ -465,9 +465,23 @@ struct SlowPreparedData : trainer::DataModule {
   }
   std::unique_ptr<data::DataLoader> train_dataloader() override {
     if (++built == 2 && std::atoi(std::getenv("RANK")) == fail_rebuild_on) throw std::runtime_error("the shard moved");
-    return loader(regression_data(32), batch_size);
+    return loader(keep(regression_data(32)), batch_size);
   }
-  std::unique_ptr<data::DataLoader> test_dataloader() override { return loader(regression_data(16, 9), batch_size); }
+  std::unique_ptr<data::DataLoader> test_dataloader() override {
+    return loader(keep(regression_data(16, 9)), batch_size);
+  }
+  // By teardown the Trainer holds none of the datasets: neither the loaders it was given nor its rank's shards
+  // of them (which would keep a dataset a teardown means to free).
+  std::vector<std::weak_ptr<data::Dataset>> datasets;
+  std::shared_ptr<data::Dataset> keep(std::shared_ptr<data::Dataset> d) {
+    datasets.push_back(d);
+    return d;
+  }
+  void teardown(trainer::Stage stage) override {
+    for (const auto& d : datasets)
+      rank_check(d.expired(), std::string("rank ") + std::getenv("RANK") + ": a dataset outlived its loaders at " +
+                                  "teardown(" + trainer::stage_name(stage) + ")");
+  }
 };
 
 // Rank `rank` of 4 on two "nodes" of two: local ranks 0, 1, 0, 1, and KILN_TEST_NODE for SlowPreparedData.
