@@ -209,6 +209,11 @@ data::Batch Trainer::to_device(const data::Batch& batch) const {
   return out;
 }
 
+const Error& Trainer::foreign_exception() {
+  static const Error error("Trainer: the run failed with an exception not derived from std::exception");
+  return error;
+}
+
 void Trainer::notify_exception(const std::exception& error) {
   // A hook that throws while hearing of an error must not hide that error.
   call_hooks("on_exception", [&](Callback& c) {
@@ -359,21 +364,28 @@ void Trainer::fit(TrainModule& module, data::DataLoader& user_train, const std::
     for (auto& logger : loggers_) logger->finalize("success");
     call_hooks("teardown", [&](Callback& c) { c.teardown(*this, module, Stage::Fit); });
   } catch (const std::exception& e) {
-    sanity_checking_ = false;
-    try {
-      strategy_->fit_ended(e.what());
-    } catch (...) {
-      // Telling the other processes is best effort; the error below is what counts.
-    }
-    notify_exception(e);
-    const char* status = dynamic_cast<const Interrupted*>(&e) != nullptr ? "interrupted" : "failed";
-    for (auto& logger : loggers_) {
-      try { logger->finalize(status); } catch (...) {}
-    }
-    detach();
+    fit_failed(e);
+    throw;
+  } catch (...) {
+    fit_failed(foreign_exception());
     throw;
   }
   finish_profiler(Stage::Fit);
+  detach();
+}
+
+void Trainer::fit_failed(const std::exception& error) {
+  sanity_checking_ = false;
+  try {
+    strategy_->fit_ended(error.what());
+  } catch (...) {
+    // Telling the other processes is best effort; the error in flight is what counts.
+  }
+  notify_exception(error);
+  const char* status = dynamic_cast<const Interrupted*>(&error) != nullptr ? "interrupted" : "failed";
+  for (auto& logger : loggers_) {
+    try { logger->finalize(status); } catch (...) {}
+  }
   detach();
 }
 

@@ -302,6 +302,11 @@ class Trainer {
   void load_weights(TrainModule& module, const std::string& ckpt_path);
   // Tells the module and every callback of `error` (on_exception), before the Trainer rethrows it.
   void notify_exception(const std::exception& error);
+  // A fit that throws: the other ranks, the callbacks and the loggers hear of it, and the module is let go.
+  void fit_failed(const std::exception& error);
+  // Something thrown that is not a std::exception (an int, a user's own type) fails a run as any error does: the
+  // callbacks and the other ranks hear of it as this Error, and the original propagates.
+  static const Error& foreign_exception();
   Checkpoint build_checkpoint();
 
   void train_loop();

@@ -112,6 +112,10 @@ std::map<std::string, double> Trainer::run_eval(TrainModule& module, const std::
     notify_exception(e);
     detach();
     throw;
+  } catch (...) {
+    notify_exception(foreign_exception());
+    detach();
+    throw;
   }
   detach();
   return metrics;
@@ -180,6 +184,10 @@ std::vector<Tensor> Trainer::predict(TrainModule& module, data::DataLoader& load
     finish_profiler(Stage::Predict);
   } catch (const std::exception& e) {
     notify_exception(e);
+    detach();
+    throw;
+  } catch (...) {
+    notify_exception(foreign_exception());
     detach();
     throw;
   }

@@ -462,6 +462,51 @@ TEST(TrainerErrors, AStepThatReturnsAVectorIsAnErrorAndHooksHearOfIt) {
   EXPECT_FALSE(m.has_trainer());  // detached: the module can be used again
 }
 
+// Something thrown that is not a std::exception (here a user's own type) fails fit, validate and predict as an
+// Error does: the hooks hear of it, the original propagates, and the module is let go for another run.
+TEST(TrainerErrors, AThrownNonStdExceptionStillReachesTheHooksAndFreesTheModule) {
+  TempDir dir;
+  struct Thrown {
+    int code;
+  };
+  struct Thrower : Callback {
+    std::string seen;
+    void on_train_batch_end(Trainer&, TrainModule&, const Tensor&, const data::Batch&, int64_t) override {
+      throw Thrown{1};
+    }
+    void on_validation_batch_end(Trainer&, TrainModule&, const Tensor&, const data::Batch&, int64_t) override {
+      throw Thrown{2};
+    }
+    void on_predict_batch_end(Trainer&, TrainModule&, const Tensor&, const data::Batch&, int64_t) override {
+      throw Thrown{3};
+    }
+    void on_exception(Trainer&, TrainModule&, const std::exception& e) override { seen = e.what(); }
+  };
+  auto thrower = std::make_shared<Thrower>();
+  auto o = quiet(dir.str());
+  o.max_epochs = 1;
+  o.num_sanity_val_steps = 0;
+  o.callbacks = {thrower};
+  Regressor m;
+  auto data = loader(regression_data(8), 4);
+  Trainer t(o);
+  const auto expect_thrown = [&](int code, auto run) {
+    thrower->seen.clear();
+    try {
+      run();
+      ADD_FAILURE() << "stage " << code << ": no exception";
+    } catch (const Thrown& e) {
+      EXPECT_EQ(e.code, code);
+    }
+    EXPECT_NE(thrower->seen.find("not derived from std::exception"), std::string::npos)
+        << "stage " << code << ": on_exception saw '" << thrower->seen << "'";
+    EXPECT_FALSE(m.has_trainer()) << "stage " << code;
+  };
+  expect_thrown(1, [&] { t.fit(m, *data); });
+  expect_thrown(2, [&] { t.validate(m, *data); });
+  expect_thrown(3, [&] { t.predict(m, *data); });
+}
+
 TEST(TrainerErrors, CudaWithoutADeviceIsAClearError) {
   if (cuda::is_available()) GTEST_SKIP() << "a CUDA device is present";
   TempDir dir;
