@@ -227,6 +227,60 @@ TEST(Activations, ThresholdKeepsNaNAndIntegerDtypes) {
   expect_error([&] { F::threshold(tensor(std::vector<int64_t>{1}).to(kBool), 0, 1); }, {"not defined for bool"});
 }
 
+// On half and bfloat16, threshold and hardshrink compare against their parameter cast to the input's dtype, as
+// PyTorch's kernels do: 0.3002 is 0.30029296875 in half and 0.30078125 in bfloat16, so an input equal to that
+// is at the threshold, inside the shrink, though it is above 0.3002. The gradient's pieces, with and without
+// create_graph, are the value's. (LibTorch 1.13's bfloat16 CPU kernels cast so too; it has none for half.)
+TEST(Activations, HalfAndBFloat16ReadParametersAsPyTorchInBothGradientForms) {
+  struct Case {
+    DType dtype;
+    std::vector<double> x;  // the cast parameter, its negation, the number above it and the one below
+  };
+  for (const Case& c : {Case{kFloat16, {0.30029296875, -0.30029296875, 0.300537109375, 0.300048828125}},
+                        Case{kBFloat16, {0.30078125, -0.30078125, 0.302734375, 0.298828125}}}) {
+    const Tensor x = tensor(c.x, {}, kFloat64).to(c.dtype);
+    ASSERT_EQ(values(x), c.x) << c.dtype << ": the inputs are not exact";
+    EXPECT_EQ(values(F::threshold(x, 0.3002, 5.0)), (std::vector<double>{5, 5, c.x[2], 5})) << c.dtype;
+    EXPECT_EQ(values(F::hardshrink(x, 0.3002)), (std::vector<double>{0, 0, c.x[2], 0})) << c.dtype;
+    for (bool create_graph : {false, true}) {
+      for (const char* name : {"threshold", "hardshrink"}) {
+        Tensor leaf = x.clone();
+        leaf.requires_grad_();
+        const Tensor y = std::string(name) == "threshold" ? F::threshold(leaf, 0.3002, 5.0)
+                                                          : F::hardshrink(leaf, 0.3002);
+        // inf where the gradient is 0: it stays 0 in both forms, as in the one-pass kernel.
+        const Tensor g = tensor({kInf, kInf, 2.0, kInf}, kFloat64).to(c.dtype);
+        const Tensor dx = autograd::grad({y}, {leaf}, {g}, std::nullopt, create_graph).at(0);
+        EXPECT_EQ(values(dx), (std::vector<double>{0, 0, 2, 0}))
+            << name << " (" << c.dtype << (create_graph ? ", create_graph" : "") << ")";
+      }
+    }
+    // softshrink and hardtanh read their parameters in float, unrounded (PyTorch's softshrink value does; for
+    // hardtanh's value the two readings agree): the inputs at the rounded 0.3002 are outside, in both forms.
+    for (const char* name : {"softshrink", "hardtanh"}) {
+      std::vector<double> forms[2];
+      for (bool create_graph : {false, true}) {
+        Tensor leaf = x.clone();
+        leaf.requires_grad_();
+        const Tensor y = std::string(name) == "softshrink" ? F::softshrink(leaf, 0.3002)
+                                                           : F::hardtanh(leaf, -0.3002, 0.3002);
+        forms[create_graph] = values(autograd::grad({y.sum()}, {leaf}, {}, std::nullopt, create_graph).at(0));
+      }
+      const std::vector<double> want = std::string(name) == "softshrink" ? std::vector<double>{1, 1, 1, 0}
+                                                                         : std::vector<double>{0, 0, 0, 1};
+      EXPECT_EQ(forms[0], want) << name << " (" << c.dtype << ")";
+      EXPECT_EQ(forms[1], want) << name << " (" << c.dtype << ", create_graph)";
+    }
+  }
+  // Past half's range, the parameter is an error, as in PyTorch; bfloat16 holds it.
+  const Tensor h = ones({2}, kFloat16);
+  expect_error([&] { F::threshold(h, 1e6, 0.0); }, {"threshold: threshold = 1e+06 cannot be converted", "float16"});
+  expect_error([&] { F::threshold(h, 0.0, -7e4); }, {"threshold: value = -70000 cannot be converted"});
+  expect_error([&] { F::hardshrink(h, 1e5); }, {"hardshrink: lambd = 100000 cannot be converted"});
+  EXPECT_EQ(values(F::threshold(ones({2}, kBFloat16), 1e6, 0.0)), (std::vector<double>{0, 0}));
+  EXPECT_EQ(values(F::hardshrink(h, kInf)), (std::vector<double>{0, 0}));
+}
+
 TEST(Activations, GluSoftminAndPrelu) {
   std::mt19937 rng(21);
   const Tensor x = random_tensor({3, 4}, kFloat64, rng);

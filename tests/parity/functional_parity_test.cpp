@@ -104,6 +104,28 @@ TEST(FunctionalParity, ThresholdOnIntegersMatchesLibTorch) {
   }
 }
 
+// threshold and hardshrink on bfloat16 (LibTorch 1.13 has no half CPU kernels for them): LibTorch casts the
+// parameter to bfloat16 before it compares, so inputs at 0.3002 rounded (0.30078125) count as at the threshold
+// and inside the shrink. The values, and threshold's gradient (LibTorch has no bfloat16 hardshrink backward).
+TEST(FunctionalParity, ThresholdAndHardshrinkOnBFloat16MatchLibTorch) {
+  const std::vector<double> xs = {0.30078125, -0.30078125, 0.302734375, 0.298828125, -0.302734375, 0.0, 2.5};
+  const auto ours_x = [&] { return tensor(xs).to(kBFloat16); };
+  const auto theirs_x = [&] { return torch::tensor(xs, torch::kDouble).to(torch::kBFloat16); };
+  for (const double lambd : {0.3002, 0.3, 0.2999}) {
+    EXPECT_EQ(kiln_values(F::hardshrink(ours_x(), lambd)), torch_values(torch::hardshrink(theirs_x(), lambd)))
+        << "hardshrink, lambd " << lambd;
+    Tensor x = ours_x();
+    x.requires_grad_();
+    const Tensor y = F::threshold(x, lambd, 5.0);
+    y.sum().backward();
+    torch::Tensor t = theirs_x().requires_grad_(true);
+    const torch::Tensor ty = torch::threshold(t, lambd, 5.0);
+    ty.sum().backward();
+    EXPECT_EQ(kiln_values(y.detach()), torch_values(ty.detach())) << "threshold " << lambd;
+    EXPECT_EQ(kiln_values(x.grad()), torch_values(t.grad())) << "threshold's gradient, threshold " << lambd;
+  }
+}
+
 // The losses of several inputs: each case builds both sides from the same float64 tensors; the gradients of
 // the float inputs (all of them but the labels) are compared.
 TEST(FunctionalParity, DistancesAndMarginLossesMatchLibTorch) {

@@ -286,14 +286,12 @@ Tensor& leaky_relu_(Tensor& x, double slope) {
 // The fused activations (activation_kind.h): dx = g f'(x) in one pass (ops::activation_backward), or, when a
 // second derivative is wanted (create_graph), from differentiable ops that compute the same thing:
 //   elu:         g scale for x > 0, else g scale alpha input_scale e^(input_scale x)
-//   hardtanh:    g strictly between the bounds, else 0
-//   hardsigmoid: g / 6 strictly between -3 and 3, else 0
 //   hardswish:   0 below -3, g (x / 3 + 1/2) from -3 to 3, g above
 //   mish:        g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x))
 //   softplus:    g sigmoid(beta x) where beta x <= threshold, else g
 //   logsigmoid:  g sigmoid(-x)
-//   the shrinks: 0 from -lambd to lambd (both included), else g
-//   threshold:   0 up to the threshold (included), else g
+//   hardsigmoid: g / 6 strictly between -3 and 3, else 0
+//   hardtanh, the shrinks, threshold: g where the first-order kernel's f' (0 or 1) is 1, else 0
 namespace {
 Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation kind, const ActivationParams& p) {
   switch (kind) {
@@ -303,10 +301,17 @@ Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation ki
       const Tensor negative = clamp(x, std::nullopt, Scalar(0.0));
       return where(ops::gt(x, 0.0), g * p.b, g * exp(negative * p.c) * (p.a * p.b * p.c));
     }
-    case Activation::hardtanh:
-      return where(ops::logical_or(ops::le(x, p.a), ops::ge(x, p.b)), Scalar(0.0), g);
-    case Activation::hardsigmoid:
+    case Activation::hardsigmoid:  // its kinks, -3 and 3, are exact in every dtype
       return where(ops::logical_and(ops::gt(x, -3.0), ops::lt(x, 3.0)), g / 6.0, Scalar(0.0));
+    case Activation::hardtanh:
+    case Activation::softshrink:
+    case Activation::hardshrink:
+    case Activation::threshold:
+      // f' is 0 or 1: g where the first-order kernel passes a gradient, else 0 (also where g is inf or NaN,
+      // as there). Taken from that kernel, the pieces are its very comparisons, made in its precision with its
+      // parameters (for half, in float, with threshold's and hardshrink's rounded to half), which comparisons
+      // made here in the tensor's dtype would not be.
+      return where(ops::ne(ops::activation_backward(ones_like(x), x, kind, p), 0.0), g, Scalar(0.0));
     case Activation::hardswish:
       return where(ops::lt(x, -3.0), Scalar(0.0), where(ops::le(x, 3.0), g * (x / 3.0 + 0.5), g));
     case Activation::mish: {
@@ -319,11 +324,6 @@ Tensor activation_gradient_graph(const Tensor& g, const Tensor& x, Activation ki
     }
     case Activation::logsigmoid:
       return g * sigmoid(-x);
-    case Activation::softshrink:
-    case Activation::hardshrink:
-      return where(ops::logical_and(ops::ge(x, -p.a), ops::le(x, p.a)), Scalar(0.0), g);
-    case Activation::threshold:
-      return where(ops::le(x, p.a), Scalar(0.0), g);
   }
   KILN_CHECK(false, "activation: unknown kind ", static_cast<int>(kind));
   return {};

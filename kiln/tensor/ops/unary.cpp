@@ -102,6 +102,29 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
   return activation(x, Activation::softplus, {.a = beta, .b = threshold});
 }
 
+namespace {
+// PyTorch's threshold and hardshrink kernels cast their parameters to the input's dtype before comparing, and in
+// half and bfloat16 that moves them: on half, hardshrink(x, 0.3002) sees lambd as 0.30005, so x = 0.30005 is
+// inside and gives 0. kiln computes half in float, so the cast is made here, for the value and the gradient
+// alike. (The other kinds' parameters are read in float, as PyTorch's opmath kernels read them; for hardtanh
+// the two readings give the same values.) A parameter past half's range is an error, as in PyTorch.
+ActivationParams in_input_dtype(Activation kind, ActivationParams p, DType dtype) {
+  if ((kind != Activation::threshold && kind != Activation::hardshrink) || (dtype != kFloat16 && dtype != kBFloat16)) {
+    return p;
+  }
+  auto cast = [&](double& v, const char* name) {
+    const double r = dtype == kFloat16 ? static_cast<float>(Half(static_cast<float>(v)))
+                                       : static_cast<float>(BFloat16(static_cast<float>(v)));
+    KILN_CHECK(!std::isfinite(v) || std::isfinite(r), activation_name(kind), ": ", name, " = ", v,
+               " cannot be converted to the input's dtype ", dtype, " (expected a number in its range)");
+    v = r;
+  };
+  cast(p.a, kind == Activation::threshold ? "threshold" : "lambd");
+  if (kind == Activation::threshold) cast(p.b, "value");
+  return p;
+}
+}  // namespace
+
 Tensor activation(const Tensor& x, Activation kind, const ActivationParams& params) {
   if (kind == Activation::hardtanh) {
     KILN_CHECK(params.a <= params.b, "hardtanh: min_val = ", params.a, " is above max_val = ", params.b);
@@ -112,7 +135,8 @@ Tensor activation(const Tensor& x, Activation kind, const ActivationParams& para
   if (kind == Activation::softshrink) {
     KILN_CHECK(params.a >= 0, "softshrink: lambd = ", params.a, ": expected >= 0");
   }
-  return unary<Op::activation>(x, Kind::FloatMath, kind, params);
+  KILN_CHECK(x.defined(), activation_name(kind), ": input tensor is undefined");
+  return unary<Op::activation>(x, Kind::FloatMath, kind, in_input_dtype(kind, params, x.dtype()));
 }
 
 Tensor activation_backward(const Tensor& grad, const Tensor& x, Activation kind, const ActivationParams& params) {
@@ -124,7 +148,8 @@ Tensor activation_backward(const Tensor& grad, const Tensor& x, Activation kind,
              x.device());
   const DType d = compute_dtype(x.dtype(), Kind::FloatMath);
   Tensor out = empty(x.sizes(), TensorOptions(d).device(x.device()));
-  call_kernel<Op::activation_backward>(x.device(), out, ops::to(grad, d), ops::to(x, d), kind, params);
+  call_kernel<Op::activation_backward>(x.device(), out, ops::to(grad, d), ops::to(x, d), kind,
+                                       in_input_dtype(kind, params, x.dtype()));
   return out;
 }
 
