@@ -8,5 +8,6 @@
 #include "kiln/serialize/serialize.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/cuda/cuda.h"
+#include "kiln/tensor/determinism.h"
 #include "kiln/tensor/ops.h"
 #include "kiln/tensor/profiler.h"

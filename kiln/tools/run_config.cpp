@@ -56,7 +56,8 @@ void declare_trainer(Schema<R>& s) {
   t.add("limit_predict_batches", &T::limit_predict_batches, "prediction batches: a count or a fraction");
   t.add("num_sanity_val_steps", &T::num_sanity_val_steps, "validation batches run before training (-1: all)").at_least(-1);
   t.add("log_every_n_steps", &T::log_every_n_steps, "send training metrics to the loggers every this many steps").at_least(1);
-  t.add("deterministic", &T::deterministic, "refuse kernels whose results vary from run to run");
+  t.add("deterministic", &T::deterministic,
+        "CUDA: kernels that give the same bits on every run, and an error for ops that have none");
   t.add("seed", &T::seed, "seed of every random generator (null: not seeded)").at_least(0);
   t.add("default_root_dir", &T::default_root_dir, "folder for logs and checkpoints");
   t.add_duration("max_time", &T::max_time, "stop after this much wall-clock time (null: no limit)");

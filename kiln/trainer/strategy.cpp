@@ -7,8 +7,6 @@
 #include <map>
 #include <thread>
 
-#include <unistd.h>
-
 #include "kiln/distributed/ddp.h"
 #include "kiln/distributed/env.h"
 #include "kiln/distributed/process_group.h"
@@ -20,13 +18,6 @@
 namespace kiln::trainer {
 
 namespace {
-
-// This machine's name: the processes with the same one share a node (and its files).
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
 
 class SingleStrategy : public Strategy {
  public:

@@ -163,6 +163,7 @@ void Trainer::attach(TrainModule& module, Stage stage) {
   module_ = &module;
   module.trainer_ = this;
   stage_ = stage;
+  if (options_.deterministic) deterministic_.emplace(true);
   try {
     resolve_device();
     module.to(device_);  // may run out of device memory (a batch-size search's trial)
@@ -181,6 +182,7 @@ void Trainer::detach() {
   overfit_train_.reset();
   strategy_->forget_loaders();
   profiler_.reset();  // a stage that failed: no report
+  deterministic_.reset();
   if (module_ != nullptr) module_->trainer_ = nullptr;
   module_ = nullptr;
   log_context_ = LogContext::None;

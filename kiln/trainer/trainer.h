@@ -24,6 +24,7 @@
 #include "kiln/autograd/autocast.h"
 #include "kiln/data/dataloader.h"
 #include "kiln/optim/grad_scaler.h"
+#include "kiln/tensor/determinism.h"
 #include "kiln/tensor/profiler.h"
 #include "kiln/trainer/batch_limit.h"
 #include "kiln/trainer/callback.h"
@@ -100,9 +101,12 @@ struct TrainerOptions {
   int64_t reload_dataloaders_every_n_epochs = 0;
   int64_t log_every_n_steps = 50;
 
-  // Every CPU kernel is deterministic for a fixed thread count, whatever this says. NOTE: on CUDA the ops that
-  // accumulate with atomics (index_add, scatter_add, embedding's backward) are not, and this flag does not
-  // change them yet.
+  // Each run (fit, validate, test, predict) uses deterministic algorithms (kiln/tensor/determinism.h, PyTorch's
+  // use_deterministic_algorithms): on CUDA, index_add (embedding's and index_select's gradients) and max
+  // pooling's gradient add in a fixed order, convolution takes only deterministic cuDNN algorithms, and the ops
+  // with no deterministic kernel (floating-point scatter_add, grid_sample's input gradient) stop with an error
+  // naming them. The process's setting is put back when the run ends; false leaves it as it is. Every CPU kernel
+  // is deterministic for a fixed thread count either way.
   bool deterministic = false;
   // fit() runs in autograd's anomaly mode (DetectAnomalyGuard): a NaN or Inf in any gradient stops it with an
   // error naming the op and where forward made it. Slow (every node keeps a stack trace); for debugging.
@@ -367,6 +371,7 @@ class Trainer {
   // A DataModule's fit: builds its loaders (into dm_train_ and dm_vals_) and hands them to use_loaders; run
   // where reload_dataloaders_every_n_epochs says (data_module.cpp).
   std::function<void()> reload_loaders_;
+  std::optional<DeterministicAlgorithmsGuard> deterministic_;  // a run's, with options_.deterministic
   std::unique_ptr<data::DataLoader> dm_train_;
   std::vector<std::unique_ptr<data::DataLoader>> dm_vals_;
   CallbackState dm_state_at_build_;  // the DataModule's state_dict() just before they were built

@@ -286,6 +286,27 @@ TEST(IndexAdd, SumsDuplicatesWithAlphaInEveryDtypeLayoutAndDim) {
   });
 }
 
+// alpha * src is rounded to float before it is added (no FMA), in the row kernel (inner >= 16) and the general
+// loop alike: the CUDA kernels round so too, so the GPU's sums can have the CPU's bits. The reference: the
+// product of two floats is exact in double, then rounded to float; then the sum, exact in double, rounded.
+TEST(IndexAdd, RoundsTheProductBeforeTheSumInFloat32) {
+  std::mt19937 rng(10);
+  const float alpha = 0.1f;
+  for (int64_t inner : {1, 16}) {
+    const Tensor self = test::random_tensor({3, inner}, kFloat32, rng), src = test::random_tensor({2, inner}, kFloat32, rng);
+    const Tensor index = tensor(std::vector<int64_t>{2, 0});
+    const std::vector<double> sv = values(self), srcv = values(src);
+    std::vector<double> want = sv;
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t c = 0; c < inner; ++c) {
+        const int64_t to = (r == 0 ? 2 : 0) * inner + c;
+        const float product = static_cast<float>(static_cast<double>(alpha) * srcv[r * inner + c]);
+        want[to] = static_cast<float>(want[to] + static_cast<double>(product));
+      }
+    EXPECT_EQ(values(index_add(self, 0, index, src, alpha)), want) << "inner " << inner;
+  }
+}
+
 TEST(IndexAdd, LargeInputMatchesReference) {
   // An embedding's backward: many rows of src added into few rows of self.
   std::mt19937 rng(9);

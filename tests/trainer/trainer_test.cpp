@@ -525,6 +525,48 @@ TEST(TrainerErrors, CudaWithoutADeviceIsAClearError) {
   Trainer(quiet(dir.str())).fit(m, *train);
 }
 
+// deterministic: each run (fit, validate, predict) runs with deterministic algorithms on, and the process's
+// setting comes back when it ends, a failed run included; false leaves the setting as it is.
+TEST(TrainerOptions, DeterministicHoldsForEachRunAndIsPutBack) {
+  TempDir dir;
+  struct Recorder : Callback {
+    std::vector<bool> seen;
+    bool fail = false;
+    void on_train_start(Trainer&, TrainModule&) override { seen.push_back(are_deterministic_algorithms_enabled()); }
+    void on_validation_start(Trainer&, TrainModule&) override {
+      seen.push_back(are_deterministic_algorithms_enabled());
+    }
+    void on_predict_start(Trainer&, TrainModule&) override {
+      seen.push_back(are_deterministic_algorithms_enabled());
+      if (fail) throw Error("a failing predict");
+    }
+  };
+  auto recorder = std::make_shared<Recorder>();
+  auto o = quiet(dir.str());
+  o.max_epochs = 1;
+  o.num_sanity_val_steps = 0;
+  o.deterministic = true;
+  o.callbacks = {recorder};
+  Regressor m;
+  auto data = loader(regression_data(8), 4);
+  Trainer t(o);
+  ASSERT_FALSE(are_deterministic_algorithms_enabled());
+  t.fit(m, *data);
+  EXPECT_FALSE(are_deterministic_algorithms_enabled()) << "after fit";
+  t.validate(m, *data);
+  recorder->fail = true;
+  EXPECT_THROW(t.predict(m, *data), Error);
+  EXPECT_FALSE(are_deterministic_algorithms_enabled()) << "after a failed predict";
+  EXPECT_EQ(recorder->seen, (std::vector<bool>{true, true, true}));
+  // Off: the process's own setting stands, during the run and after it.
+  DeterministicAlgorithmsGuard process(true);
+  recorder->seen.clear(), recorder->fail = false;
+  o.deterministic = false;
+  Trainer(o).fit(m, *data);
+  EXPECT_EQ(recorder->seen, (std::vector<bool>{true}));
+  EXPECT_TRUE(are_deterministic_algorithms_enabled());
+}
+
 // Checkpoint callbacks run after all the others, in their own order (Lightning's order); the rest keep theirs.
 TEST(TrainerHooks, CheckpointCallbacksRunLast) {
   TempDir dir;

@@ -6,6 +6,7 @@
 // with atomicAdd (into a float32 buffer for float16/bfloat16, rounded once at the end, as on the CPU).
 // NOTE: where windows overlap, floating atomics add in no fixed order, so those sums may differ in the last bits
 // from run to run and from the CPU's; where windows do not overlap an element receives at most one add (exact).
+// Under deterministic algorithms (determinism.h) a thread per input element gathers instead, in the CPU's order.
 //
 // Convolution goes to cuDNN's legacy API when kiln is built with it (KILN_WITH_CUDNN; without it only pooling
 // is registered here, and nn's composite convolution runs on the GPU instead):
@@ -23,7 +24,10 @@
 // call runs the first algorithm cuDNN accepts whose workspace can be allocated, and that one moves to the front
 // of the list. Workspaces are uint8 tensors from kiln's caching allocator on the current stream, so their blocks
 // are reused call after call.
-// Some backward algorithms sum with atomics, so gradients may differ in the last bits from run to run.
+// Some backward algorithms sum with atomics, so gradients may differ in the last bits from run to run; under
+// deterministic algorithms only the ones cuDNN reports as deterministic are used (and, where its heuristics
+// offer none, every algorithm but the atomic ones its documentation names: backward data 0, backward filter 0
+// and 3).
 // cuDNN handles are per (device, thread), made on first use (never destroyed: at exit the CUDA context may be
 // gone; a finished thread's handles go to a pool for the next thread) and bound to the current stream per call.
 #include <algorithm>
@@ -40,6 +44,7 @@
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/stream.h"
+#include "kiln/tensor/determinism.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/tensor.h"
@@ -113,6 +118,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The deterministic form (determinism.h): one thread per element of grad_x (planes, H, W) sums the gradients of
+// the windows that picked it, in increasing output order as the CPU adds them, in D; no zeroing, no atomics. It
+// finds those windows from the geometry, so it relies on the indices being the forward's (each inside its
+// window), as autograd's always are.
+template <typename T, typename D>
+__global__ void __launch_bounds__(kThreads)
+    max_pool2d_backward_ordered_kernel(const T* __restrict__ grad_out, const int64_t* __restrict__ indices,
+                                       T* __restrict__ grad_x, int64_t total, PoolGeometry g) {
+  for (int64_t i = first_index(); i < total; i += grid_step()) {
+    const int64_t z = i % g.W, rest = i / g.W;
+    const int64_t y = rest % g.H, plane = rest / g.H, at = y * g.W + z;
+    D acc = D(0);
+    // A window row oh holds y where oh * sh - ph + u * dh == y for a tap u; a larger u means a smaller oh, so u
+    // runs down for oh (and, within a row, v for ow) to run up.
+    for (int64_t u = g.kh - 1; u >= 0; --u) {
+      const int64_t ty = y + g.ph - u * g.dh;
+      if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.OH) continue;
+      const int64_t oh = ty / g.sh;
+      for (int64_t v = g.kw - 1; v >= 0; --v) {
+        const int64_t tz = z + g.pw - v * g.dw;
+        if (tz < 0 || tz % g.sw != 0 || tz / g.sw >= g.OW) continue;
+        const int64_t o = (plane * g.OH + oh) * g.OW + tz / g.sw;
+        if (indices[o] == at) acc += static_cast<D>(static_cast<opmath_t<T>>(grad_out[o]));
+      }
+    }
+    grad_x[i] = static_cast<T>(acc);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) round_to_kernel(const float* __restrict__ src, T* __restrict__ dst,
                                                             int64_t n) {
@@ -130,11 +164,19 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
 }
 
 template <typename T>
-void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, cudaStream_t stream) {
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const PoolGeometry& geom,
+                         cudaStream_t stream) {
   const int64_t HW = grad_x.size(2) * grad_x.size(3), OHW = grad_out.size(2) * grad_out.size(3);
   const int64_t total = grad_out.numel(), n = grad_x.numel();
   const T* g = static_cast<const T*>(grad_out.raw_data_ptr());
   const int64_t* idx = static_cast<const int64_t*>(indices.raw_data_ptr());
+  if (are_deterministic_algorithms_enabled()) {
+    using D = std::conditional_t<sizeof(T) == 2, float, T>;  // the 16-bit floats sum in float, as on the CPU
+    max_pool2d_backward_ordered_kernel<T, D><<<blocks_for(n), kThreads, 0, stream>>>(
+        g, idx, static_cast<T*>(grad_x.raw_data_ptr()), n, geom);
+    KILN_CUDA_CHECK_LAUNCH("max_pool2d_backward");
+    return;
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     T* dst = static_cast<T*>(grad_x.raw_data_ptr());
     KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n) * sizeof(T), stream), "max_pool2d_backward");
@@ -188,7 +230,7 @@ void max_pool2d_cuda(const Tensor& out, const Tensor& indices, const Tensor& x, 
 
 // grad_x (N, C, H, W) = zeros plus grad_out (N, C, OH, OW) added at the recorded indices.
 void max_pool2d_backward_cuda(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                              const Pool2dParams&) {
+                              const Pool2dParams& p) {
   check_operand("max_pool2d_backward", "grad_x", grad_x, grad_x, grad_x.dtype(), 4);
   check_operand("max_pool2d_backward", "grad_out", grad_out, grad_x, grad_x.dtype(), 4);
   check_operand("max_pool2d_backward", "indices", indices, grad_x, kInt64, 4);
@@ -200,7 +242,10 @@ void max_pool2d_backward_cuda(const Tensor& grad_x, const Tensor& grad_out, cons
   cuda::DeviceGuard guard(grad_x.device().index);
   cudaStream_t stream = cuda::current_stream(grad_x.device().index).handle;
   visit_dtype<kFloatingSet>(grad_x.dtype(), "max_pool2d_backward (CUDA)",
-                            [&]<typename T>() { max_pool2d_backward<T>(grad_x, grad_out, indices, stream); });
+                            [&]<typename T>() {
+                              max_pool2d_backward<T>(grad_x, grad_out, indices, pool_geometry(grad_x, grad_out, p),
+                                                     stream);
+                            });
 }
 
 #ifdef KILN_WITH_CUDNN
@@ -293,14 +338,16 @@ struct ConvProblem {
   int64_t n, C, H, W, O, KH, KW, OH, OW;
   Conv2dParams p;
   DType dtype;
-  bool tf32;  // float32 only: TF32 tensor cores allowed
+  bool tf32;           // float32 only: TF32 tensor cores allowed
+  bool deterministic;  // only algorithms whose results are the same on every run
 };
 
 // x (N, C, H, W), weight (O, C / G, KH, KW), y (N, O, OH, OW): checked against each other and against cuDNN's int
 // arguments.
 ConvProblem conv_problem(const char* op, const Tensor& x, const Tensor& w, const Tensor& y, const Conv2dParams& p) {
   const ConvProblem s{x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(2), w.size(3), y.size(2),
-                      y.size(3), p,         x.dtype(), x.dtype() == kFloat32 && cuda::allow_tf32()};
+                      y.size(3), p,         x.dtype(), x.dtype() == kFloat32 && cuda::allow_tf32(),
+                      are_deterministic_algorithms_enabled()};
   const int64_t G = p.groups;
   KILN_CHECK(G >= 1 && s.C % G == 0 && s.O % G == 0 && w.size(1) * G == s.C && y.size(0) == s.n && y.size(1) == s.O,
              op, ": x ", shape_str(x.sizes()), ", weight ", shape_str(w.sizes()), " and output ",
@@ -325,7 +372,7 @@ std::string describe(const ConvProblem& s) {
                         ", ", s.KH, ", ", s.KW, "), stride (", s.p.stride[0], ", ", s.p.stride[1], "), padding (",
                         s.p.padding[0], ", ", s.p.padding[1], "), dilation (", s.p.dilation[0], ", ",
                         s.p.dilation[1], "), groups ", s.p.groups, ", ", dtype_name(s.dtype),
-                        s.tf32 ? " (TF32 allowed)" : "");
+                        s.tf32 ? " (TF32 allowed)" : "", s.deterministic ? " (deterministic algorithms)" : "");
 }
 
 cudnnDataType_t cudnn_dtype(DType d) {
@@ -394,10 +441,10 @@ struct Candidate {
   cudnnMathType_t math;
 };
 
-using AlgoKey = std::array<int64_t, 20>;
+using AlgoKey = std::array<int64_t, 21>;
 
 AlgoKey algo_key(Pass pass, int device, const ConvProblem& s) {
-  return {pass,        device,      static_cast<int64_t>(s.dtype), s.tf32,         s.n,           s.C,
+  return {pass,        device,      static_cast<int64_t>(s.dtype), s.tf32,         s.deterministic, s.n, s.C,
           s.H,         s.W,         s.O,                           s.KH,           s.KW,          s.OH,
           s.OW,        s.p.stride[0], s.p.stride[1],               s.p.padding[0], s.p.padding[1], s.p.dilation[0],
           s.p.dilation[1], s.p.groups};
@@ -412,13 +459,15 @@ AlgoCache& algo_cache() {
   return *c;
 }
 
-// The algorithms of a heuristics answer that kiln may run, best first.
-template <typename Perf>
-std::vector<Candidate> usable(const std::vector<Perf>& perf, int returned, const ConvProblem& s) {
+// The algorithms of a heuristics answer that kiln may run, best first. `atomic(algo)`: whether cuDNN's
+// documentation names the algorithm as summing with atomics, for the list tried when the heuristics offer none.
+template <typename Perf, typename Atomic>
+std::vector<Candidate> usable(const std::vector<Perf>& perf, int returned, const ConvProblem& s, Atomic atomic) {
   std::vector<Candidate> out;
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[static_cast<size_t>(i)];
     if (r.status != CUDNN_STATUS_SUCCESS) continue;
+    if (s.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
     // Converting the inputs to float16 would lose float32's and bfloat16's precision and range.
     if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     if (s.dtype == kFloat32 && !s.tf32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
@@ -426,7 +475,8 @@ std::vector<Candidate> usable(const std::vector<Perf>& perf, int returned, const
   }
   // With no advice, every algorithm is tried in turn: the ones that cannot run answer NOT_SUPPORTED.
   if (out.empty())
-    for (int a = 0; a < static_cast<int>(perf.size()); ++a) out.push_back({a, requested_math(s)});
+    for (int a = 0; a < static_cast<int>(perf.size()); ++a)
+      if (!s.deterministic || !atomic(a)) out.push_back({a, requested_math(s)});
   return out;
 }
 
@@ -437,7 +487,7 @@ std::vector<Candidate> rank_forward(cudnnHandle_t h, const ConvDescriptors& d, c
   KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), count,
                                                           &returned, perf.data()),
                    "conv2d");
-  return usable(perf, returned, s);
+  return usable(perf, returned, s, [](int) { return false; });
 }
 
 std::vector<Candidate> rank_backward_data(cudnnHandle_t h, const ConvDescriptors& d, const ConvProblem& s) {
@@ -447,7 +497,7 @@ std::vector<Candidate> rank_backward_data(cudnnHandle_t h, const ConvDescriptors
   KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), count,
                                                                &returned, perf.data()),
                    "conv2d_backward_input");
-  return usable(perf, returned, s);
+  return usable(perf, returned, s, [](int a) { return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0; });
 }
 
 std::vector<Candidate> rank_backward_filter(cudnnHandle_t h, const ConvDescriptors& d, const ConvProblem& s) {
@@ -457,7 +507,9 @@ std::vector<Candidate> rank_backward_filter(cudnnHandle_t h, const ConvDescripto
   KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
                                                                  count, &returned, perf.data()),
                    "conv2d_backward_weight");
-  return usable(perf, returned, s);
+  return usable(perf, returned, s, [](int a) {
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  });
 }
 
 // The cached list for `key`, asking `rank()` (outside the lock: it may take a while) the first time.

@@ -4,11 +4,13 @@
 // channel's output gradient to the input's gradient with atomics, as PyTorch's CUDA kernel does.
 // NOTE: where several positions read one pixel, those atomic adds land in no fixed order, so the input's
 // gradient may differ in the last bits from run to run (the CPU's, one image per thread, does not); the
-// grid's gradient and the output are the same on every run.
+// grid's gradient and the output are the same on every run. Under deterministic algorithms (determinism.h)
+// asking for the input's gradient is an error, as in PyTorch.
 #include <algorithm>
 
 #include "kiln/tensor/cuda/cuda_check.h"
 #include "kiln/tensor/cuda/stream.h"
+#include "kiln/tensor/determinism.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/grid_sample.h"
 #include "kiln/tensor/tensor.h"
@@ -91,6 +93,8 @@ void grid_sample_2d_cuda(const Tensor& out, const Tensor& x, const Tensor& grid,
 
 void grid_sample_2d_backward_cuda(const Tensor& grad_x, const Tensor& grad_grid, const Tensor& grad_out,
                                   const Tensor& x, const Tensor& grid, const GridSampleParams& p) {
+  // Only the input's gradient is added with atomics; the grid's alone is the same on every run.
+  if (grad_x.defined()) detail::alert_not_deterministic("grid_sample's gradient for the input", x.device());
   const int device = x.device().index;
   cuda::DeviceGuard guard(device);
   cudaStream_t stream = cuda::current_stream(device).handle;

@@ -8,17 +8,21 @@
 // element size, not per dtype. Colliding writes: scatter lets any one win (as PyTorch); scatter_add and
 // index_add add atomically, in the same op-math arithmetic as the CPU (float for the 16-bit floats), so
 // without duplicates the result equals the CPU's, and with duplicates only the order of a float sum differs.
+// Under deterministic algorithms (determinism.h) a floating-point index_add sorts its index and adds each
+// element's terms in the CPU's order instead, and a floating-point scatter_add is an error.
 //
 // Index values are checked on the device (index_check.cuh): a bad index is skipped (a read gives 0) and the
 // next CUDA indexing op launched after the faulty one has finished throws the error.
 //
 // nonzero keeps the positions of the nonzero elements with CUB's DeviceSelect::If, in order, then unravels them.
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <utility>
@@ -27,6 +31,7 @@
 #include "kiln/tensor/cuda/index_check.cuh"
 #include "kiln/tensor/cuda/loops_cuda.cuh"
 #include "kiln/tensor/cuda/stream.h"
+#include "kiln/tensor/determinism.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/tensor.h"
@@ -304,11 +309,109 @@ void scatter_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Te
 }
 
 void scatter_add_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar&) {
+  if (is_floating(self.dtype())) detail::alert_not_deterministic("scatter_add", self.device());
   scatter_launch(kScatterAddId, self, dim, index, index.strides(), src, index.sizes(), 1);
 }
 
-// self: (..., n, ...), index: (k), src: self's shape with dim -> k
+// ---- index_add in a fixed order (deterministic algorithms) ----
+
+// Reports the first bad value of a (k) index; the deterministic kernel below only visits valid ones.
+__global__ void check_index_kernel(const int64_t* __restrict__ index, int64_t k, IndexCheck check) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < k; p += stride)
+    if (!check.ok(index[p])) check.report(index[p]);
+}
+
+// The first position of sorted[0, k) whose value is not below v (`above`: above v).
+__device__ __forceinline__ int64_t bound(const int64_t* sorted, int64_t k, int64_t v, bool above) {
+  int64_t lo = 0, hi = k;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (above ? sorted[mid] <= v : sorted[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// alpha * v rounded before it is added, never fused with the add into an FMA (nvcc fuses by default): the
+// CPU's index_add, compiled with -ffp-contract=off, rounds it so too.
+__device__ __forceinline__ float product_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double product_rn(double a, double b) { return __dmul_rn(a, b); }
+
+// self (outer, n, inner) and src (outer, k, inner), both contiguous; keys: the index values sorted, positions:
+// where each came from, in increasing order among equal keys. One thread per element of self adds its terms
+// one after another in the order of their positions, which is the CPU's order, in the atomics' arithmetic.
+template <typename T>
+__global__ void index_add_ordered_kernel(T* __restrict__ self, const T* __restrict__ src,
+                                         const int64_t* __restrict__ keys, const int64_t* __restrict__ positions,
+                                         int64_t outer, int64_t n, int64_t inner, int64_t k, opmath_t<T> alpha) {
+  using M = opmath_t<T>;
+  const int64_t total = outer * n * inner;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total; e += stride) {
+    const int64_t o = e / (n * inner), j = (e / inner) % n, i = e % inner;
+    const int64_t first = bound(keys, k, j, false), last = bound(keys, k, j, true);
+    if (first == last) continue;
+    T acc = self[e];
+    for (int64_t q = first; q < last; ++q) {
+      const M v = product_rn(alpha, static_cast<M>(src[(o * k + positions[q]) * inner + i]));
+      acc = static_cast<T>(static_cast<M>(acc) + v);
+    }
+    self[e] = acc;
+  }
+}
+
+// index_add with every element's terms added in the CPU's order: the index's values sorted stably with their
+// positions (CUB's radix sort), then index_add_ordered_kernel. Works on contiguous copies where the operands are
+// not contiguous.
+void index_add_ordered(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
+  const char* name = "index_add (deterministic)";
+  const int64_t k = index.numel(), n = self.size(dim);
+  if (k == 0 || self.numel() == 0) return;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
+  for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
+  cuda::DeviceGuard guard(self.device().index);
+  raise_pending_index_error();
+  cudaStream_t stream = cuda::current_stream(self.device().index).handle;
+  const TensorOptions longs = TensorOptions(kInt64).device(self.device());
+  const Tensor keys_in = ops::contiguous(index), positions_in = arange(k, longs);
+  const Tensor keys = empty({k}, longs), positions = empty({k}, longs);
+  KILN_CHECK(k <= INT_MAX, name, ": an index of ", k, " values is more than CUB's sort takes (", INT_MAX, ")");
+  const auto* kin = static_cast<const int64_t*>(keys_in.raw_data_ptr());
+  const auto* vin = static_cast<const int64_t*>(positions_in.raw_data_ptr());
+  auto* kout = static_cast<int64_t*>(keys.raw_data_ptr());
+  auto* vout = static_cast<int64_t*>(positions.raw_data_ptr());
+  const IndexCheck check = cuda::make_index_check(kIndexAddId, dim, n);
+  check_index_kernel<<<blocks_for(k), kIndexBlock, 0, stream>>>(kin, k, check);
+  check_launch(kIndexAddId);
+  size_t bytes = 0;
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, kin, kout, vin, vout, static_cast<int>(k), 0, 64,
+                                                  stream),
+                  name);
+  const Tensor temp = empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions(kUInt8).device(self.device()));
+  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data_ptr(), bytes, kin, kout, vin, vout,
+                                                  static_cast<int>(k), 0, 64, stream),
+                  name);
+  const Tensor src_c = ops::contiguous(src);
+  const bool in_place = self.is_contiguous();
+  const Tensor target = in_place ? self : ops::contiguous(self);
+  visit_dtype<kFloatingSet>(self.dtype(), name, [&]<typename T>() {
+    const int64_t total = self.numel();
+    index_add_ordered_kernel<T><<<blocks_for(total), kIndexBlock, 0, stream>>>(
+        static_cast<T*>(target.raw_data_ptr()), static_cast<const T*>(src_c.raw_data_ptr()), kout, vout, outer, n,
+        inner, k, alpha.to<opmath_t<T>>());
+  });
+  check_launch(kIndexAddId);
+  if (!in_place) ops::copy_(self, target);
+}
+
+// self: (..., n, ...), index: (k), src: self's shape with dim -> k. Floating-point sums with atomics vary in
+// their last bits from run to run where an index repeats; under deterministic algorithms they are added in order.
 void index_add_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
+  if (is_floating(self.dtype()) && are_deterministic_algorithms_enabled()) {
+    return index_add_ordered(self, dim, index, src, alpha);
+  }
   scatter_launch(kIndexAddId, self, dim, index, expanded_index_strides(index, src.dim(), dim), src, src.sizes(),
                  alpha);
 }
