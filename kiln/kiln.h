@@ -1,4 +1,6 @@
-// The whole of kiln's public API.
+// kiln's core API in one include: tensors, autograd, nn, optim, data and serialize. The Trainer
+// (kiln/trainer/trainer.h, with its callbacks and loggers beside it) and the distributed layer (kiln/distributed/)
+// have headers of their own, so a program that only computes does not compile them.
 #pragma once
 
 #include "kiln/autograd/autograd.h"
