@@ -4,12 +4,12 @@
 // kiln's CPU kernels give the same bits on every run for a fixed thread count, whatever this says. Some CUDA
 // kernels do not: they add floating-point numbers with atomics, in whatever order the threads reach them, so
 // sums of several terms may differ in the last bits from run to run. While deterministic algorithms are on:
-//   - index_add (and so the gradient of index_select and embedding) and max_pool2d's gradient run kernels that
-//     add each element's terms in the CPU's order, one thread per element: the same bits on every run, and the
-//     CPU's bits;
+//   - index_add (and so the gradient of index_select and embedding), scatter_add (the gradient of gather, and so
+//     of nll_loss and adaptive max pooling) and max_pool2d's gradient run kernels that add each element's terms
+//     in the CPU's order: the same bits on every run, and the CPU's bits;
 //   - convolution takes only cuDNN algorithms that cuDNN reports as deterministic;
-//   - scatter_add and grid_sample's gradient, which have no such kernel, stop with an error naming the op
-//     (PyTorch does the same), rather than silently vary.
+//   - grid_sample's gradient for its input, which has no such kernel, stops with an error naming the op rather
+//     than silently vary (PyTorch does the same).
 // Integer atomics are exact in any order, so integer index_add and scatter_add run as usual.
 // The setting is one for the whole process (every thread), as in PyTorch.
 #pragma once

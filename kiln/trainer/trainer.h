@@ -102,10 +102,10 @@ struct TrainerOptions {
   int64_t log_every_n_steps = 50;
 
   // Each run (fit, validate, test, predict) uses deterministic algorithms (kiln/tensor/determinism.h, PyTorch's
-  // use_deterministic_algorithms): on CUDA, index_add (embedding's and index_select's gradients) and max
-  // pooling's gradient add in a fixed order, convolution takes only deterministic cuDNN algorithms, and the ops
-  // with no deterministic kernel (floating-point scatter_add, grid_sample's input gradient) stop with an error
-  // naming them. The process's setting is put back when the run ends; false leaves it as it is. Every CPU kernel
+  // use_deterministic_algorithms): on CUDA, index_add and scatter_add (the gradients of embedding, index_select
+  // and gather) and max pooling's gradient add in a fixed order, convolution takes only deterministic cuDNN
+  // algorithms, and an op with no deterministic kernel (grid_sample's input gradient) stops with an error naming
+  // it. The process's setting is put back when the run ends; false leaves it as it is. Every CPU kernel
   // is deterministic for a fixed thread count either way.
   bool deterministic = false;
   // fit() runs in autograd's anomaly mode (DetectAnomalyGuard): a NaN or Inf in any gradient stops it with an

@@ -474,9 +474,13 @@ std::vector<Candidate> usable(const std::vector<Perf>& perf, int returned, const
     out.push_back({static_cast<int>(r.algo), r.mathType});
   }
   // With no advice, every algorithm is tried in turn: the ones that cannot run answer NOT_SUPPORTED.
-  if (out.empty())
-    for (int a = 0; a < static_cast<int>(perf.size()); ++a)
-      if (!s.deterministic || !atomic(a)) out.push_back({a, requested_math(s)});
+  // Under deterministic algorithms, every other algorithm but the atomic ones follows (they answer NOT_SUPPORTED
+  // where they cannot run): the filtered advice may be a single algorithm whose workspace does not fit.
+  if (out.empty() || s.deterministic)
+    for (int a = 0; a < static_cast<int>(perf.size()); ++a) {
+      const bool listed = std::any_of(out.begin(), out.end(), [&](const Candidate& c) { return c.algo == a; });
+      if (!listed && (!s.deterministic || !atomic(a))) out.push_back({a, requested_math(s)});
+    }
   return out;
 }
 

@@ -9,7 +9,8 @@
 // index_add add atomically, in the same op-math arithmetic as the CPU (float for the 16-bit floats), so
 // without duplicates the result equals the CPU's, and with duplicates only the order of a float sum differs.
 // Under deterministic algorithms (determinism.h) a floating-point index_add sorts its index and adds each
-// element's terms in the CPU's order instead, and a floating-point scatter_add is an error.
+// element's terms in the CPU's order instead, and a floating-point scatter_add gives each line along dim to one
+// thread, which adds its terms in order.
 //
 // Index values are checked on the device (index_check.cuh): a bad index is skipped (a read gives 0) and the
 // next CUDA indexing op launched after the faulty one has finished throws the error.
@@ -308,8 +309,60 @@ void scatter_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Te
   scatter_launch(kScatterId, self, dim, index, index.strides(), src, index.sizes(), 1);
 }
 
+// ---- scatter_add in a fixed order (deterministic algorithms) ----
+
+// A thread per line of the index along dim (one position outside dim), adding the line's terms in order along
+// dim. Two lines differ outside dim, and so do the elements of self they name: no element has two writers, no
+// atomics, and each element's terms come in the CPU's order (scatter_loop's, along dim). Operands over the
+// lines' shape (index's, 1 along dim): 0 self (stride 0 along dim), 1 index, 2 src.
+template <typename T, typename Index>
+__global__ void scatter_add_lines_kernel(int64_t lines, cuda::OffsetCalc<3, Index> g, T* self, const int64_t* index,
+                                         const T* src, int64_t self_step, int64_t len, int64_t index_step,
+                                         int64_t src_step, IndexCheck check) {
+  using M = opmath_t<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t l = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; l < lines; l += stride) {
+    const auto off = g.get(static_cast<Index>(l));
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t idx = index[off[1] + j * index_step];
+      if (!check.ok(idx)) {
+        check.report(idx);
+        continue;
+      }
+      T* p = self + off[0] + idx * self_step;
+      *p = static_cast<T>(static_cast<M>(*p) + static_cast<M>(src[off[2] + j * src_step]));
+    }
+  }
+}
+
+void scatter_add_lines(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  const char* name = "scatter_add (deterministic)";
+  Shape lines_shape = index.sizes();
+  const int64_t len = lines_shape[static_cast<size_t>(dim)];
+  lines_shape[static_cast<size_t>(dim)] = 1;
+  const cuda::Layout<3> geom(lines_shape, {strides_without(self, dim), index.strides(), src.strides()});
+  if (geom.numel == 0 || len == 0) return;
+  cuda::DeviceGuard guard(self.device().index);
+  raise_pending_index_error();
+  cudaStream_t stream = cuda::current_stream(self.device().index).handle;
+  const IndexCheck check = cuda::make_index_check(kScatterAddId, dim, self.size(dim));
+  visit_dtype<kFloatingSet>(self.dtype(), name, [&]<typename T>() {
+    with_index_type(geom, [&]<typename Index>() {
+      scatter_add_lines_kernel<T, Index><<<blocks_for(geom.numel), kIndexBlock, 0, stream>>>(
+          geom.numel, geom.template calc<Index>(name), static_cast<T*>(self.raw_data_ptr()),
+          static_cast<const int64_t*>(index.raw_data_ptr()), static_cast<const T*>(src.raw_data_ptr()),
+          self.stride(dim), len, index.stride(dim), src.stride(dim), check);
+    });
+  });
+  check_launch(kScatterAddId);
+}
+
+// Floating-point sums with atomics vary in their last bits from run to run where two terms meet; under
+// deterministic algorithms each line along dim is added in order by one thread instead.
 void scatter_add_cuda(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar&) {
-  if (is_floating(self.dtype())) detail::alert_not_deterministic("scatter_add", self.device());
+  if (is_floating(self.dtype()) && are_deterministic_algorithms_enabled()) {
+    return scatter_add_lines(self, dim, index, src);
+  }
   scatter_launch(kScatterAddId, self, dim, index, index.strides(), src, index.sizes(), 1);
 }
 
@@ -367,7 +420,7 @@ __global__ void index_add_ordered_kernel(T* __restrict__ self, const T* __restri
 void index_add_ordered(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
   const char* name = "index_add (deterministic)";
   const int64_t k = index.numel(), n = self.size(dim);
-  if (k == 0 || self.numel() == 0) return;
+  if (k == 0) return;
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= self.size(d);
   for (int64_t d = dim + 1; d < self.dim(); ++d) inner *= self.size(d);
@@ -384,7 +437,9 @@ void index_add_ordered(const Tensor& self, int64_t dim, const Tensor& index, con
   auto* vout = static_cast<int64_t*>(positions.raw_data_ptr());
   const IndexCheck check = cuda::make_index_check(kIndexAddId, dim, n);
   check_index_kernel<<<blocks_for(k), kIndexBlock, 0, stream>>>(kin, k, check);
-  check_launch(kIndexAddId);
+  // Not check_launch: as on the atomic path, a bad index is reported after the valid terms are added.
+  KILN_CUDA_CHECK_LAUNCH(name);
+  if (self.numel() == 0) return check_launch(kIndexAddId);  // a self empty along dim: every index was bad
   size_t bytes = 0;
   KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, kin, kout, vin, vout, static_cast<int>(k), 0, 64,
                                                   stream),
