@@ -1,6 +1,7 @@
 // Dataset, TensorDataset, Subset and random_split.
 #include "kiln/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -39,6 +40,29 @@ Subset::Subset(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices)
 Example Subset::get(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), "Subset: index ", index, " is out of range for ", size(), " examples");
   return dataset_->get(indices_[static_cast<size_t>(index)]);
+}
+
+ConcatDataset::ConcatDataset(std::vector<std::shared_ptr<Dataset>> datasets) : datasets_(std::move(datasets)) {
+  KILN_CHECK(!datasets_.empty(), "ConcatDataset: no datasets given (expected at least one)");
+  int64_t end = 0;
+  for (size_t k = 0; k < datasets_.size(); ++k) {
+    KILN_CHECK(datasets_[k] != nullptr, "ConcatDataset: dataset ", k, " is null");
+    end += datasets_[k]->size();
+    ends_.push_back(end);
+  }
+}
+
+Example ConcatDataset::get(int64_t index) const {
+  KILN_CHECK(index >= 0 && index < size(), "ConcatDataset: index ", index, " is out of range for ", size(),
+             " examples");
+  // The first part that ends after index (parts of size 0 end where the one before does, and are passed over).
+  const auto part = std::upper_bound(ends_.begin(), ends_.end(), index) - ends_.begin();
+  const int64_t start = part == 0 ? 0 : ends_[static_cast<size_t>(part) - 1];
+  return datasets_[static_cast<size_t>(part)]->get(index - start);
+}
+
+void ConcatDataset::set_epoch(uint64_t epoch) {
+  for (auto& d : datasets_) d->set_epoch(epoch);
 }
 
 std::vector<int64_t> random_permutation(int64_t n, uint64_t seed) {

@@ -94,6 +94,24 @@ class Subset : public Dataset {
   std::vector<int64_t> indices_;
 };
 
+// Several datasets one after another, as torch.utils.data.ConcatDataset: example i of the whole is example
+// i - (the sizes before it) of the dataset it falls in. set_epoch reaches every part. The sizes are read once,
+// when it is made.
+class ConcatDataset : public Dataset {
+ public:
+  explicit ConcatDataset(std::vector<std::shared_ptr<Dataset>> datasets);
+  int64_t size() const override { return ends_.empty() ? 0 : ends_.back(); }
+  Example get(int64_t index) const override;
+  void set_epoch(uint64_t epoch) override;
+  const std::vector<std::shared_ptr<Dataset>>& datasets() const { return datasets_; }
+  // The index one past each part's last example: the running sum of the sizes.
+  const std::vector<int64_t>& cumulative_sizes() const { return ends_; }
+
+ private:
+  std::vector<std::shared_ptr<Dataset>> datasets_;
+  std::vector<int64_t> ends_;
+};
+
 // Splits `dataset` into disjoint random Subsets of the given lengths (which must sum to its size), as
 // torch.utils.data.random_split. The permutation depends only on `seed`.
 std::vector<std::shared_ptr<Subset>> random_split(const std::shared_ptr<Dataset>& dataset,

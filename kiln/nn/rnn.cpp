@@ -1,5 +1,6 @@
 #include "kiln/nn/rnn.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -90,6 +91,36 @@ Tensor gru_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tens
 }
 
 }  // namespace functional
+
+Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, double padding_value,
+                    const std::string& padding_side) {
+  KILN_CHECK(padding_side == "right" || padding_side == "left", "pad_sequence: padding_side is '", padding_side,
+             "': expected 'right' or 'left'");
+  KILN_CHECK(!sequences.empty(), "pad_sequence: no sequences given (expected at least one)");
+  const Tensor& first = sequences[0];
+  int64_t longest = 0;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    const Tensor& s = sequences[k];
+    KILN_CHECK(s.defined() && s.dim() >= 1, "pad_sequence: sequence ", k, " must have a length dim (L, *), got ",
+               s.defined() ? "a 0-dim tensor" : "an undefined tensor");
+    KILN_CHECK(s.dtype() == first.dtype() && s.device() == first.device(), "pad_sequence: sequence ", k, " is ",
+               s.dtype(), " on ", s.device(), ", sequence 0 ", first.dtype(), " on ", first.device());
+    KILN_CHECK(std::equal(s.sizes().begin() + 1, s.sizes().end(), first.sizes().begin() + 1, first.sizes().end()),
+               "pad_sequence: sequence ", k, " has shape ",
+               shape_str(s.sizes()), ", sequence 0 ", shape_str(first.sizes()),
+               "; expected the same shape after the length dim");
+    longest = std::max(longest, s.size(0));
+  }
+  std::vector<Tensor> padded;
+  padded.reserve(sequences.size());
+  for (const Tensor& s : sequences) {
+    // F::pad's pairs start at the last dim: the length dim's pair comes last.
+    std::vector<int64_t> pads(static_cast<size_t>(2 * s.dim()), 0);
+    pads[pads.size() - (padding_side == "left" ? 2 : 1)] = longest - s.size(0);
+    padded.push_back(s.size(0) == longest ? s : functional::pad(s, pads, Scalar(padding_value)));
+  }
+  return stack(padded, batch_first ? 0 : 1);
+}
 
 // ---- the layers ----
 

@@ -42,6 +42,13 @@ Tensor gru_cell(const Tensor& x, const Tensor& h, const Tensor& w_ih, const Tens
 
 }  // namespace functional
 
+// Sequences (L_i, *) of one dtype, device and trailing shape, each padded with `padding_value` to the longest
+// and stacked: (L, B, *), or (B, L, *) with batch_first, as torch.nn.utils.rnn.pad_sequence. padding_side
+// "left" puts the padding before each sequence instead of after it. Differentiable in every sequence. With the
+// lengths, it is what a recurrent layer's forward takes (a collate function for variable-length examples).
+Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first = false, double padding_value = 0.0,
+                    const std::string& padding_side = "right");
+
 enum class RNNMode { RnnTanh, RnnRelu, Lstm, Gru };
 
 struct RNNOptions {

@@ -1,4 +1,4 @@
-// TensorDataset, Subset and random_split.
+// TensorDataset, Subset, ConcatDataset and random_split.
 #include <set>
 
 #include "data/data_test_util.h"
@@ -48,6 +48,33 @@ TEST(Subset, MapsIndices) {
   EXPECT_EQ(s.get(2)[1].item<int64_t>(), 5);
   expect_error([&] { s.get(3); }, {"Subset", "index 3"});
   expect_error([&] { Subset(ds, {6}); }, {"Subset", "index 6", "6 examples"});
+}
+
+// Parts of 3, 0 and 2 examples: the whole's example i is the i-th in reading order, the empty part passed over,
+// and set_epoch reaches every part.
+TEST(ConcatDataset, ReadsItsPartsInOrder) {
+  struct EpochSeen : Dataset {
+    int64_t n;
+    uint64_t epoch = 0;
+    explicit EpochSeen(int64_t n) : n(n) {}
+    int64_t size() const override { return n; }
+    Example get(int64_t i) const override { return {scalar_tensor(100.0 + static_cast<double>(i))}; }
+    void set_epoch(uint64_t e) override { epoch = e; }
+  };
+  auto empty = std::make_shared<EpochSeen>(0), last = std::make_shared<EpochSeen>(2);
+  ConcatDataset all({make_pairs_dataset(3), empty, last});
+  EXPECT_EQ(all.size(), 5);
+  EXPECT_EQ(all.cumulative_sizes(), (std::vector<int64_t>{3, 3, 5}));
+  std::vector<double> firsts;
+  for (int64_t i = 0; i < all.size(); ++i) firsts.push_back(all.get(i)[0].flatten()[0].item<double>());
+  EXPECT_EQ(firsts, (std::vector<double>{0, 1, 2, 100, 101}));
+  all.set_epoch(4);
+  EXPECT_EQ(empty->epoch, 4u);
+  EXPECT_EQ(last->epoch, 4u);
+  expect_error([&] { all.get(5); }, {"ConcatDataset", "index 5", "5 examples"});
+  expect_error([&] { all.get(-1); }, {"ConcatDataset", "index -1"});
+  expect_error([] { ConcatDataset(std::vector<std::shared_ptr<Dataset>>{}); }, {"ConcatDataset", "at least one"});
+  expect_error([] { ConcatDataset({make_pairs_dataset(1), nullptr}); }, {"ConcatDataset", "dataset 1 is null"});
 }
 
 TEST(RandomSplit, LengthsPartitionTheDataset) {

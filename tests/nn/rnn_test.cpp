@@ -263,6 +263,47 @@ TEST(RNN, APaddedBatchWithLengthsEqualsEachSequenceAlone) {
   }
 }
 
+// pad_sequence against the padded batch written out element by element: both layouts, both sides, a padding
+// value, trailing dims; the gradient of sum(w * padded) reaches each sequence as w's entries over its steps.
+TEST(PadSequence, PadsToTheLongestAndStacks) {
+  const std::vector<int64_t> lengths = {3, 1, 4};
+  std::vector<Tensor> seqs;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    seqs.push_back(randn64({lengths[k], 2}, 30 + static_cast<uint64_t>(k)));
+    seqs.back().requires_grad_();
+  }
+  for (bool batch_first : {false, true}) {
+    for (const char* side : {"right", "left"}) {
+      const Tensor out = nn::pad_sequence(seqs, batch_first, -7.0, side);
+      ASSERT_EQ(out.sizes(), batch_first ? (Shape{3, 4, 2}) : (Shape{4, 3, 2})) << side;
+      const Tensor w = randn64(out.sizes(), 40);
+      (out * w).sum().backward();
+      const std::vector<double> got = values(out), wv = values(w);
+      for (int64_t b = 0; b < 3; ++b) {
+        const std::vector<double> sv = values(seqs[static_cast<size_t>(b)]);
+        const std::vector<double> gv = values(seqs[static_cast<size_t>(b)].grad());
+        const int64_t len = lengths[static_cast<size_t>(b)], shift = std::string(side) == "left" ? 4 - len : 0;
+        for (int64_t t = 0; t < 4; ++t)
+          for (int64_t f = 0; f < 2; ++f) {
+            const size_t at = static_cast<size_t>((batch_first ? (b * 4 + t) : (t * 3 + b)) * 2 + f);
+            const int64_t step = t - shift;
+            const bool inside = step >= 0 && step < len;
+            EXPECT_EQ(got[at], inside ? sv[static_cast<size_t>(step * 2 + f)] : -7.0)
+                << side << (batch_first ? " batch_first" : "") << " b " << b << " t " << t;
+            if (inside) EXPECT_EQ(gv[static_cast<size_t>(step * 2 + f)], wv[at]) << side << " gradient";
+          }
+        seqs[static_cast<size_t>(b)].grad().zero_();
+      }
+    }
+  }
+  expect_error([&] { nn::pad_sequence({}); }, {"pad_sequence", "at least one"});
+  expect_error([&] { nn::pad_sequence({ones({2, 3}), ones({2, 4})}); },
+               {"pad_sequence: sequence 1 has shape (2, 4), sequence 0 (2, 3)"});
+  expect_error([&] { nn::pad_sequence({ones({2}), ones({2}, kFloat64)}); }, {"sequence 1 is float64"});
+  expect_error([&] { nn::pad_sequence({scalar_tensor(1.0)}); }, {"sequence 0 must have a length dim"});
+  expect_error([&] { nn::pad_sequence({ones({2})}, false, 0.0, "middle"); }, {"padding_side is 'middle'"});
+}
+
 // ---- gradients ----
 
 TEST(RNN, CellGradientsMatchCentralDifferences) {
