@@ -295,6 +295,7 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
     mc.mode = c.checkpoint.mode;
     mc.save_top_k = c.checkpoint.save_top_k;
     mc.save_last = c.checkpoint.save_last;
+    mc.save_weights_only = c.checkpoint.save_weights_only;
     mc.every_n_epochs = c.checkpoint.every_n_epochs;
     mc.every_n_train_steps = c.checkpoint.every_n_train_steps;
     o.callbacks.push_back(std::make_shared<trainer::ModelCheckpoint>(mc));

@@ -191,6 +191,8 @@ void declare_callbacks(Schema<R>& s) {
   ck.add_enum("mode", &K::mode, {"min", "max"}, "whether lower or higher values of the metric are better");
   ck.add("save_top_k", &K::save_top_k, "keep this many best checkpoints (-1: all, 0: none)").at_least(-1);
   ck.add("save_last", &K::save_last, "also keep last.ckpt, the latest state, for resuming");
+  ck.add("save_weights_only", &K::save_weights_only,
+         "write the model's weights only: smaller files to evaluate or deploy, none to resume from");
   ck.add("every_n_epochs", &K::every_n_epochs, "save every this many epochs (0: not by epoch)").at_least(0);
   ck.add("every_n_train_steps", &K::every_n_train_steps, "save every this many steps (0: not by step)").at_least(0);
   ck.add("filename", &K::filename, "file name pattern: {epoch}, {step} and metric names are filled in");

@@ -153,6 +153,7 @@ struct RunConfig {
       std::string mode = "min";
       int64_t save_top_k = 1;
       bool save_last = true;
+      bool save_weights_only = false;
       int64_t every_n_epochs = 1;
       int64_t every_n_train_steps = 0;
       std::string filename = "epoch={epoch}-step={step}";

@@ -20,6 +20,8 @@
 //   ps.shard.<k>.values          tensor  parameter server k's shard (strategy parameter_server), and
 //   ps.shard.<k>.optimizer.<key> both    its optimizer's state; ps.num_servers (text) says how many
 //   kiln.format, kiln.checksum   text    "kiln-checkpoint/1" and a CRC-32C of everything else
+// A weights-only checkpoint (save_weights_only) holds model.*, hparams.*, trainer.epoch, trainer.global_step
+// and trainer.weights_only = "1", and whatever on_save_checkpoint hooks add.
 //
 // Writing goes through a temporary file, fsync and rename (serialize::save_safetensors), so a crash at any
 // moment leaves the previous file intact. Reading checks the safetensors structure, then the format tag, then

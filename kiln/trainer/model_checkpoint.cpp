@@ -274,7 +274,7 @@ void ModelCheckpoint::save(Trainer& trainer, Trigger trigger) {
 }
 
 void ModelCheckpoint::write(Trainer& trainer, const std::string& path) {
-  trainer.save_checkpoint(path);
+  trainer.save_checkpoint(path, options_.save_weights_only);
   if (options_.verbose) {
     std::fprintf(stderr, "kiln: ModelCheckpoint: epoch %lld, step %lld: saved %s\n",
                  static_cast<long long>(trainer.current_epoch()), static_cast<long long>(trainer.global_step()),

@@ -41,6 +41,9 @@ struct ModelCheckpointOptions {
   // Save after every n-th optimizer step (0: never).
   int64_t every_n_train_steps = 0;
   bool verbose = false;  // print each save to stderr
+  // Write only the module's weights (Trainer::save_checkpoint's weights_only): smaller files that validate,
+  // test and predict load, but a fit cannot resume from (last.ckpt too).
+  bool save_weights_only = false;
 };
 
 class ModelCheckpoint : public Callback {

@@ -246,8 +246,10 @@ class Trainer {
   // Seconds since fit() started (including the time before a resume).
   double elapsed_seconds() const;
 
-  // Writes a checkpoint of the run as it stands (from a hook; ModelCheckpoint calls this).
-  void save_checkpoint(const std::string& path);
+  // Writes a checkpoint of the run as it stands (from a hook; ModelCheckpoint calls this). weights_only (as
+  // Lightning's): the module's weights, the epoch and step and the hyperparameters, without the optimizers',
+  // schedulers', callbacks' and loaders' state; validate/test/predict load it, a fit cannot resume from it.
+  void save_checkpoint(const std::string& path, bool weights_only = false);
   // Called by TrainModule::log.
   void log_metric(const std::string& name, double value, const LogOptions& options);
   // Manual optimization's steps (the TrainModule and ManualOptimizer calls of the same names).
@@ -311,7 +313,7 @@ class Trainer {
   // Something thrown that is not a std::exception (an int, a user's own type) fails a run as any error does: the
   // callbacks and the other ranks hear of it as this Error, and the original propagates.
   static const Error& foreign_exception();
-  Checkpoint build_checkpoint();
+  Checkpoint build_checkpoint(bool weights_only = false);
 
   void train_loop();
   void train_batch(const data::Batch& batch, int64_t batch_idx, bool last_in_epoch);

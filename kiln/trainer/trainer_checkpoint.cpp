@@ -55,13 +55,22 @@ void check_key_unused(const std::set<std::string>& used, const std::string& key)
 }
 }  // namespace
 
-Checkpoint Trainer::build_checkpoint() {
+Checkpoint Trainer::build_checkpoint(bool weights_only) {
   KILN_CHECK(module_ != nullptr && stage_ == Stage::Fit, "Trainer::save_checkpoint: only during fit()");
   KILN_CHECK(accumulated_ == 0, "Trainer::save_checkpoint: called with ", accumulated_,
              " backward passes accumulated and not yet stepped; their gradients would be lost. Save after an "
              "optimizer step (ModelCheckpoint does)");
   Checkpoint c;
   for (const auto& [name, t] : module_->state_dict()) c.tensors["model." + name] = t;
+  if (weights_only) {
+    c.set("trainer.weights_only", "1");
+    c.set_int("trainer.epoch", epoch_finished_ ? epoch_ + 1 : epoch_);
+    c.set_int("trainer.global_step", global_step_);
+    for (const auto& [k, v] : module_->hparams()) c.set("hparams." + k, v);
+    // The hooks still run: one may change the weights written (WeightAveraging writes its averages).
+    call_hooks("on_save_checkpoint", [&](Callback& cb) { cb.on_save_checkpoint(*this, *module_, c); });
+    return c;
+  }
 
   c.set_int("trainer.num_optimizers", static_cast<int64_t>(optimizers_.size()));
   for (size_t i = 0; i < optimizers_.size(); ++i) {
@@ -118,7 +127,7 @@ Checkpoint Trainer::build_checkpoint() {
   return c;
 }
 
-void Trainer::save_checkpoint(const std::string& path) {
+void Trainer::save_checkpoint(const std::string& path, bool weights_only) {
   profiler::Range range("save_checkpoint");
   // Every rank holds the same state; rank 0 writes it, and the others wait until it has, so that no rank
   // goes on to read a checkpoint (a resume, a test of the best one) that is not there yet. Every rank calls
@@ -126,7 +135,7 @@ void Trainer::save_checkpoint(const std::string& path) {
   std::exception_ptr failed;
   if (strategy_->is_global_zero()) {
     try {
-      trainer::save_checkpoint(build_checkpoint(), path);
+      trainer::save_checkpoint(build_checkpoint(weights_only), path);
     } catch (...) {
       failed = std::current_exception();
     }
@@ -137,6 +146,9 @@ void Trainer::save_checkpoint(const std::string& path) {
 
 void Trainer::restore(const Checkpoint& c, data::DataLoader& train) {
   const std::string where = "resuming from " + c.path + ": ";
+  KILN_CHECK(!c.has("trainer.weights_only"), where, "the checkpoint holds the weights only (save_weights_only), ",
+             "not the optimizers', schedulers' and loops' state a fit resumes from; resume from a full checkpoint, ",
+             "or load these weights into the module (validate/test/predict take it as ckpt_path)");
   try {
     module_->load_state_dict(c.tensor_section("model"));
   } catch (const Error& e) {

@@ -84,6 +84,38 @@ TEST(CallbacksModelCheckpoint, CkptPathBestLoadsTheBestCheckpointsWeights) {
   expect_error([&] { without.test(m, *d.val, "best"); }, {"needs a ModelCheckpoint"});
 }
 
+// save_weights_only: the files hold the module's weights, the progress and nothing to resume from; "best"
+// loads them, and a fit asked to resume from one says why it cannot.
+TEST(CallbacksModelCheckpoint, SaveWeightsOnlyWritesTheWeightsAndRefusesAResume) {
+  TempDir dir;
+  const fs::path ckdir = dir.path / "ck";
+  Data d;
+  Regression m;
+  m.val_scores = {0.5, 0.3, 0.4};
+  auto ckpt = std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{
+      .dirpath = ckdir.string(), .monitor = "val/score", .save_last = true, .save_weights_only = true});
+  Trainer t(quiet(dir, 3, {ckpt}));
+  t.fit(m, *d.train, d.val.get());
+  EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-step=4.ckpt", "last.ckpt"}));
+  const Checkpoint last = load_checkpoint((ckdir / "last.ckpt").string());
+  EXPECT_EQ(last.get("trainer.weights_only"), "1");
+  EXPECT_EQ(last.get_int("trainer.epoch"), 3);
+  EXPECT_EQ(last.get_int("trainer.global_step"), t.global_step());
+  EXPECT_FALSE(last.has("trainer.num_optimizers"));
+  for (const auto& [name, tensor] : last.tensors) EXPECT_EQ(name.rfind("model.", 0), 0u) << name;
+  const nn::StateDict weights = m.state_dict();
+  ASSERT_EQ(last.tensor_section("model").size(), weights.size());
+  for (const auto& [name, w] : weights) EXPECT_TRUE(last.tensor_section("model").at(name).equal(w)) << name;
+  // "best" (epoch 1) loads into the module.
+  const Tensor best = load_checkpoint((ckdir / "epoch=1-step=4.ckpt").string()).tensor_section("model").at("fc.weight");
+  ASSERT_FALSE(best.equal(m.fc->weight.detach()));
+  t.validate(m, *d.val, "best");
+  EXPECT_TRUE(m.fc->weight.equal(best));
+  Trainer resumed(quiet(dir, 4, {}));
+  expect_error([&] { resumed.fit(m, *d.train, d.val.get(), (ckdir / "last.ckpt").string()); },
+               {"holds the weights only", "last.ckpt"});
+}
+
 TEST(CallbacksModelCheckpoint, TopKMaxRanksNaNWorst) {
   TempDir dir;
   const fs::path ckdir = dir.path / "ck";
