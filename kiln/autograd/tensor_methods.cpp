@@ -28,6 +28,35 @@ Tensor Tensor::trunc() const { return kiln::trunc(*this); }
 Tensor Tensor::tanh() const { return kiln::tanh(*this); }
 Tensor Tensor::sigmoid() const { return kiln::sigmoid(*this); }
 Tensor Tensor::relu() const { return kiln::relu(*this); }
+Tensor Tensor::log1p() const { return kiln::log1p(*this); }
+Tensor Tensor::expm1() const { return kiln::expm1(*this); }
+Tensor Tensor::erf() const { return kiln::erf(*this); }
+Tensor Tensor::silu() const { return kiln::silu(*this); }
+Tensor Tensor::square() const { return kiln::mul(*this, *this); }
+// The free in-place functions take Tensor&; the handle is shared, so a copy of it writes the same data.
+#define KILN_INPLACE_METHOD(name)     \
+  const Tensor& Tensor::name() const { \
+    Tensor t = *this;                  \
+    kiln::name(t);                     \
+    return *this;                      \
+  }
+KILN_INPLACE_METHOD(neg_)
+KILN_INPLACE_METHOD(abs_)
+KILN_INPLACE_METHOD(exp_)
+KILN_INPLACE_METHOD(log_)
+KILN_INPLACE_METHOD(sqrt_)
+KILN_INPLACE_METHOD(tanh_)
+KILN_INPLACE_METHOD(sigmoid_)
+KILN_INPLACE_METHOD(relu_)
+KILN_INPLACE_METHOD(floor_)
+KILN_INPLACE_METHOD(round_)
+#undef KILN_INPLACE_METHOD
+const Tensor& Tensor::pow_(const Scalar& e) const { Tensor t = *this; kiln::pow_(t, e); return *this; }
+const Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
+  Tensor t = *this;
+  kiln::clamp_(t, lo, hi);
+  return *this;
+}
 Tensor Tensor::pow(const Scalar& e) const { return kiln::pow(*this, e); }
 Tensor Tensor::pow(const Tensor& e) const { return kiln::pow(*this, e); }
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return kiln::clamp(*this, lo, hi); }
@@ -35,10 +64,11 @@ Tensor Tensor::add(const Tensor& o, const Scalar& alpha) const { return kiln::ad
 Tensor Tensor::sub(const Tensor& o, const Scalar& alpha) const { return kiln::sub(*this, o, alpha); }
 Tensor Tensor::mul(const Tensor& o) const { return kiln::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return kiln::div(*this, o); }
+Tensor Tensor::maximum(const Tensor& o) const { return kiln::maximum(*this, o); }
+Tensor Tensor::minimum(const Tensor& o) const { return kiln::minimum(*this, o); }
 Tensor Tensor::atan2(const Tensor& o) const { return kiln::atan2(*this, o); }
 Tensor Tensor::fmod(const Tensor& o) const { return kiln::fmod(*this, o); }
 Tensor Tensor::remainder(const Tensor& o) const { return kiln::remainder(*this, o); }
-// The free in-place functions take Tensor&; the handle is shared, so a copy of it writes the same data.
 const Tensor& Tensor::add_(const Tensor& o, const Scalar& alpha) const { Tensor t = *this; kiln::add_(t, o, alpha); return *this; }
 const Tensor& Tensor::sub_(const Tensor& o, const Scalar& alpha) const { Tensor t = *this; kiln::sub_(t, o, alpha); return *this; }
 const Tensor& Tensor::mul_(const Tensor& o) const { Tensor t = *this; kiln::mul_(t, o); return *this; }
@@ -68,6 +98,21 @@ Tensor Tensor::mean() const { return kiln::mean(*this); }
 Tensor Tensor::mean(IntArrayRef dims, bool keepdim) const { return kiln::mean(*this, dims, keepdim); }
 Tensor Tensor::max() const { return kiln::max(*this); }
 Tensor Tensor::min() const { return kiln::min(*this); }
+std::pair<Tensor, Tensor> Tensor::max(int64_t d, bool keepdim) const { return kiln::max(*this, d, keepdim); }
+std::pair<Tensor, Tensor> Tensor::min(int64_t d, bool keepdim) const { return kiln::min(*this, d, keepdim); }
+Tensor Tensor::prod(IntArrayRef dims, bool keepdim) const { return kiln::prod(*this, dims, keepdim); }
+Tensor Tensor::amax(IntArrayRef dims, bool keepdim) const { return kiln::amax(*this, dims, keepdim); }
+Tensor Tensor::amin(IntArrayRef dims, bool keepdim) const { return kiln::amin(*this, dims, keepdim); }
+Tensor Tensor::var(IntArrayRef dims, double correction, bool keepdim) const {
+  return kiln::var(*this, dims, correction, keepdim);
+}
+Tensor Tensor::std(IntArrayRef dims, double correction, bool keepdim) const {
+  return kiln::std(*this, dims, correction, keepdim);
+}
+Tensor Tensor::norm(double p, IntArrayRef dims, bool keepdim) const { return kiln::norm(*this, p, dims, keepdim); }
+Tensor Tensor::logsumexp(IntArrayRef dims, bool keepdim) const { return kiln::logsumexp(*this, dims, keepdim); }
+Tensor Tensor::softmax(int64_t d) const { return kiln::softmax(*this, d); }
+Tensor Tensor::log_softmax(int64_t d) const { return kiln::log_softmax(*this, d); }
 Tensor Tensor::argmax(std::optional<int64_t> d, bool keepdim) const { return kiln::argmax(*this, d, keepdim); }
 Tensor Tensor::argmin(std::optional<int64_t> d, bool keepdim) const { return kiln::argmin(*this, d, keepdim); }
 Tensor Tensor::matmul(const Tensor& o) const { return kiln::matmul(*this, o); }
@@ -78,6 +123,38 @@ Tensor Tensor::argsort(int64_t d, bool descending) const { return kiln::argsort(
 std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest) const {
   return kiln::topk(*this, k, d, largest);
 }
+Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return kiln::index_select(*this, d, i); }
+Tensor Tensor::gather(int64_t d, const Tensor& i) const { return kiln::gather(*this, d, i); }
+Tensor Tensor::scatter(int64_t d, const Tensor& i, const Tensor& s) const { return kiln::scatter(*this, d, i, s); }
+Tensor Tensor::scatter_add(int64_t d, const Tensor& i, const Tensor& s) const {
+  return kiln::scatter_add(*this, d, i, s);
+}
+Tensor Tensor::index_add(int64_t d, const Tensor& i, const Tensor& s, const Scalar& alpha) const {
+  return kiln::index_add(*this, d, i, s, alpha);
+}
+const Tensor& Tensor::scatter_(int64_t d, const Tensor& i, const Tensor& s) const {
+  Tensor t = *this;
+  kiln::scatter_(t, d, i, s);
+  return *this;
+}
+const Tensor& Tensor::scatter_add_(int64_t d, const Tensor& i, const Tensor& s) const {
+  Tensor t = *this;
+  kiln::scatter_add_(t, d, i, s);
+  return *this;
+}
+const Tensor& Tensor::index_add_(int64_t d, const Tensor& i, const Tensor& s, const Scalar& alpha) const {
+  Tensor t = *this;
+  kiln::index_add_(t, d, i, s, alpha);
+  return *this;
+}
+Tensor Tensor::repeat(IntArrayRef repeats) const { return kiln::repeat(*this, repeats); }
+Tensor Tensor::flip(IntArrayRef dims) const { return kiln::flip(*this, dims); }
+Tensor Tensor::tril(int64_t k) const { return kiln::tril(*this, k); }
+Tensor Tensor::triu(int64_t k) const { return kiln::triu(*this, k); }
+std::vector<Tensor> Tensor::split(int64_t size, int64_t d) const { return kiln::split(*this, size, d); }
+std::vector<Tensor> Tensor::split(IntArrayRef sizes, int64_t d) const { return kiln::split(*this, sizes, d); }
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const { return kiln::chunk(*this, chunks, d); }
+std::vector<Tensor> Tensor::unbind(int64_t d) const { return kiln::unbind(*this, d); }
 bool Tensor::allclose(const Tensor& o, double rtol, double atol, bool equal_nan) const {
   return kiln::allclose(*this, o, rtol, atol, equal_nan);
 }

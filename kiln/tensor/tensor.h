@@ -261,6 +261,24 @@ class Tensor {
   Tensor tanh() const;
   Tensor sigmoid() const;
   Tensor relu() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor erf() const;
+  Tensor silu() const;
+  Tensor square() const;  // x * x
+  // In place, as the free functions of the same names (kiln/autograd/functions.h).
+  const Tensor& neg_() const;
+  const Tensor& abs_() const;
+  const Tensor& exp_() const;
+  const Tensor& log_() const;
+  const Tensor& sqrt_() const;
+  const Tensor& tanh_() const;
+  const Tensor& sigmoid_() const;
+  const Tensor& relu_() const;
+  const Tensor& floor_() const;
+  const Tensor& round_() const;
+  const Tensor& pow_(const Scalar& exponent) const;
+  const Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max) const;
   Tensor pow(const Scalar& exponent) const;
   Tensor pow(const Tensor& exponent) const;
   Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max) const;
@@ -268,6 +286,8 @@ class Tensor {
   Tensor sub(const Tensor& other, const Scalar& alpha = 1) const;
   Tensor mul(const Tensor& other) const;
   Tensor div(const Tensor& other) const;
+  Tensor maximum(const Tensor& other) const;
+  Tensor minimum(const Tensor& other) const;
   Tensor atan2(const Tensor& other) const;
   Tensor fmod(const Tensor& other) const;       // the sign of this (C's fmod)
   Tensor remainder(const Tensor& other) const;  // the sign of other (Python's %)
@@ -290,14 +310,46 @@ class Tensor {
   Tensor mean(IntArrayRef dims, bool keepdim = false) const;
   Tensor max() const;
   Tensor min() const;
+  std::pair<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  // (values, indices)
+  std::pair<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor prod(IntArrayRef dims = {}, bool keepdim = false) const;  // dims {}: every element
+  Tensor amax(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor amin(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor var(IntArrayRef dims = {}, double correction = 1.0, bool keepdim = false) const;
+  Tensor std(IntArrayRef dims = {}, double correction = 1.0, bool keepdim = false) const;
+  Tensor norm(double p = 2.0, IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor logsumexp(IntArrayRef dims, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& other) const;
   Tensor mm(const Tensor& other) const;
   Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
   std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;  // (values, indices)
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true) const;  // (values, indices)
+  // Indexed reads and writes (see ops/indexing.h); the underscored ones write in place.
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor index_add(int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1) const;
+  const Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src) const;
+  const Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src) const;
+  const Tensor& index_add_(int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha = 1) const;
+  // Shape and layout, as PyTorch's methods of the same names.
+  Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
+  Tensor reshape_as(const Tensor& other) const { return reshape(other.sizes()); }
+  Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
+  Tensor repeat(IntArrayRef repeats) const;
+  Tensor flip(IntArrayRef dims) const;
+  Tensor tril(int64_t k = 0) const;
+  Tensor triu(int64_t k = 0) const;
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split(IntArrayRef sizes, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
   bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
   bool equal(const Tensor& other) const;  // the same shape and equal elements
 

@@ -290,5 +290,85 @@ TEST(TensorMethods, TheNewOpsForwardToTheFreeFunctions) {
   EXPECT_FALSE(x.equal(x.t()));  // another shape
 }
 
+// The methods LibTorch code calls on tensors (x.softmax(-1), x.gather(1, i), x.max(1), x.std({0}, 0, true)...):
+// each gives what its free function gives, with every argument passed through in its place (non-default
+// values, so that a swapped or dropped one shows).
+TEST(TensorMethods, LibTorchsMethodsGiveTheirFreeFunctionsResults) {
+  std::mt19937 rng(6);
+  const Tensor x = test::random_tensor({3, 4}, kFloat64, rng);
+  const Tensor y = test::random_tensor({3, 4}, kFloat64, rng).abs() + 0.5;
+  EXPECT_TRUE(y.log1p().equal(log1p(y)));
+  EXPECT_TRUE(x.expm1().equal(expm1(x)));
+  EXPECT_TRUE(x.erf().equal(erf(x)));
+  EXPECT_TRUE(x.silu().equal(silu(x)));
+  EXPECT_TRUE(x.square().equal(x * x));
+  EXPECT_TRUE(x.maximum(y).equal(maximum(x, y)));
+  EXPECT_TRUE(x.minimum(y).equal(minimum(x, y)));
+  const auto [values, indices] = x.max(1, true);
+  EXPECT_TRUE(values.equal(max(x, 1, true).first));
+  EXPECT_TRUE(indices.equal(max(x, 1, true).second));
+  EXPECT_TRUE(x.min(0).second.equal(min(x, 0).second));
+  EXPECT_TRUE(y.prod({1}, true).equal(prod(y, {1}, true)));
+  EXPECT_TRUE(y.prod().equal(prod(y)));
+  EXPECT_TRUE(x.amax({0}).equal(amax(x, {0})));
+  EXPECT_TRUE(x.amin({1}, true).equal(amin(x, {1}, true)));
+  EXPECT_TRUE(x.var({1}, 0.0, true).equal(var(x, {1}, 0.0, true)));
+  EXPECT_TRUE(x.std({0}, 2.0).equal(std(x, {0}, 2.0)));
+  EXPECT_TRUE(x.norm(1.0, {1}, true).equal(norm(x, 1.0, {1}, true)));
+  EXPECT_TRUE(x.logsumexp({0}, true).equal(logsumexp(x, {0}, true)));
+  EXPECT_TRUE(x.softmax(0).equal(softmax(x, 0)));
+  EXPECT_TRUE(x.log_softmax(-1).equal(log_softmax(x, -1)));
+  const Tensor rows = tensor(std::vector<int64_t>{2, 0, 2});
+  const Tensor picks = tensor(std::vector<int64_t>{1, 3, 0, 0, 2, 1}).view({3, 2});
+  EXPECT_TRUE(x.index_select(0, rows).equal(index_select(x, 0, rows)));
+  EXPECT_TRUE(x.gather(1, picks).equal(gather(x, 1, picks)));
+  const Tensor src = test::random_tensor({3, 2}, kFloat64, rng);
+  EXPECT_TRUE(x.scatter(1, picks, src).equal(scatter(x, 1, picks, src)));
+  EXPECT_TRUE(x.scatter_add(1, picks, src).equal(scatter_add(x, 1, picks, src)));
+  const Tensor add_rows = test::random_tensor({3, 4}, kFloat64, rng);
+  EXPECT_TRUE(x.index_add(0, rows, add_rows, -0.5).equal(index_add(x, 0, rows, add_rows, -0.5)));
+  Tensor a = x.clone(), b = x.clone(), c = x.clone();
+  EXPECT_EQ(&a.scatter_(1, picks, src), &a);
+  EXPECT_TRUE(a.equal(scatter(x, 1, picks, src)));
+  b.scatter_add_(1, picks, src);
+  EXPECT_TRUE(b.equal(scatter_add(x, 1, picks, src)));
+  c.index_add_(0, rows, add_rows, 2.0);
+  EXPECT_TRUE(c.equal(index_add(x, 0, rows, add_rows, 2.0)));
+  // In place: the same data as the out-of-place op, through every handle to it.
+  Tensor d = y + 1;  // above 1: log > 0, so sqrt has no NaN
+  const Tensor alias = d;
+  d.log_().sqrt_().neg_().abs_().exp_().tanh_().sigmoid_();
+  EXPECT_TRUE(alias.equal((y + 1).log().sqrt().neg().abs().exp().tanh().sigmoid()));
+  Tensor e = x.clone();
+  e.clamp_(-1.0, 0.5).pow_(2.0);
+  EXPECT_TRUE(e.equal(pow(clamp(x, -1.0, 0.5), 2.0)));
+  Tensor f = x.clone();
+  f.relu_();
+  EXPECT_TRUE(f.equal(relu(x)));
+  Tensor g = x * 3.7;
+  Tensor h = g.clone();
+  g.floor_(), h.round_();
+  EXPECT_TRUE(g.equal(floor(x * 3.7)));
+  EXPECT_TRUE(h.equal(round(x * 3.7)));
+  // Shape and layout.
+  EXPECT_TRUE(x.view_as(ones({4, 3})).equal(x.view({4, 3})));
+  EXPECT_TRUE(x.t().reshape_as(ones({12})).equal(x.t().reshape({12})));
+  EXPECT_EQ(x.type_as(ones({1}, kFloat32)).dtype(), kFloat32);
+  EXPECT_TRUE(x.repeat({2, 1, 3}).equal(repeat(x, {2, 1, 3})));
+  EXPECT_TRUE(x.flip({0, 1}).equal(flip(x, {0, 1})));
+  EXPECT_TRUE(x.tril(-1).equal(tril(x, -1)));
+  EXPECT_TRUE(x.triu(1).equal(triu(x, 1)));
+  const std::vector<Tensor> by_size = x.split(3, 1), by_sizes = x.split({1, 2}, 0), chunks = x.chunk(2, 1);
+  ASSERT_EQ(by_size.size(), 2u);
+  EXPECT_TRUE(by_size[1].equal(x.narrow(1, 3, 1)));
+  ASSERT_EQ(by_sizes.size(), 2u);
+  EXPECT_TRUE(by_sizes[1].equal(x.narrow(0, 1, 2)));
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_TRUE(chunks[0].equal(x.narrow(1, 0, 2)));
+  const std::vector<Tensor> columns = x.unbind(1);
+  ASSERT_EQ(columns.size(), 4u);
+  EXPECT_TRUE(columns[2].equal(x.select(1, 2)));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -164,7 +164,7 @@ Tensor Tensor::unfold(int64_t dim, int64_t size, int64_t step) const {
     if (autograd::GradMode::is_enabled()) {
       Tensor flat_positions = ops::view(arange(shape_numel(in_shape), TensorOptions(kInt64).device(g.device())), in_shape);
       Tensor positions = ops::reshape(ops::unfold(flat_positions, d, size, step), {-1});
-      return TensorList{index_add(zeros({shape_numel(in_shape)}, like), 0, positions, g.reshape({-1})).view(in_shape)};
+      return TensorList{kiln::index_add(zeros({shape_numel(in_shape)}, like), 0, positions, g.reshape({-1})).view(in_shape)};
     }
     Tensor grad = zeros(in_shape, like);
     for (int64_t j = 0; j < size; ++j) {
@@ -187,7 +187,7 @@ Tensor Tensor::as_strided(IntArrayRef shape, IntArrayRef strides, std::optional<
   Tensor positions = ops::as_strided(arange(numel(), TensorOptions(kInt64).device(device())), shape, strides, offset);
   record("as_strided", out, {*this}, [in_shape = sizes(), positions](const Tensor& g, const OpNode&) {
     Tensor flat = zeros({shape_numel(in_shape)}, TensorOptions(g.dtype()).device(g.device()));
-    return TensorList{index_add(flat, 0, ops::reshape(positions, {-1}), g.reshape({-1})).view(in_shape)};
+    return TensorList{kiln::index_add(flat, 0, ops::reshape(positions, {-1}), g.reshape({-1})).view(in_shape)};
   });
   return out;
 }
