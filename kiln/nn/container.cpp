@@ -45,4 +45,41 @@ std::vector<std::string> ModuleDictImpl::keys() const {
   return out;
 }
 
+Tensor ParameterListImpl::append(Tensor value, bool requires_grad) {
+  return register_parameter(std::to_string(size()), std::move(value), requires_grad);
+}
+
+Tensor ParameterListImpl::operator[](size_t i) const {
+  auto params = named_parameters(false);
+  KILN_CHECK(i < params.size(), "ParameterList: index ", i, " is out of range for ", params.size(), " parameters");
+  return params[i].second;
+}
+
+Tensor ParameterDictImpl::insert(const std::string& key, Tensor value, bool requires_grad) {
+  return register_parameter(key, std::move(value), requires_grad);
+}
+
+bool ParameterDictImpl::contains(const std::string& key) const {
+  for (auto& [name, p] : named_parameters(false))
+    if (name == key) return true;
+  return false;
+}
+
+Tensor ParameterDictImpl::operator[](const std::string& key) const {
+  for (auto& [name, p] : named_parameters(false))
+    if (name == key) return p;
+  detail::throw_error(detail::concat("ParameterDict: no parameter named \"", key, "\""));
+}
+
+std::vector<std::string> ParameterDictImpl::keys() const {
+  std::vector<std::string> out;
+  for (auto& [name, p] : named_parameters(false)) out.push_back(name);
+  return out;
+}
+
+FunctionalImpl::FunctionalImpl(std::function<Tensor(const Tensor&)> fn, std::string name)
+    : Module(std::move(name)), fn_(std::move(fn)) {
+  KILN_CHECK(fn_ != nullptr, "Functional: the function is empty");
+}
+
 }  // namespace kiln::nn

@@ -1,7 +1,10 @@
-// Containers: Sequential (a chain), ModuleList (an indexed list), ModuleDict (a named map). Their children are
-// named as PyTorch names them ("0", "1", ... or the keys), so state_dict keys match ("layers.0.weight").
+// Containers: Sequential (a chain), ModuleList (an indexed list), ModuleDict (a named map), and their
+// parameter twins ParameterList and ParameterDict. Their children and parameters are named as PyTorch names
+// them ("0", "1", ... or the keys), so state_dict keys match ("layers.0.weight", "scales.2"). Functional wraps
+// a function as a module, for a Sequential.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -63,5 +66,43 @@ class ModuleDictImpl : public Module {
   size_t size() const { return named_children().size(); }
 };
 using ModuleDict = ModuleHolder<ModuleDictImpl>;
+
+// Parameters in an indexed list, named "0", "1", ... (a scale per layer, a variable number of tables), as
+// PyTorch's ParameterList: the module holding the list trains, saves and moves them with its own.
+class ParameterListImpl : public Module {
+ public:
+  ParameterListImpl() : Module("ParameterList") {}
+  // Registers `value` as the next parameter (requiring grad unless told not to) and returns its handle.
+  Tensor append(Tensor value, bool requires_grad = true);
+  size_t size() const { return named_parameters(false).size(); }
+  // The registered handle: in-place changes reach the parameter.
+  Tensor operator[](size_t i) const;
+};
+using ParameterList = ModuleHolder<ParameterListImpl>;
+
+// Parameters by name, in insertion order, as PyTorch's ParameterDict. Keys may not contain '.'.
+class ParameterDictImpl : public Module {
+ public:
+  ParameterDictImpl() : Module("ParameterDict") {}
+  Tensor insert(const std::string& key, Tensor value, bool requires_grad = true);
+  bool contains(const std::string& key) const;
+  Tensor operator[](const std::string& key) const;
+  std::vector<std::string> keys() const;
+  size_t size() const { return named_parameters(false).size(); }
+};
+using ParameterDict = ModuleHolder<ParameterDictImpl>;
+
+// A function as a module, for a step of a Sequential that has no layer of its own (a reshape, an
+// activation with arguments), as LibTorch's nn::Functional: Sequential(Linear(4, 8), Functional(relu)).
+// It has no parameters; `name` is what str() prints.
+class FunctionalImpl : public Module {
+ public:
+  explicit FunctionalImpl(std::function<Tensor(const Tensor&)> fn, std::string name = "Functional");
+  Tensor forward(const Tensor& x) override { return fn_(x); }
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+};
+using Functional = ModuleHolder<FunctionalImpl>;
 
 }  // namespace kiln::nn

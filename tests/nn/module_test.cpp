@@ -9,6 +9,7 @@ namespace kiln {
 namespace {
 
 using test::expect_error;
+using test::values;
 
 struct Block : nn::Module {
   nn::Linear fc{4, 3};
@@ -194,6 +195,53 @@ TEST(Module, ContainersIndexAndName) {
   EXPECT_EQ(dict->keys(), (std::vector<std::string>{"enc"}));
   expect_error([&] { (*dict)["dec"]; }, {"ModuleDict", "dec"});
   EXPECT_EQ(names_of(dict->named_parameters()), (std::vector<std::string>{"enc.weight", "enc.bias"}));
+}
+
+// ParameterList and ParameterDict inside a model: their parameters are the model's (named as PyTorch names
+// them, trained, saved, loaded and moved with it); Functional puts a function in a Sequential.
+TEST(Module, ParameterContainersAndFunctional) {
+  struct Model : nn::Module {
+    nn::ParameterList scales;
+    nn::ParameterDict extra;
+    Model() : Module("Model") {
+      register_module("scales", scales);
+      register_module("extra", extra);
+      scales->append(ones({2}));
+      scales->append(full({2}, 3.0));
+      extra->insert("bias", zeros({2}));
+      extra->insert("frozen", ones({1}), false);
+    }
+    Tensor forward(const Tensor& x) override { return x * (*scales)[0] * (*scales)[1] + (*extra)["bias"]; }
+  };
+  Model m;
+  EXPECT_EQ(names_of(m.named_parameters()),
+            (std::vector<std::string>{"scales.0", "scales.1", "extra.bias", "extra.frozen"}));
+  EXPECT_EQ(m.scales->size(), 2u);
+  EXPECT_TRUE(m.scales->get_parameter("1").equal(full({2}, 3.0)));
+  EXPECT_FALSE((*m.extra)["frozen"].requires_grad());
+  EXPECT_EQ(m.extra->keys(), (std::vector<std::string>{"bias", "frozen"}));
+  EXPECT_TRUE(m.extra->contains("bias"));
+  EXPECT_FALSE(m.extra->contains("weight"));
+  expect_error([&] { (*m.scales)[2]; }, {"ParameterList", "index 2", "2 parameters"});
+  expect_error([&] { (*m.extra)["weight"]; }, {"ParameterDict", "weight"});
+  expect_error([&] { m.extra->insert("a.b", ones({1})); }, {"a.b"});
+  // Trained: the gradient of sum(x * s0 * s1 + b) reaches each.
+  const Tensor x = tensor({1.0, 2.0});
+  m.forward(x).sum().backward();
+  EXPECT_EQ(values((*m.scales)[0].grad()), (std::vector<double>{3, 6}));
+  EXPECT_EQ(values((*m.extra)["bias"].grad()), (std::vector<double>{1, 1}));
+  // Saved and loaded under those names.
+  Model other;
+  (*other.scales)[1].detach().fill_(7.0);
+  m.load_state_dict(other.state_dict());
+  EXPECT_EQ(values((*m.scales)[1]), (std::vector<double>{7, 7}));
+  // Functional in a Sequential.
+  nn::Sequential seq(nn::Functional([](const Tensor& t) { return t * 2; }, "Double"),
+                     nn::Functional([](const Tensor& t) { return t + 1; }));
+  EXPECT_EQ(values(seq->forward(x)), (std::vector<double>{3, 5}));
+  EXPECT_NE(seq->str().find("(0): Double"), std::string::npos) << seq->str();
+  EXPECT_TRUE(seq->parameters().empty());
+  expect_error([] { nn::Functional(std::function<Tensor(const Tensor&)>()); }, {"Functional", "empty"});
 }
 
 
