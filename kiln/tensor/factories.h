@@ -32,6 +32,12 @@ Tensor randn(IntArrayRef shape, TensorOptions options = {}, Generator* gen = nul
 Tensor randint(int64_t low, int64_t high, IntArrayRef shape, TensorOptions options = kInt64, Generator* gen = nullptr);
 Tensor randint(int64_t high, IntArrayRef shape, TensorOptions options = kInt64, Generator* gen = nullptr);
 Tensor randperm(int64_t n, TensorOptions options = kInt64, Generator* gen = nullptr);
+// Category indices (int64) drawn from probs: (n) non-negative weights (they need not sum to 1) -> (num_samples),
+// or (rows, n) -> (rows, num_samples), one draw per row, as torch.multinomial. Without replacement a row
+// yields distinct categories, each next one in proportion to the weights left (num_samples at most the
+// categories of positive weight). A weight that is negative, infinite or NaN, or a row without a positive
+// one, is an error. Any device; the same draws there as on the CPU (ops/multinomial.cpp).
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false, Generator* gen = nullptr);
 // In place: x = U[from, to), N(mean, std), Bernoulli(p) (1 with probability p).
 Tensor& uniform_(Tensor& x, double from = 0.0, double to = 1.0, Generator* gen = nullptr);
 Tensor& normal_(Tensor& x, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);

@@ -5,6 +5,8 @@
 //
 // The ranges are chosen so that to - from and std are powers of two: their products are exact, and the CPU's
 // result does not depend on whether its compiler fused the multiply-add (the CUDA kernel always fuses).
+#include <algorithm>
+
 #include "cuda/cuda_test_util.h"
 
 namespace kiln {
@@ -46,6 +48,23 @@ TEST_F(CudaTest, UniformMatchesCpuBitForBit) {
         return uniform_(t, -3.0, 5.0, g);
       });
     }
+  }
+}
+
+// multinomial with replacement is uniform draws against cumulative sums, both of which have the CPU's bits on
+// the GPU: the same indices. (Without replacement a log1p decides the order, whose device rounding may differ.)
+TEST_F(CudaTest, MultinomialWithReplacementMatchesCpu) {
+  Generator cpu_gen(31), gpu_gen(31);
+  const Tensor w = tensor({0.1, 0.0, 0.3, 0.6, 0.25}).unsqueeze(0).expand({64, 5}).contiguous();
+  const Tensor cpu = multinomial(w, 50, true, &cpu_gen);
+  const Tensor gpu = multinomial(w.to(Device::cuda()), 50, true, &gpu_gen);
+  expect_matches_cpu(gpu, cpu, "multinomial", 0);
+  // Without replacement: distinct picks, never the weight-0 category.
+  const std::vector<int64_t> picks = multinomial(w.to(Device::cuda()), 4, false, &gpu_gen).cpu().to_vector<int64_t>();
+  for (size_t r = 0; r < 64; ++r) {
+    std::vector<int64_t> row(picks.begin() + 4 * r, picks.begin() + 4 * r + 4);
+    std::sort(row.begin(), row.end());
+    EXPECT_EQ(row, (std::vector<int64_t>{0, 2, 3, 4})) << "row " << r;
   }
 }
 

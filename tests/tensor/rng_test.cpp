@@ -149,6 +149,65 @@ TEST(Rng, RandpermIsAPermutation) {
   EXPECT_NE(p, sorted);
 }
 
+// multinomial's frequencies against the weights (5-sigma bounds, as above): with replacement, each category's
+// share; without, the first pick's share and the second's given the first (w_j / (1 - w_i)), distinct picks,
+// and weight-0 categories never drawn. Then the draws are the generator's (the same seed, the same draws),
+// and bad weights or counts are errors.
+TEST(Rng, MultinomialFrequenciesFollowTheWeights) {
+  const std::vector<double> w = {0.1, 0.0, 0.3, 0.6};
+  const auto within = [](double got, double p, int64_t n, const std::string& what) {
+    EXPECT_NEAR(got, p, 5 * std::sqrt(p * (1 - p) / static_cast<double>(n)) + 1e-12) << what;
+  };
+  Generator g(11);
+  const int64_t n = 40000;
+  // Unnormalized weights (x 5), float32: the same distribution.
+  const std::vector<int64_t> draws = multinomial(tensor(w) * 5, n, true, &g).to_vector<int64_t>();
+  ASSERT_EQ(draws.size(), static_cast<size_t>(n));
+  std::vector<int64_t> count(4, 0);
+  for (int64_t d : draws) {
+    ASSERT_TRUE(d >= 0 && d < 4) << d;
+    ++count[static_cast<size_t>(d)];
+  }
+  EXPECT_EQ(count[1], 0);
+  for (size_t c = 0; c < 4; ++c) within(count[c] / double(n), w[c], n, "with replacement, category " + std::to_string(c));
+
+  // Without replacement: rows of 2 picks from the same weights.
+  const Tensor rows = tensor(w, {}, kFloat64).unsqueeze(0).expand({n, 4}).contiguous();
+  const std::vector<int64_t> pairs = multinomial(rows, 2, false, &g).to_vector<int64_t>();
+  std::vector<std::vector<int64_t>> joint(4, std::vector<int64_t>(4, 0));
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t a = pairs[static_cast<size_t>(2 * r)], b = pairs[static_cast<size_t>(2 * r + 1)];
+    ASSERT_NE(a, b);
+    ASSERT_TRUE(a != 1 && b != 1) << "a weight-0 category was drawn";
+    ++joint[static_cast<size_t>(a)][static_cast<size_t>(b)];
+  }
+  for (size_t i : {0, 2, 3}) {
+    int64_t first = 0;
+    for (int64_t c : joint[i]) first += c;
+    within(first / double(n), w[i], n, "first pick " + std::to_string(i));
+    for (size_t j : {0, 2, 3}) {
+      if (j == i) continue;
+      within(joint[i][j] / double(first), w[j] / (1 - w[i]), first,
+             "second pick " + std::to_string(j) + " after " + std::to_string(i));
+    }
+  }
+  // Every category once, in some order, when all are drawn.
+  std::vector<int64_t> all3 = multinomial(tensor({1.0, 0.0, 2.0, 3.0}), 3, false, &g).to_vector<int64_t>();
+  std::sort(all3.begin(), all3.end());
+  EXPECT_EQ(all3, (std::vector<int64_t>{0, 2, 3}));
+
+  Generator a(5), b(5);
+  EXPECT_TRUE(multinomial(rows.narrow(0, 0, 7), 3, true, &a).equal(multinomial(rows.narrow(0, 0, 7), 3, true, &b)));
+  EXPECT_EQ(multinomial(zeros({0, 4}), 2).sizes(), (Shape{0, 2}));
+  test::expect_error([] { multinomial(tensor({0.5, -0.1}), 1); }, {"multinomial", "negative, infinite or NaN"});
+  test::expect_error([] { multinomial(tensor({0.0, 0.0}), 1); }, {"multinomial", "no positive weight"});
+  test::expect_error([] { multinomial(tensor({1.0, 0.0, 1.0}), 3); }, {"fewer categories of positive weight"});
+  test::expect_error([] { multinomial(tensor({1.0, 1.0}), 3); }, {"3 samples without replacement from 2"});
+  test::expect_error([] { multinomial(ones({2, 2, 2}), 1); }, {"1-D (n) or 2-D"});
+  test::expect_error([] { multinomial(tensor(std::vector<int64_t>{1, 2}), 1); }, {"floating point"});
+  test::expect_error([] { multinomial(ones({3}), 0); }, {"num_samples = 0"});
+}
+
 TEST(Rng, NonContiguousTargetIsFilledInRowMajorOrder) {
   Generator g1(21), g2(21);
   Tensor base = zeros({4, 6});
