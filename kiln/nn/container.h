@@ -80,7 +80,8 @@ class ParameterListImpl : public Module {
 };
 using ParameterList = ModuleHolder<ParameterListImpl>;
 
-// Parameters by name, in insertion order, as PyTorch's ParameterDict. Keys may not contain '.'.
+// Parameters by name, in insertion order, as PyTorch's ParameterDict. Keys may not contain '.', and a key is
+// inserted once (PyTorch replaces the parameter of a key inserted again; here that is an error).
 class ParameterDictImpl : public Module {
  public:
   ParameterDictImpl() : Module("ParameterDict") {}

@@ -341,11 +341,13 @@ class Tensor {
   // Shape and layout, as PyTorch's methods of the same names.
   Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
   Tensor reshape_as(const Tensor& other) const { return reshape(other.sizes()); }
-  Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
+  Tensor type_as(const Tensor& other) const { return to(other.device(), other.dtype()); }  // dtype and device
   Tensor repeat(IntArrayRef repeats) const;
   Tensor flip(IntArrayRef dims) const;
   Tensor tril(int64_t k = 0) const;
   Tensor triu(int64_t k = 0) const;
+  // NOTE: split({2}) is split(2), pieces of 2, as in LibTorch; one piece list of a single size is
+  // split(std::vector<int64_t>{2}).
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> split(IntArrayRef sizes, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;

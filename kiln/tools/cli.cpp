@@ -347,7 +347,11 @@ int cmd_train(const std::vector<std::string>& args) {
   if (ckpt == "last") {
     // The newest last.ckpt of this experiment (<root>/<logger.name>), not of any run under the root.
     const std::string dir = (std::filesystem::path(cfg.trainer.default_root_dir) / cfg.logger.name).string();
-    ckpt = trainer::find_last_checkpoint(dir);
+    std::string weights_only;
+    ckpt = trainer::find_last_checkpoint(dir, &weights_only);
+    KILN_CHECK(!ckpt.empty() || weights_only.empty(), "kiln train --ckpt last: the last.ckpt under ", dir, " (",
+               weights_only, ") holds the weights only (callbacks.checkpoint.save_weights_only), which training ",
+               "cannot resume from; leave --ckpt out to start afresh");
     if (ckpt.empty()) std::printf("no last.ckpt under %s: starting from scratch\n", dir.c_str());
   }
 

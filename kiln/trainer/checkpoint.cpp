@@ -1,8 +1,11 @@
 #include "kiln/trainer/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "kiln/serialize/crc32c.h"
 #include "kiln/tensor/error.h"
@@ -121,18 +124,29 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
-std::string find_last_checkpoint(const std::string& root) {
+std::string find_last_checkpoint(const std::string& root, std::string* weights_only) {
   namespace fs = std::filesystem;
-  std::string best;
-  fs::file_time_type best_time{};
+  std::vector<std::pair<fs::file_time_type, std::string>> found;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return best;
+  if (weights_only != nullptr) weights_only->clear();
+  if (!fs::is_directory(root, ec)) return "";
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it); it.increment(ec)) {
     if (!it->is_regular_file(ec) || it->path().filename() != "last.ckpt") continue;
-    const auto t = it->last_write_time(ec);
-    if (best.empty() || t > best_time) best = it->path().string(), best_time = t;
+    found.emplace_back(it->last_write_time(ec), it->path().string());
   }
-  return best;
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [time, path] : found) {
+    bool resumable = true;
+    try {
+      // The header only: mapped, the tensors' bytes are not read.
+      resumable = serialize::load_safetensors(path, {.mmap = true}).metadata.count("trainer.weights_only") == 0;
+    } catch (const std::exception&) {
+      // Unreadable: the resume reads it and reports what is wrong with it.
+    }
+    if (resumable) return path;
+    if (weights_only != nullptr && weights_only->empty()) *weights_only = path;
+  }
+  return "";
 }
 
 }  // namespace kiln::trainer

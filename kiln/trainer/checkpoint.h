@@ -70,8 +70,9 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
 // Reads and verifies a checkpoint written by save_checkpoint.
 Checkpoint load_checkpoint(const std::string& path);
 
-// The most recently written last.ckpt anywhere under `root` ("" when there is none): what ckpt_path "last"
-// resumes from.
-std::string find_last_checkpoint(const std::string& root);
+// The most recently written last.ckpt anywhere under `root` that a fit can resume from ("" when there is none):
+// what ckpt_path "last" resumes from. Weights-only ones (save_weights_only) are passed over; the newest of those
+// goes to *weights_only when it is given, so that a caller can say why nothing was found.
+std::string find_last_checkpoint(const std::string& root, std::string* weights_only = nullptr);
 
 }  // namespace kiln::trainer

@@ -29,7 +29,12 @@ std::string Trainer::resolve_ckpt_path(const std::string& path) const {
     KILN_CHECK(std::filesystem::exists(path), "Trainer: ckpt_path '", path, "' does not exist");
     return path;
   }
-  const std::string best = find_last_checkpoint(options_.default_root_dir);
+  std::string weights_only;
+  const std::string best = find_last_checkpoint(options_.default_root_dir, &weights_only);
+  // Starting afresh beside a weights-only last.ckpt would quietly throw the run away: say so instead.
+  KILN_CHECK(!best.empty() || weights_only.empty(), "Trainer: ckpt_path \"last\": the last.ckpt under ",
+             options_.default_root_dir, " (", weights_only, ") holds the weights only (save_weights_only), which a ",
+             "fit cannot resume from; resume from a full checkpoint, or leave ckpt_path out to start afresh");
   if (best.empty()) {
     std::fprintf(stderr, "kiln: ckpt_path \"last\": no last.ckpt under %s; starting from scratch\n",
                  options_.default_root_dir.c_str());
@@ -63,6 +68,10 @@ Checkpoint Trainer::build_checkpoint(bool weights_only) {
   Checkpoint c;
   for (const auto& [name, t] : module_->state_dict()) c.tensors["model." + name] = t;
   if (weights_only) {
+    // A parameter server's servers hold the parameters; this process's copy may lag behind their updates.
+    KILN_CHECK(strategy_->name() != "parameter_server", "Trainer::save_checkpoint: weights only (save_weights_only) ",
+               "under strategy parameter_server: the servers hold the parameters, and a worker's copy can lag behind ",
+               "them; save full checkpoints, which carry the servers' shards");
     c.set("trainer.weights_only", "1");
     c.set_int("trainer.epoch", epoch_finished_ ? epoch_ + 1 : epoch_);
     c.set_int("trainer.global_step", global_step_);

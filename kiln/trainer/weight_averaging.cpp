@@ -104,12 +104,19 @@ void WeightAveraging::on_exception(Trainer&, TrainModule& module, const std::exc
 
 void WeightAveraging::on_save_checkpoint(Trainer&, TrainModule& module, Checkpoint& checkpoint) {
   if (!average_ || average_->num_updates() == 0) return;
+  // A weights-only checkpoint (save_weights_only) takes the averages as its weights and nothing else: no
+  // resume reads it, so the trained weights and the averages outside the state dict stay out.
+  const bool weights_only = checkpoint.has("trainer.weights_only");
   for (const auto& [name, held] : average_->averages()) {
     // While swapped the module holds the averages and `held` its trained weights.
     const Tensor averaged = swapped_ ? named_tensor(module, name) : held;
     auto it = checkpoint.tensors.find("model." + name);
     if (it == checkpoint.tensors.end()) {  // a buffer outside the state dict
-      checkpoint.tensors[kAverage + name] = averaged;
+      if (!weights_only) checkpoint.tensors[kAverage + name] = averaged;
+      continue;
+    }
+    if (weights_only) {
+      it->second = averaged;
       continue;
     }
     checkpoint.tensors[kTrained + name] = swapped_ ? held : it->second;

@@ -255,8 +255,9 @@ TEST(Activations, HalfAndBFloat16ReadParametersAsPyTorchInBothGradientForms) {
             << name << " (" << c.dtype << (create_graph ? ", create_graph" : "") << ")";
       }
     }
-    // softshrink and hardtanh read their parameters in float, unrounded (PyTorch's softshrink value does; for
-    // hardtanh's value the two readings agree): the inputs at the rounded 0.3002 are outside, in both forms.
+    // hardtanh reads its bounds in float, unrounded, as PyTorch's gradient does: the inputs at the rounded 0.3002
+    // are outside, gradient 0. softshrink's gradient casts lambd, as PyTorch's shrink_backward does (its value
+    // reads it in float): those inputs are inside, gradient 0, though the value there is x - 0.3002. Both forms.
     for (const char* name : {"softshrink", "hardtanh"}) {
       std::vector<double> forms[2];
       for (bool create_graph : {false, true}) {
@@ -266,8 +267,11 @@ TEST(Activations, HalfAndBFloat16ReadParametersAsPyTorchInBothGradientForms) {
                                                            : F::hardtanh(leaf, -0.3002, 0.3002);
         forms[create_graph] = values(autograd::grad({y.sum()}, {leaf}, {}, std::nullopt, create_graph).at(0));
       }
-      const std::vector<double> want = std::string(name) == "softshrink" ? std::vector<double>{1, 1, 1, 0}
+      const std::vector<double> want = std::string(name) == "softshrink" ? std::vector<double>{0, 0, 1, 0}
                                                                          : std::vector<double>{0, 0, 0, 1};
+      if (std::string(name) == "softshrink") {
+        EXPECT_GT(values(F::softshrink(x, 0.3002))[0], 0.0) << "softshrink's value reads lambd unrounded";
+      }
       EXPECT_EQ(forms[0], want) << name << " (" << c.dtype << ")";
       EXPECT_EQ(forms[1], want) << name << " (" << c.dtype << ", create_graph)";
     }

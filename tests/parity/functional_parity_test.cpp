@@ -104,10 +104,11 @@ TEST(FunctionalParity, ThresholdOnIntegersMatchesLibTorch) {
   }
 }
 
-// threshold and hardshrink on bfloat16 (LibTorch 1.13 has no half CPU kernels for them): LibTorch casts the
+// threshold and the shrinks on bfloat16 (LibTorch 1.13 has no half CPU kernels for them): LibTorch casts the
 // parameter to bfloat16 before it compares, so inputs at 0.3002 rounded (0.30078125) count as at the threshold
-// and inside the shrink. The values, and threshold's gradient (LibTorch has no bfloat16 hardshrink backward).
-TEST(FunctionalParity, ThresholdAndHardshrinkOnBFloat16MatchLibTorch) {
+// and inside hardshrink; softshrink's value reads lambd in float, its gradient cast. The values, and the
+// gradients of threshold and softshrink.
+TEST(FunctionalParity, ThresholdAndShrinksOnBFloat16MatchLibTorch) {
   const std::vector<double> xs = {0.30078125, -0.30078125, 0.302734375, 0.298828125, -0.302734375, 0.0, 2.5};
   const auto ours_x = [&] { return tensor(xs).to(kBFloat16); };
   const auto theirs_x = [&] { return torch::tensor(xs, torch::kDouble).to(torch::kBFloat16); };
@@ -123,6 +124,15 @@ TEST(FunctionalParity, ThresholdAndHardshrinkOnBFloat16MatchLibTorch) {
     ty.sum().backward();
     EXPECT_EQ(kiln_values(y.detach()), torch_values(ty.detach())) << "threshold " << lambd;
     EXPECT_EQ(kiln_values(x.grad()), torch_values(t.grad())) << "threshold's gradient, threshold " << lambd;
+    Tensor xs = ours_x();
+    xs.requires_grad_();
+    const Tensor ys = F::softshrink(xs, lambd);
+    ys.sum().backward();
+    torch::Tensor ts = theirs_x().requires_grad_(true);
+    const torch::Tensor tys = torch::softshrink(ts, lambd);
+    tys.sum().backward();
+    EXPECT_EQ(kiln_values(ys.detach()), torch_values(tys.detach())) << "softshrink, lambd " << lambd;
+    EXPECT_EQ(kiln_values(xs.grad()), torch_values(ts.grad())) << "softshrink's gradient, lambd " << lambd;
   }
 }
 

@@ -198,6 +198,18 @@ TEST(Rng, MultinomialFrequenciesFollowTheWeights) {
 
   Generator a(5), b(5);
   EXPECT_TRUE(multinomial(rows.narrow(0, 0, 7), 3, true, &a).equal(multinomial(rows.narrow(0, 0, 7), 3, true, &b)));
+  // A million categories: the draws are compared in slices (16 per slice here); two categories carry the weight.
+  const int64_t wide = int64_t{1} << 20;
+  Tensor sparse = zeros({wide}, kFloat64);
+  sparse.narrow(0, 5, 1).fill_(1.0);
+  sparse.narrow(0, wide - 1, 1).fill_(1.0);
+  const std::vector<int64_t> far = multinomial(sparse, 200, true, &g).to_vector<int64_t>();
+  int64_t at_end = 0;
+  for (int64_t d : far) {
+    ASSERT_TRUE(d == 5 || d == wide - 1) << d;
+    at_end += d == wide - 1;
+  }
+  within(at_end / 200.0, 0.5, 200, "two equal weights a million apart");
   EXPECT_EQ(multinomial(zeros({0, 4}), 2).sizes(), (Shape{0, 2}));
   test::expect_error([] { multinomial(tensor({0.5, -0.1}), 1); }, {"multinomial", "negative, infinite or NaN"});
   test::expect_error([] { multinomial(tensor({0.0, 0.0}), 1); }, {"multinomial", "no positive weight"});

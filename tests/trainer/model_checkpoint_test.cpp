@@ -4,6 +4,7 @@
 // computed by the code under test.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -114,6 +115,20 @@ TEST(CallbacksModelCheckpoint, SaveWeightsOnlyWritesTheWeightsAndRefusesAResume)
   Trainer resumed(quiet(dir, 4, {}));
   expect_error([&] { resumed.fit(m, *d.train, d.val.get(), (ckdir / "last.ckpt").string()); },
                {"holds the weights only", "last.ckpt"});
+  // "last" passes weights-only files over; when they are all there is, it says so rather than start afresh.
+  expect_error([&] { resumed.fit(m, *d.train, d.val.get(), "last"); },
+               {"ckpt_path \"last\"", "holds the weights only", "start afresh"});
+  Regression full_run;
+  full_run.val_scores = {0.5};
+  const fs::path full = dir.path / "full";
+  Trainer(quiet(dir, 1, {std::make_shared<ModelCheckpoint>(ModelCheckpointOptions{
+                            .dirpath = full.string(), .save_top_k = 0, .save_last = true})}))
+      .fit(full_run, *d.train, d.val.get());
+  std::filesystem::last_write_time(ckdir / "last.ckpt", std::filesystem::file_time_type::clock::now() +
+                                                            std::chrono::hours(1));  // the weights-only one newest
+  std::string weights_only;
+  EXPECT_EQ(find_last_checkpoint(dir.str(), &weights_only), (full / "last.ckpt").string());
+  EXPECT_EQ(weights_only, (ckdir / "last.ckpt").string());
 }
 
 TEST(CallbacksModelCheckpoint, TopKMaxRanksNaNWorst) {

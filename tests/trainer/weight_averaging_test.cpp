@@ -195,6 +195,28 @@ TEST(WeightAveraging, ACheckpointListedFirstHoldsItsEpochsUpdate) {
   EXPECT_EQ(weights_of(saved), fitted);
 }
 
+// With save_weights_only the file holds the averages as its weights and nothing else (no trained copy, no
+// averages outside the state dict): the weights the module ends with, in a file of the state dict's size.
+TEST(WeightAveraging, AWeightsOnlyCheckpointHoldsTheAveragesAlone) {
+  const ResumeRun run;
+  TempDir dir;
+  trainer::ModelCheckpointOptions mc;
+  mc.dirpath = dir / "ckpt";
+  mc.save_last = true;
+  mc.save_weights_only = true;
+  const Weights fitted = fit_resume_net(dir.str(), run,
+                                        {std::make_shared<trainer::ModelCheckpoint>(mc),
+                                         std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{})},
+                                        "", /*checkpointing=*/true);
+  const trainer::Checkpoint c = trainer::load_checkpoint(dir / "ckpt/last.ckpt");
+  for (const auto& [key, t] : c.tensors) EXPECT_EQ(key.rfind("model.", 0), 0u) << key;
+  manual_seed(42);
+  ResumeNet saved;
+  saved.load_state_dict(c.tensor_section("model"));
+  EXPECT_EQ(c.tensor_section("model").size(), saved.state_dict().size());
+  EXPECT_EQ(weights_of(saved), fitted);
+}
+
 TEST(WeightAveraging, RefusesOtherSettingsOnResume) {
   const ResumeRun run;
   TempDir dir;

@@ -9,12 +9,15 @@
 // weight-0 category never does), and the first k to finish, in finishing order, are a draw of k without
 // replacement whose successive picks have PyTorch's probabilities (each the next category in proportion to
 // the weights left).
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
+#include "kiln/tensor/ops/indexing.h"
 #include "kiln/tensor/ops/reduce.h"
 #include "kiln/tensor/ops/unary.h"
 #include "kiln/tensor/views.h"
@@ -42,10 +45,18 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
     const Tensor running = ops::cumsum(w, 1);
     const Tensor totals = ops::narrow(running, 1, n - 1, 1);  // (rows, 1)
     KILN_CHECK(ops::all(ops::gt(totals, 0.0)).item<bool>(), "multinomial: a row of probs has no positive weight");
+    KILN_CHECK(ops::all(ops::isfinite(totals)).item<bool>(), "multinomial: a row of probs sums past float64's range");
     if (replacement) {
       const Tensor cdf = ops::unsqueeze(ops::div(running, totals), 1);  // (rows, 1, n), last exactly 1
-      const Tensor u = rand({rows, num_samples, 1}, f64, gen);          // [0, 1)
-      out = ops::sum(ops::le(cdf, u), {2}, false, kInt64);
+      const Tensor u = rand({rows, num_samples, 1}, f64, gen);          // [0, 1), drawn at once
+      // The comparison is (rows, draws, n): draws go in slices of at most 2^24 comparisons (a slice at least 1).
+      const int64_t per_slice = std::max<int64_t>(1, (int64_t{1} << 24) / std::max<int64_t>(1, rows * n));
+      std::vector<Tensor> parts;
+      for (int64_t s = 0; s < num_samples; s += per_slice) {
+        const Tensor slice = ops::narrow(u, 1, s, std::min(per_slice, num_samples - s));
+        parts.push_back(ops::sum(ops::le(cdf, slice), {2}, false, kInt64));
+      }
+      out = parts.size() == 1 ? parts[0] : ops::cat(parts, 1);
     } else {
       // -log(1 - u) is exponential; 1 - u is in (0, 1], so it is finite.
       const Tensor e = ops::neg(ops::log1p(ops::neg(rand({rows, n}, f64, gen))));

@@ -104,23 +104,26 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
 
 namespace {
 // PyTorch's threshold and hardshrink kernels cast their parameters to the input's dtype before comparing, and in
-// half and bfloat16 that moves them: on half, hardshrink(x, 0.3002) sees lambd as 0.30005, so x = 0.30005 is
-// inside and gives 0. kiln computes half in float, so the cast is made here, for the value and the gradient
-// alike. (The other kinds' parameters are read in float, as PyTorch's opmath kernels read them; for hardtanh
-// the two readings give the same values.) A parameter past half's range is an error, as in PyTorch.
-ActivationParams in_input_dtype(Activation kind, ActivationParams p, DType dtype) {
-  if ((kind != Activation::threshold && kind != Activation::hardshrink) || (dtype != kFloat16 && dtype != kBFloat16)) {
-    return p;
-  }
-  auto cast = [&](double& v, const char* name) {
+// half and bfloat16 that moves them: on half, hardshrink(x, 0.3002) sees lambd as 0.30029, so x = 0.30029 is
+// inside and gives 0. kiln computes half in float, so the cast is made here. PyTorch's softshrink reads lambd in
+// float for its value but casts it for its gradient (the shrinks share one backward kernel), so at that x its
+// value is x - lambd and its gradient 0: kiln does the same (`backward`). The other kinds' parameters are read
+// in float, as PyTorch's opmath kernels read them (for hardtanh's value the two readings agree). A parameter
+// past half's range is an error, as in PyTorch.
+ActivationParams in_input_dtype(Activation kind, ActivationParams p, DType dtype, bool backward) {
+  const bool cast = kind == Activation::threshold || kind == Activation::hardshrink ||
+                    (backward && kind == Activation::softshrink);
+  if (!cast || (dtype != kFloat16 && dtype != kBFloat16)) return p;
+  auto cast_to_dtype = [&](double& v, const char* name) {
     const double r = dtype == kFloat16 ? static_cast<float>(Half(static_cast<float>(v)))
                                        : static_cast<float>(BFloat16(static_cast<float>(v)));
-    KILN_CHECK(!std::isfinite(v) || std::isfinite(r), activation_name(kind), ": ", name, " = ", v,
-               " cannot be converted to the input's dtype ", dtype, " (expected a number in its range)");
+    // softshrink's forward took this lambd; past half's range its gradient is 0 everywhere, as inf gives.
+    KILN_CHECK(!std::isfinite(v) || std::isfinite(r) || kind == Activation::softshrink, activation_name(kind), ": ",
+               name, " = ", v, " cannot be converted to the input's dtype ", dtype, " (expected a number in its range)");
     v = r;
   };
-  cast(p.a, kind == Activation::threshold ? "threshold" : "lambd");
-  if (kind == Activation::threshold) cast(p.b, "value");
+  cast_to_dtype(p.a, kind == Activation::threshold ? "threshold" : "lambd");
+  if (kind == Activation::threshold) cast_to_dtype(p.b, "value");
   return p;
 }
 }  // namespace
@@ -136,7 +139,7 @@ Tensor activation(const Tensor& x, Activation kind, const ActivationParams& para
     KILN_CHECK(params.a >= 0, "softshrink: lambd = ", params.a, ": expected >= 0");
   }
   KILN_CHECK(x.defined(), activation_name(kind), ": input tensor is undefined");
-  return unary<Op::activation>(x, Kind::FloatMath, kind, in_input_dtype(kind, params, x.dtype()));
+  return unary<Op::activation>(x, Kind::FloatMath, kind, in_input_dtype(kind, params, x.dtype(), false));
 }
 
 Tensor activation_backward(const Tensor& grad, const Tensor& x, Activation kind, const ActivationParams& params) {
@@ -149,7 +152,7 @@ Tensor activation_backward(const Tensor& grad, const Tensor& x, Activation kind,
   const DType d = compute_dtype(x.dtype(), Kind::FloatMath);
   Tensor out = empty(x.sizes(), TensorOptions(d).device(x.device()));
   call_kernel<Op::activation_backward>(x.device(), out, ops::to(grad, d), ops::to(x, d), kind,
-                                       in_input_dtype(kind, params, x.dtype()));
+                                       in_input_dtype(kind, params, x.dtype(), true));
   return out;
 }
 
