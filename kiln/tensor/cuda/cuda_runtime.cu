@@ -363,6 +363,7 @@ void register_cuda_linalg_kernels();       // linalg_cuda.cu
 void register_cuda_indexing_kernels();     // indexing_cuda.cu
 void register_cuda_random_kernels();       // random_cuda.cu
 void register_cuda_conv_kernels();         // conv_cuda.cu
+void register_cuda_max_pool_kernels();     // max_pool_cuda.cu
 void register_cuda_adaptive_pool_kernels(); // adaptive_pool_cuda.cu
 void register_cuda_pad_kernels();          // pad_cuda.cu
 void register_cuda_optim_kernels();        // optim_cuda.cu
@@ -385,6 +386,7 @@ void register_cuda_kernels() {
   register_cuda_indexing_kernels();
   register_cuda_random_kernels();
   register_cuda_conv_kernels();
+  register_cuda_max_pool_kernels();
   register_cuda_adaptive_pool_kernels();
   register_cuda_pad_kernels();
   register_cuda_optim_kernels();
