@@ -172,20 +172,26 @@ TEST(WeightAveraging, AResumedRunEndsBitForBitAsOneNeverStopped) {
   }
 }
 
+// Fits with a ModelCheckpoint (last.ckpt in <root>/ckpt) listed before an EMA WeightAveraging; returns the
+// weights the module ends with and the last checkpoint.
+std::pair<Weights, trainer::Checkpoint> fit_averaged_with_checkpoint(const TempDir& dir, bool weights_only) {
+  trainer::ModelCheckpointOptions mc;
+  mc.dirpath = dir / "ckpt";
+  mc.save_last = true;
+  mc.save_weights_only = weights_only;
+  const Weights fitted = fit_resume_net(dir.str(), ResumeRun{},
+                                        {std::make_shared<trainer::ModelCheckpoint>(mc),
+                                         std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{})},
+                                        "", /*checkpointing=*/true);
+  return {fitted, trainer::load_checkpoint(dir / "ckpt/last.ckpt")};
+}
+
 // A ModelCheckpoint listed before WeightAveraging still runs after it (the Trainer puts checkpoints last), so
 // the last epoch's checkpoint holds the average with that epoch's update: the weights the module ends with.
 // In the listed order it would hold the average before the last epoch's update, and differ.
 TEST(WeightAveraging, ACheckpointListedFirstHoldsItsEpochsUpdate) {
-  const ResumeRun run;
   TempDir dir;
-  trainer::ModelCheckpointOptions mc;
-  mc.dirpath = dir / "ckpt";
-  mc.save_last = true;
-  const Weights fitted = fit_resume_net(dir.str(), run,
-                                        {std::make_shared<trainer::ModelCheckpoint>(mc),
-                                         std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{})},
-                                        "", /*checkpointing=*/true);
-  const trainer::Checkpoint c = trainer::load_checkpoint(dir / "ckpt/last.ckpt");
+  const auto [fitted, c] = fit_averaged_with_checkpoint(dir, false);
   manual_seed(42);
   ResumeNet saved;
   nn::StateDict sd;
@@ -198,17 +204,8 @@ TEST(WeightAveraging, ACheckpointListedFirstHoldsItsEpochsUpdate) {
 // With save_weights_only the file holds the averages as its weights and nothing else (no trained copy, no
 // averages outside the state dict): the weights the module ends with, in a file of the state dict's size.
 TEST(WeightAveraging, AWeightsOnlyCheckpointHoldsTheAveragesAlone) {
-  const ResumeRun run;
   TempDir dir;
-  trainer::ModelCheckpointOptions mc;
-  mc.dirpath = dir / "ckpt";
-  mc.save_last = true;
-  mc.save_weights_only = true;
-  const Weights fitted = fit_resume_net(dir.str(), run,
-                                        {std::make_shared<trainer::ModelCheckpoint>(mc),
-                                         std::make_shared<trainer::WeightAveraging>(trainer::WeightAveragingOptions{})},
-                                        "", /*checkpointing=*/true);
-  const trainer::Checkpoint c = trainer::load_checkpoint(dir / "ckpt/last.ckpt");
+  const auto [fitted, c] = fit_averaged_with_checkpoint(dir, true);
   for (const auto& [key, t] : c.tensors) EXPECT_EQ(key.rfind("model.", 0), 0u) << key;
   manual_seed(42);
   ResumeNet saved;
