@@ -69,6 +69,17 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 // da = g b^T and db = a^T g with matmul, and drops them again. Broadcast batch dims are summed by the engine.
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (autocast::wants_lower({&a, &b})) return matmul(autocast::lower(a), autocast::lower(b));
+  if (a.dim() >= 3 && b.dim() == 2 && a.size(-1) == b.size(0)) {
+    // (..., M, K) @ (K, N): one (rows, K) @ (K, N) product over all the leading dims, as PyTorch folds it. One
+    // large GEMM instead of one per batch, and b's gradient is then a single (K, rows) @ (rows, N) product
+    // rather than one (K, N) product per batch, held together and summed afterwards (a transformer's linear
+    // layers on (batch, tokens, features) paid batch times each weight's size in backward).
+    Shape out_shape = a.sizes();
+    out_shape.back() = b.size(1);
+    int64_t rows = 1;
+    for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.size(d);
+    return matmul(a.reshape({rows, a.size(-1)}), b).view(out_shape);
+  }
   Tensor out = ops::matmul(a, b);
   if (should_record(a, b)) {
     record("matmul", out, {a, b}, [s = save_for_product(a, b), a_dim = a.dim(), b_dim = b.dim()](const Tensor& g,
