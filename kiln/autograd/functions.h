@@ -45,6 +45,11 @@ KILN_UNARY_DECL(tan)
 KILN_UNARY_DECL(asin)
 KILN_UNARY_DECL(acos)
 KILN_UNARY_DECL(atan)
+KILN_UNARY_DECL(sinh)
+KILN_UNARY_DECL(cosh)
+KILN_UNARY_DECL(asinh)
+KILN_UNARY_DECL(acosh)
+KILN_UNARY_DECL(atanh)
 KILN_UNARY_DECL(floor)  // floor, ceil, round, trunc: gradient 0
 KILN_UNARY_DECL(ceil)
 KILN_UNARY_DECL(round)
@@ -153,6 +158,14 @@ Tensor tril(const Tensor& x, int64_t k = 0);
 Tensor triu(const Tensor& x, int64_t k = 0);
 Tensor flip(const Tensor& x, IntArrayRef dims);
 Tensor repeat(const Tensor& x, IntArrayRef repeats);
+// x shifted along dims, elements that leave at one end coming back at the other (torch.roll): out[i + s] = x[i]
+// modulo the dim's size. With no dims, over the flattened tensor (one shift), shaped back. A composite of
+// narrow and cat, so any device and any dtype, differentiable.
+Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims = {});
+// How often each value of a 1-D tensor of non-negative integers occurs (torch.bincount): out[v] counts the v's,
+// or, with weights (x's shape), sums their weights. Length max(x) + 1, at least minlength. int64 counts, or the
+// weights' dtype (a composite of index_add, differentiable in the weights).
+Tensor bincount(const Tensor& x, const Tensor& weights = {}, int64_t minlength = 0);
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 // Padding by copies (Reflect, Replicate, Circular) of the last one to three dims, through the pad kernels; the
 // gradient sums each output into the element it copied, and its own gradient is the padding again.

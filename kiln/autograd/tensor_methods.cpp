@@ -17,7 +17,13 @@ Tensor Tensor::cos() const { return kiln::cos(*this); }
 Tensor Tensor::tan() const { return kiln::tan(*this); }
 Tensor Tensor::asin() const { return kiln::asin(*this); }
 Tensor Tensor::acos() const { return kiln::acos(*this); }
+Tensor Tensor::roll(IntArrayRef shifts, IntArrayRef dims) const { return kiln::roll(*this, shifts, dims); }
 Tensor Tensor::atan() const { return kiln::atan(*this); }
+Tensor Tensor::sinh() const { return kiln::sinh(*this); }
+Tensor Tensor::cosh() const { return kiln::cosh(*this); }
+Tensor Tensor::asinh() const { return kiln::asinh(*this); }
+Tensor Tensor::acosh() const { return kiln::acosh(*this); }
+Tensor Tensor::atanh() const { return kiln::atanh(*this); }
 Tensor Tensor::log2() const { return kiln::log2(*this); }
 Tensor Tensor::log10() const { return kiln::log10(*this); }
 Tensor Tensor::reciprocal() const { return kiln::reciprocal(*this); }

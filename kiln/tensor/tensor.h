@@ -251,6 +251,11 @@ class Tensor {
   Tensor asin() const;
   Tensor acos() const;
   Tensor atan() const;
+  Tensor sinh() const;
+  Tensor cosh() const;
+  Tensor asinh() const;
+  Tensor acosh() const;
+  Tensor atanh() const;
   Tensor log2() const;
   Tensor log10() const;
   Tensor reciprocal() const;
@@ -343,6 +348,7 @@ class Tensor {
   Tensor reshape_as(const Tensor& other) const { return reshape(other.sizes()); }
   Tensor type_as(const Tensor& other) const { return to(other.device(), other.dtype()); }  // dtype and device
   Tensor repeat(IntArrayRef repeats) const;
+  Tensor roll(IntArrayRef shifts, IntArrayRef dims = {}) const;
   Tensor flip(IntArrayRef dims) const;
   Tensor tril(int64_t k = 0) const;
   Tensor triu(int64_t k = 0) const;

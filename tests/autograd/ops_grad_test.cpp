@@ -36,6 +36,12 @@ std::vector<GradCase> unary_cases() {
       UNARY(sigmoid, Any), UNARY(relu, AwayFromZero), UNARY(silu, Any), UNARY(erf, Any),
       UNARY(log2, Positive), UNARY(log10, Positive), UNARY(reciprocal, AwayFromZero), UNARY(tan, InsideUnit),
       UNARY(asin, InsideUnit), UNARY(acos, InsideUnit), UNARY(atan, Any),
+      UNARY(sinh, Any), UNARY(cosh, Any), UNARY(asinh, Any), UNARY(atanh, InsideUnit),
+      {"acosh", [](const Tensor& x) { return acosh(x + 1); }, [](Tensor& x) {
+         x.add_(1);
+         acosh_(x);
+       },
+       Domain::Positive},
       // Piecewise constant: the gradient is 0 and so are the central differences away from the steps (the
       // inputs are random; a step within eps of one has probability ~1e-6).
       UNARY(floor, Any), UNARY(ceil, Any), UNARY(round, Any), UNARY(trunc, Any),
@@ -463,6 +469,10 @@ std::vector<GradCase> indexing_cases() {
       single("flip_neg_dim_transposed", leaves({{4, 3}}), [](In in) { return flip(in[0].t(), {-1}); }),
       single("repeat", leaves({{2, 3}}), [](In in) { return repeat(in[0], {1, 2}); }),
       single("repeat_new_dim", leaves({{2, 1}}), [](In in) { return repeat(in[0], {2, 1, 3}); }),
+      single("roll_two_dims", leaves({{3, 4}}), [](In in) { return roll(in[0].t(), {1, -5}, {0, 1}); }),
+      single("roll_flat", leaves({{2, 3}}), [](In in) { return roll(in[0], {4}); }),
+      single("bincount_weights", leaves({{6}}),
+             [](In in) { return bincount(tensor(std::vector<int64_t>{3, 0, 3, 1, 5, 3}), in[0], 7); }),
       single("pad_last_dim", leaves({{2, 3}}), [](In in) { return pad(in[0], {1, 2}); }),
       single("pad_two_dims_value", leaves({{2, 3}}), [](In in) { return pad(in[0], {1, 1, 2, 0}, 1.5); }),
       single("pad_negative", leaves({{2, 5}}), [](In in) { return pad(in[0], {-1, -2}); }),

@@ -44,6 +44,11 @@ TEST(OpsParity, UnaryOpsMatchLibTorch) {
   expect_same(atan(x), torch::atan(t), 1e-15, "atan");
   expect_same(asin(unit), torch::asin(to_torch(unit)), 1e-15, "asin");
   expect_same(acos(unit), torch::acos(to_torch(unit)), 1e-15, "acos");
+  expect_same(sinh(x), torch::sinh(t), 1e-15, "sinh");
+  expect_same(cosh(x), torch::cosh(t), 1e-15, "cosh");
+  expect_same(asinh(x), torch::asinh(t), 1e-15, "asinh");
+  expect_same(acosh(x.abs() + 1), torch::acosh(t.abs() + 1), 1e-15, "acosh");
+  expect_same(atanh(unit), torch::atanh(to_torch(unit)), 1e-15, "atanh");
   // Integers keep their dtype and values through rounding.
   const Tensor i = tensor(std::vector<int64_t>{-7, 0, 5});
   expect_same(round(i), torch::round(torch::tensor({-7, 0, 5}, torch::kLong)), 0, "round of int64");

@@ -265,6 +265,87 @@ TEST(Flip, ZeroSizeScalarAndErrors) {
   test::expect_error([] { flip(zeros({2, 3}), {2}); }, {"flip", "dim 2"});
 }
 
+// ---- roll ----
+
+TEST(Roll, MatchesReferenceInEveryDtypeLayoutAndShifts) {
+  std::mt19937 rng(17);
+  const Shape shape{3, 4, 5};
+  struct Case {
+    Shape shifts, dims;
+  };
+  // Shifts past the size, negative ones, a dim twice (the shifts add up), and the flattened form.
+  const std::vector<Case> cases{{{1}, {0}}, {{-2}, {-1}}, {{7, 3}, {1, 2}}, {{2, -9}, {0, 0}}, {{0}, {1}}, {{11}, {}}};
+  for (DType dtype : test::kAllDTypes)
+    for (Layout layout : test::kLayouts)
+      for (const Case& c : cases) {
+        SCOPED_TRACE(what(dtype, layout, "shifts " + shape_str(c.shifts) + " dims " + shape_str(c.dims)));
+        Tensor x = test::random_tensor(shape, dtype, rng, layout);
+        auto xv = values(x);
+        std::vector<double> want(xv.size());
+        const int64_t n = static_cast<int64_t>(xv.size());
+        for (int64_t f = 0; f < n; ++f) {
+          if (c.dims.empty()) {  // out[(f + s) mod n] = x[f] over the flat order
+            want[static_cast<size_t>((((f + c.shifts[0]) % n) + n) % n)] = xv[f];
+            continue;
+          }
+          Shape at = unravel(f, shape);
+          for (size_t i = 0; i < c.dims.size(); ++i) {
+            const int64_t d = c.dims[i] < 0 ? c.dims[i] + 3 : c.dims[i];
+            at[d] = (((at[d] + c.shifts[i]) % shape[d]) + shape[d]) % shape[d];
+          }
+          want[ravel(at, shape)] = xv[f];
+        }
+        Tensor out = x.roll(c.shifts, c.dims);
+        EXPECT_FALSE(out.shares_storage_with(x));
+        test::expect_tensor_near(out, want, shape);
+      }
+}
+
+TEST(Roll, ZeroSizeAndErrors) {
+  EXPECT_EQ(roll(empty({0, 3}), {2}, {0}).sizes(), (Shape{0, 3}));
+  test::expect_tensor_near(roll(arange(5), {-1}), {1, 2, 3, 4, 0}, {5});
+  test::expect_error([] { roll(zeros({2, 3}), {1, 2}, {0}); }, {"roll", "2 shifts for 1 dims"});
+  test::expect_error([] { roll(zeros({2, 3}), {1, 2}); }, {"roll", "one shift", "got 2"});
+  test::expect_error([] { roll(zeros({2, 3}), {1}, {2}); }, {"roll", "dim 2"});
+}
+
+// ---- bincount ----
+
+TEST(Bincount, CountsAndWeightsMatchALoop) {
+  std::mt19937 rng(18);
+  std::uniform_int_distribution<int64_t> pick(0, 9);
+  for (DType dtype : {kInt64, kInt32, kUInt8}) {
+    std::vector<double> v(200);
+    std::vector<double> w(200);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(pick(rng)), w[i] = 0.25 * pick(rng) - 1;
+    const Tensor x = tensor(v, {200}).to(dtype);
+    const Tensor weights = tensor(w, {200});
+    std::vector<double> counts(12, 0), sums(12, 0);
+    int64_t top = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      counts[static_cast<size_t>(v[i])] += 1;
+      sums[static_cast<size_t>(v[i])] += w[i];
+      top = std::max(top, static_cast<int64_t>(v[i]));
+    }
+    SCOPED_TRACE(detail::concat(dtype));
+    const Tensor c = bincount(x);
+    EXPECT_EQ(c.dtype(), kInt64);
+    test::expect_tensor_near(c, std::vector<double>(counts.begin(), counts.begin() + top + 1), {top + 1});
+    const Tensor s = bincount(x, weights, 12);  // minlength past the largest value pads with zeros
+    EXPECT_EQ(s.dtype(), kFloat64);
+    test::expect_tensor_near(s, sums, {12}, 1e-12, 1e-12);
+  }
+  EXPECT_EQ(bincount(empty({0}, kInt64)).sizes(), (Shape{0}));
+  EXPECT_EQ(bincount(empty({0}, kInt64), {}, 4).sizes(), (Shape{4}));
+}
+
+TEST(Bincount, Errors) {
+  test::expect_error([] { bincount(tensor(std::vector<int64_t>{1, -2, 3})); }, {"bincount", "non-negative", "-2"});
+  test::expect_error([] { bincount(zeros({3})); }, {"bincount", "integers", "float32"});
+  test::expect_error([] { bincount(zeros({2, 2}, kInt64)); }, {"bincount", "1-D", "(2, 2)"});
+  test::expect_error([] { bincount(zeros({3}, kInt64), ones({4})); }, {"bincount", "weights", "(4)", "(3)"});
+}
+
 // ---- repeat ----
 
 TEST(Repeat, MatchesReferenceInEveryDtypeAndLayout) {

@@ -251,6 +251,48 @@ Tensor repeat(const Tensor& x, IntArrayRef repeats) {
   return out;
 }
 
+Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims) {
+  if (dims.empty()) {
+    KILN_CHECK(shifts.size() == 1, "roll: with no dims, one shift is expected (the flattened tensor's), got ",
+               shifts.size());
+    return roll(x.flatten(), shifts, {0}).reshape(x.sizes());
+  }
+  KILN_CHECK(shifts.size() == dims.size(), "roll: ", shifts.size(), " shifts for ", dims.size(),
+             " dims; one shift per dim is expected");
+  Tensor y = x;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = wrap_dim(dims[i], x.dim(), "roll");
+    const int64_t n = y.size(d);
+    if (n == 0) continue;
+    const int64_t s = ((shifts[i] % n) + n) % n;
+    if (s != 0) y = cat({y.narrow(d, n - s, s), y.narrow(d, 0, n - s)}, d);
+  }
+  return y.impl() == x.impl() ? x.clone() : y;  // a new tensor, as PyTorch's, even for no shift
+}
+
+Tensor bincount(const Tensor& x, const Tensor& weights, int64_t minlength) {
+  KILN_CHECK(x.dim() == 1, "bincount: the input must be 1-D, got shape ", shape_str(x.sizes()));
+  KILN_CHECK(!is_floating(x.dtype()) && x.dtype() != kBool, "bincount: the input must hold integers, got ", x.dtype());
+  KILN_CHECK(minlength >= 0, "bincount: minlength must be non-negative, got ", minlength);
+  int64_t length = minlength;
+  if (x.numel() > 0) {
+    const Tensor x64 = x.to(kInt64);
+    const int64_t low = ops::min(x64).item<int64_t>();
+    KILN_CHECK(low >= 0, "bincount: the input must be non-negative, got ", low);
+    length = std::max(length, ops::max(x64).item<int64_t>() + 1);
+  }
+  const Tensor index = x.to(kInt64);
+  if (!weights.defined()) {
+    return ops::index_add(zeros({length}, TensorOptions(kInt64).device(x.device())), 0, index,
+                          ones({x.numel()}, TensorOptions(kInt64).device(x.device())));
+  }
+  KILN_CHECK(weights.sizes() == x.sizes(), "bincount: weights of shape ", shape_str(weights.sizes()),
+             " for an input of shape ", shape_str(x.sizes()), "; one weight per element is expected");
+  KILN_CHECK(weights.device() == x.device(), "bincount: weights on ", weights.device().str(), ", the input on ",
+             x.device().str());
+  return index_add(zeros({length}, TensorOptions(weights.dtype()).device(x.device())), 0, index, weights);
+}
+
 namespace {
 // Inside a backward function: whether it runs under create_graph (the engine enables grad mode then).
 bool create_graph() { return autograd::GradMode::is_enabled(); }

@@ -145,6 +145,41 @@ Tensor atan(const Tensor& x) {
 }
 KILN_UNARY_INPLACE(atan)
 
+// sinh: dx = g cosh(x)
+Tensor sinh(const Tensor& x) {
+  return unary_op("sinh", x, ops::sinh, [](const Tensor& g, const Tensor& x, const Tensor&) { return g * cosh(x); },
+                  true, false);
+}
+KILN_UNARY_INPLACE(sinh)
+
+// cosh: dx = g sinh(x)
+Tensor cosh(const Tensor& x) {
+  return unary_op("cosh", x, ops::cosh, [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sinh(x); },
+                  true, false);
+}
+KILN_UNARY_INPLACE(cosh)
+
+// asinh: dx = g / sqrt(x^2 + 1)
+Tensor asinh(const Tensor& x) {
+  return unary_op("asinh", x, ops::asinh,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt(x * x + 1); }, true, false);
+}
+KILN_UNARY_INPLACE(asinh)
+
+// acosh: dx = g / sqrt(x^2 - 1)
+Tensor acosh(const Tensor& x) {
+  return unary_op("acosh", x, ops::acosh,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return g * rsqrt(x * x - 1); }, true, false);
+}
+KILN_UNARY_INPLACE(acosh)
+
+// atanh: dx = g / (1 - x^2)
+Tensor atanh(const Tensor& x) {
+  return unary_op("atanh", x, ops::atanh,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (1 - x * x); }, true, false);
+}
+KILN_UNARY_INPLACE(atanh)
+
 // log2: dx = g / (x ln 2); log10: dx = g / (x ln 10)
 Tensor log2(const Tensor& x) {
   return unary_op("log2", x, ops::log2,

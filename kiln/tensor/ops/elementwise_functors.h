@@ -90,6 +90,11 @@ struct Tan { template <class T> KILN_INLINE T operator()(T x) const { return std
 struct Asin { template <class T> KILN_INLINE T operator()(T x) const { return std::asin(x); } };
 struct Acos { template <class T> KILN_INLINE T operator()(T x) const { return std::acos(x); } };
 struct Atan { template <class T> KILN_INLINE T operator()(T x) const { return std::atan(x); } };
+struct Sinh { template <class T> KILN_INLINE T operator()(T x) const { return std::sinh(x); } };
+struct Cosh { template <class T> KILN_INLINE T operator()(T x) const { return std::cosh(x); } };
+struct Asinh { template <class T> KILN_INLINE T operator()(T x) const { return std::asinh(x); } };
+struct Acosh { template <class T> KILN_INLINE T operator()(T x) const { return std::acosh(x); } };
+struct Atanh { template <class T> KILN_INLINE T operator()(T x) const { return std::atanh(x); } };
 // Rounding to an integer value in the input's dtype; integers are already there. round: halves to the even
 // neighbour (nearbyint in the default rounding mode), as PyTorch and NumPy round.
 struct Floor {
@@ -559,6 +564,11 @@ struct Lerp {  // start + weight * (end - start), in the form PyTorch uses for w
   X(asin, kFloatingSet, Asin)         \
   X(acos, kFloatingSet, Acos)         \
   X(atan, kFloatingSet, Atan)         \
+  X(sinh, kFloatingSet, Sinh)          \
+  X(cosh, kFloatingSet, Cosh)          \
+  X(asinh, kFloatingSet, Asinh)        \
+  X(acosh, kFloatingSet, Acosh)        \
+  X(atanh, kFloatingSet, Atanh)        \
   X(floor, kNumericSet, Floor)        \
   X(ceil, kNumericSet, Ceil)          \
   X(round, kNumericSet, Round)        \

@@ -270,6 +270,11 @@ using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& gr
   X(asin, UnaryKernel)                     \
   X(acos, UnaryKernel)                     \
   X(atan, UnaryKernel)                     \
+  X(sinh, UnaryKernel)                  \
+  X(cosh, UnaryKernel)                  \
+  X(asinh, UnaryKernel)                 \
+  X(acosh, UnaryKernel)                 \
+  X(atanh, UnaryKernel)                 \
   X(floor, UnaryKernel)                    \
   X(ceil, UnaryKernel)                     \
   X(round, UnaryKernel)                    \
