@@ -40,7 +40,11 @@ struct GraphTask {
   std::unordered_map<Node*, std::vector<Capture>> captures;
   std::unordered_set<Node*> needed;
   std::vector<Tensor> captured;
+  // grad_at_edges only: captured nodes end the graph (not run, not passed, their hooks not run).
+  bool stop_at_captures = false;
 };
+
+bool ends_graph(const GraphTask& task, Node* n) { return task.stop_at_captures && task.captures.count(n) > 0; }
 
 bool is_accumulate_grad(const Node* n) { return dynamic_cast<const AccumulateGrad*>(n) != nullptr; }
 
@@ -109,6 +113,7 @@ void count_dependencies(GraphTask& task, const std::vector<Node*>& roots) {
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
+    if (ends_graph(task, n)) continue;
     for (const Edge& e : n->next_edges) {
       if (!e.valid()) continue;
       ++task.dependencies[e.node.get()];
@@ -127,7 +132,7 @@ void mark_needed(GraphTask& task, const std::vector<Node*>& roots) {
     memo[root] = false;
     while (!stack.empty()) {
       auto& [n, i] = stack.back();
-      if (i < n->next_edges.size()) {
+      if (i < n->next_edges.size() && !ends_graph(task, n)) {
         Node* child = n->next_edges[i++].node.get();
         if (child && !memo.count(child)) {
           memo[child] = false;
@@ -136,8 +141,9 @@ void mark_needed(GraphTask& task, const std::vector<Node*>& roots) {
         continue;
       }
       bool need = task.captures.count(n) > 0;
-      for (const Edge& e : n->next_edges)
-        if (e.valid() && task.needed.count(e.node.get())) need = true;
+      if (!ends_graph(task, n))
+        for (const Edge& e : n->next_edges)
+          if (e.valid() && task.needed.count(e.node.get())) need = true;
       if (need) task.needed.insert(n);
       stack.pop_back();
     }
@@ -174,6 +180,10 @@ void run(GraphTask& task, const std::vector<Edge>& roots, std::vector<Tensor> ro
       task.buffers.erase(it);
     } else {
       grads.resize(node->output_meta.size());
+    }
+    if (ends_graph(task, node.get())) {
+      for (const Capture& c : task.captures[node.get()]) task.captured[c.index] = grads[c.input_nr];
+      continue;
     }
     node->run_pre_hooks(grads);
 
@@ -293,5 +303,28 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   }
   return task.captured;
 }
+
+namespace internal {
+
+std::vector<Tensor> grad_at_edges(const std::vector<Tensor>& outputs, const std::vector<Edge>& edges,
+                                  const std::vector<Tensor>& grad_outputs, bool create_graph) {
+  GraphTask task;
+  task.retain_graph = create_graph;
+  task.create_graph = create_graph;
+  task.capturing = true;
+  task.stop_at_captures = true;
+  task.captured.resize(edges.size());
+  for (size_t i = 0; i < edges.size(); ++i) {
+    KILN_CHECK(edges[i].valid(), "grad_at_edges: edge ", i, " leads nowhere");
+    task.captures[edges[i].node.get()].push_back({edges[i].input_nr, i});
+  }
+  std::vector<Edge> roots;
+  std::vector<Tensor> grads;
+  make_roots("grad_at_edges", outputs, grad_outputs, roots, grads);
+  run(task, roots, std::move(grads));
+  return task.captured;
+}
+
+}  // namespace internal
 
 }  // namespace kiln::autograd

@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/autograd/node.h"
 #include "kiln/tensor/tensor.h"
 
 namespace kiln::autograd {
@@ -21,5 +22,16 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, std::optional<bool> retain_graph = std::nullopt,
                          bool create_graph = false, bool allow_unused = false);
+
+namespace internal {
+
+// For activation checkpointing (checkpoint.h): the gradients that reach `edges` (each an input of a node outside
+// the graph being run) from outputs. The graph is run only up to those nodes: they are neither run nor passed,
+// and their hooks do not run, so that the caller can hand the gradients on to them itself. The graph is kept
+// for another pass when create_graph. An edge no gradient reached gives an undefined Tensor.
+std::vector<Tensor> grad_at_edges(const std::vector<Tensor>& outputs, const std::vector<Edge>& edges,
+                                  const std::vector<Tensor>& grad_outputs, bool create_graph);
+
+}  // namespace internal
 
 }  // namespace kiln::autograd

@@ -14,14 +14,16 @@
 namespace kiln::autograd {
 
 namespace {
-std::atomic<uint64_t> next_sequence_nr{0};
+std::atomic<uint64_t> sequence_counter{0};
 }
+
+uint64_t next_sequence_nr() { return sequence_counter.load(std::memory_order_relaxed); }
 
 std::string TensorMeta::str() const {
   return detail::concat(shape_str(shape), " ", dtype, device.is_cpu() ? "" : " on ", device.is_cpu() ? "" : device.str());
 }
 
-Node::Node(const char* name) : name_(name), sequence_nr_(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {
+Node::Node(const char* name) : name_(name), sequence_nr_(sequence_counter.fetch_add(1, std::memory_order_relaxed)) {
   if (AnomalyMode::is_enabled()) {
     std::string scope = ForwardScope::current();
     anomaly = std::make_unique<AnomalyInfo>(

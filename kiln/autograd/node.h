@@ -125,6 +125,9 @@ class SavedTensor {
   bool released_ = false;
 };
 
+// The number the next node made will get: nodes numbered from it on were recorded after this call.
+uint64_t next_sequence_nr();
+
 // The calling thread's stack, one demangled frame per line, skipping the innermost `skip` (anomaly mode).
 std::string stack_trace(int skip);
 

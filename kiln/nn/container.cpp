@@ -1,5 +1,7 @@
 #include "kiln/nn/container.h"
 
+#include <algorithm>
+
 namespace kiln::nn {
 
 namespace {
@@ -12,9 +14,15 @@ std::shared_ptr<Module> child_at(const Module& m, size_t i) {
 
 std::shared_ptr<Module> SequentialImpl::operator[](size_t i) const { return child_at(*this, i); }
 
-Tensor SequentialImpl::forward(const Tensor& x) {
+Tensor SequentialImpl::forward(const Tensor& x) { return forward_range(x, 0, size()); }
+
+Tensor SequentialImpl::forward_range(const Tensor& x, size_t begin, size_t end) {
+  const auto children = named_children();
+  KILN_CHECK(begin <= end && end <= children.size(), "Sequential: modules [", begin, ", ", end,
+             ") are out of range for ", children.size(), " modules");
   Tensor y = x;
-  for (auto& [name, child] : named_children()) {
+  for (size_t i = begin; i < end; ++i) {
+    const auto& [name, child] = children[i];
     if (autograd::AnomalyMode::is_enabled()) {
       autograd::ForwardScope scope(name);
       y = (*child)(y);
@@ -23,6 +31,22 @@ Tensor SequentialImpl::forward(const Tensor& x) {
     }
   }
   return y;
+}
+
+Tensor checkpoint_sequential(const Sequential& sequential, size_t segments, const Tensor& input,
+                             autograd::CheckpointOptions options) {
+  std::shared_ptr<SequentialImpl> seq = sequential.ptr();
+  const size_t n = seq->size();
+  KILN_CHECK(segments >= 1, "checkpoint_sequential: segments must be at least 1, got 0");
+  KILN_CHECK(segments <= std::max<size_t>(n, 1), "checkpoint_sequential: ", segments, " segments for ", n,
+             " modules; at most one segment per module");
+  Tensor y = input;
+  for (size_t s = 0; s + 1 < segments; ++s) {
+    const size_t begin = s * n / segments, end = (s + 1) * n / segments;
+    y = autograd::checkpoint([seq, begin, end](const Tensor& x) { return seq->forward_range(x, begin, end); }, y,
+                             options);
+  }
+  return seq->forward_range(y, (segments - 1) * n / segments, n);
 }
 
 std::shared_ptr<Module> ModuleListImpl::operator[](size_t i) const { return child_at(*this, i); }

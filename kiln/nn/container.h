@@ -29,8 +29,16 @@ class SequentialImpl : public Module {
   std::shared_ptr<Module> operator[](size_t i) const;
   // Each module's output is the next one's input.
   Tensor forward(const Tensor& x) override;
+  // Modules [begin, end) only.
+  Tensor forward_range(const Tensor& x, size_t begin, size_t end);
 };
 using Sequential = ModuleHolder<SequentialImpl>;
+
+// Runs a Sequential in `segments` runs of consecutive modules (as even as the count allows), each but the last
+// under activation checkpointing (autograd::checkpoint): only the runs' inputs are kept for backward, and each run
+// computes again when backward reaches it. PyTorch's torch.utils.checkpoint.checkpoint_sequential.
+Tensor checkpoint_sequential(const Sequential& sequential, size_t segments, const Tensor& input,
+                             autograd::CheckpointOptions options = {});
 
 // An indexed list of modules, for a model's own forward to loop over; it has no forward of its own.
 class ModuleListImpl : public Module {

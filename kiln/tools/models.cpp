@@ -95,7 +95,10 @@ std::shared_ptr<nn::Module> make_resnet_small(const RunConfig::Model& c, const D
 std::shared_ptr<nn::Module> make_gpt_mini(const RunConfig::Model& c, const DataInfo& info) {
   KILN_CHECK(info.tokens && info.input_shape.size() == 1, "model 'gpt-mini' needs token sequences (data.name: ",
              "text); the data gives examples of shape ", shape_str(info.input_shape));
-  return std::make_shared<GptMini>(info.num_classes, info.input_shape[0], c.layers, c.heads, c.embed_dim, c.dropout);
+  auto model =
+      std::make_shared<GptMini>(info.num_classes, info.input_shape[0], c.layers, c.heads, c.embed_dim, c.dropout);
+  model->checkpoint_activations = c.checkpoint_activations;
+  return model;
 }
 
 std::shared_ptr<nn::Module> make_lstm_lm(const RunConfig::Model& c, const DataInfo& info) {
@@ -150,7 +153,9 @@ Tensor GptMini::forward(const Tensor& tokens) {
   const Tensor positions = arange(0, S, 1, TensorOptions(kInt64).device(tokens.device()));
   Tensor x = drop(tok_emb(tokens) + pos_emb(positions));  // (N, S, E)
   for (size_t i = 0; i < blocks->size(); ++i) {
-    x = blocks->at<nn::TransformerEncoderLayerImpl>(i)->forward(x, {}, {}, /*is_causal=*/true);
+    auto block = blocks->at<nn::TransformerEncoderLayerImpl>(i);
+    auto run = [block](const Tensor& in) { return block->forward(in, {}, {}, /*is_causal=*/true); };
+    x = checkpoint_activations && is_training() ? autograd::checkpoint(run, x) : run(x);
   }
   return head(norm(x));
 }

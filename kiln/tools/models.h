@@ -56,6 +56,9 @@ class GptMini : public LanguageModel {
   nn::ModuleList blocks;
   nn::LayerNorm norm;
   nn::Linear head;
+  // In training, keep only each block's input for backward and run the block again there
+  // (autograd::checkpoint): the same gradients, bit for bit, for less memory and about one more forward.
+  bool checkpoint_activations = false;
 
  private:
   int64_t vocab_size_, block_size_;

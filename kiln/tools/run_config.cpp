@@ -99,6 +99,9 @@ void declare_model(Schema<R>& s) {
   m.add("dropout", &M::dropout,
         "dropout probability before each hidden linear layer (gpt-mini: in every block; lstm-lm: between layers)")
       .at_least(0);
+  m.add("checkpoint_activations", &M::checkpoint_activations,
+        "gpt-mini: keep only each block's input for backward and run the block again there (activation "
+        "checkpointing): less memory for about one more forward");
   m.add("num_classes", &M::num_classes, "output classes (null: from the data)").at_least(1);
 }
 

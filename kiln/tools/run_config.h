@@ -77,6 +77,7 @@ struct RunConfig {
     int64_t heads = 4;        // gpt-mini: attention heads per block
     int64_t embed_dim = 128;  // gpt-mini: width of the token vectors (a multiple of heads)
     double dropout = 0.0;
+    bool checkpoint_activations = false;  // gpt-mini: each block recomputed in backward (autograd::checkpoint)
     std::optional<int64_t> num_classes;  // null: from the data
     bool operator==(const Model&) const = default;
   };

@@ -186,6 +186,31 @@ TEST_F(CudaTest, GptMiniTrainingStepsMatchTheCpuAndItGeneratesOnTheGpu) {
   EXPECT_EQ(tools::generate(*gpu, tools::tokens_of("ab"), {.max_new_tokens = 40, .seed = 1}), out);
 }
 
+// Activation checkpointing on the GPU: gpt-mini with dropout, its blocks checkpointed or not, from the same
+// weights and seed: the recomputed blocks draw the same masks from the device's Philox stream, so the loss and
+// every gradient are the plain run's bits. Deterministic algorithms, so that the embeddings' gradients (atomic
+// adds otherwise) are the same bits on both runs.
+TEST_F(CudaTest, CheckpointedGptMiniGivesThePlainGradientsBitForBit) {
+  DeterministicAlgorithmsGuard deterministic(true);
+  manual_seed(test::fresh_seed());
+  auto plain = std::make_shared<tools::GptMini>(256, 16, 2, 2, 32, 0.2);
+  auto checkpointed = std::make_shared<tools::GptMini>(256, 16, 2, 2, 32, 0.2);
+  checkpointed->load_state_dict(plain->state_dict());
+  checkpointed->checkpoint_activations = true;
+  const Tensor x = randint(0, 256, {4, 16}).to(Device::cuda()), y = randint(0, 256, {64}).to(Device::cuda());
+  std::vector<std::vector<Tensor>> grads;
+  for (auto& net : {plain, checkpointed}) {
+    net->to(Device::cuda());
+    manual_seed(5);
+    const Tensor loss = nn::F::cross_entropy(net->forward(x).reshape({-1, 256}), y);
+    loss.backward();
+    std::vector<Tensor> g{loss.detach().cpu()};
+    for (const Tensor& p : net->parameters()) g.push_back(p.grad().cpu());
+    grads.push_back(g);
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(grads[0][i].equal(grads[1][i])) << "tensor " << i;
+}
+
 // The batch-size search on the GPU under a cap on what the caching allocator may reserve: the cap bounds it
 // (the out-of-memory error names it), the module comes back unchanged, and a plain fit at the answer runs under
 // the same cap.

@@ -121,6 +121,34 @@ TEST(GptMini, GradientsReachEveryParameter) {
   }
 }
 
+TEST(GptMini, CheckpointedBlocksGiveTheSameGradientsBitForBit) {
+  // model.checkpoint_activations from a config, with dropout in the blocks: the recomputed blocks draw the same
+  // masks, so the loss and every gradient are the plain model's bits.
+  const RunConfig run = load_run_config_text(
+      "model: {name: gpt-mini, layers: 2, heads: 2, embed_dim: 32, dropout: 0.2, checkpoint_activations: true}\n"
+      "data: {name: text, path: x.txt}\n",
+      "run.yaml");
+  EXPECT_TRUE(run.model.checkpoint_activations);
+  const DataInfo info{.input_shape = {kBlock}, .num_classes = kVocab, .tokens = true};
+  const Tensor x = random_tokens(2, kBlock, 3), y = random_tokens(2, kBlock, 4).reshape({-1});
+  std::vector<std::vector<Tensor>> grads;
+  for (bool checkpointed : {false, true}) {
+    RunConfig::Model c = run.model;
+    c.checkpoint_activations = checkpointed;
+    manual_seed(9);
+    auto net = std::dynamic_pointer_cast<GptMini>(make_model(c, info));
+    ASSERT_NE(net, nullptr);
+    EXPECT_EQ(net->checkpoint_activations, checkpointed);
+    const Tensor loss = nn::F::cross_entropy(net->forward(x).reshape({-1, kVocab}), y);
+    loss.backward();
+    std::vector<Tensor> g{loss.detach()};
+    for (const Tensor& p : net->parameters()) g.push_back(p.grad());
+    grads.push_back(g);
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(same(grads[0][i], grads[1][i])) << "tensor " << i;
+}
+
 TEST(GptMini, BadInputsAreClearErrors) {
   auto net = small_gpt(1);
   expect_error([&] { net->forward(random_tokens(1, kBlock + 1, 5)); }, {"17 tokens", "1 to 16", "block size"});
