@@ -13,7 +13,6 @@
 #include <cstring>
 
 #include "bench_util.h"
-#include "machine_peaks.h"
 
 #ifdef KILN_WITH_BLAS
 #include <cblas.h>
@@ -40,7 +39,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s %-7s %-9s %-9s %-9s %-9s %-8s\n", "threads", "N", "kiln", "openblas", "eigen", "peak%", "ratio");
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    double peak = kiln::bench::fma_peak_gflops(threads);
+    double peak = kiln::lab::fma_peak_gflops(threads);
     std::printf("# fp32 FMA peak, %d thread%s: %.1f GFLOP/s\n", threads, threads > 1 ? "s" : "", peak);
     for (int64_t n : {256, 512, 1024, 2048}) {
       Generator g(1);

@@ -1,8 +1,8 @@
 // Roofline figures for kiln's CPU kernels (DESIGN.md: a kernel's time read against the machine's limits).
 // Each op's attainable rate is min(peak, intensity x bandwidth), where intensity is its flops over the bytes it
 // must move at least (every input read once, every output written once), and peak and bandwidth are this
-// machine's, measured by this program (machine_peaks.h) before and after the ops; the higher of the two
-// measurements counts. The figure of merit is the op's achieved rate as a fraction of its roofline bound.
+// machine's, measured by this program (lab::fma_peak_gflops and lab::stream_bandwidth_gbs, kernel_lab.h)
+// before and after the ops; the higher of the two measurements counts. The figure of merit is the op's achieved rate as a fraction of its roofline bound.
 //
 // Flop counts are the usual ones: 2MNK for a product, 2 per multiply-add of a convolution, one per element and
 // step of the element-wise math (an exp counts 1, a softmax 5 per element: max, subtract, exp, sum, divide; a
@@ -18,7 +18,6 @@
 #include <string>
 
 #include "bench_util.h"
-#include "machine_peaks.h"
 
 using namespace kiln;
 
@@ -77,12 +76,12 @@ int main(int argc, char** argv) {
        [&] { bench::do_not_optimize(nn::F::cross_entropy(logits, target)); }},
   };
 
-  const double peak0 = bench::fma_peak_gflops(threads), bw0 = bench::stream_bandwidth_gbs(threads);
+  const double peak0 = lab::fma_peak_gflops(threads), bw0 = lab::stream_bandwidth_gbs(threads);
   std::vector<std::function<void()>> runs;
   for (const Case& c : cases) runs.push_back(c.run);
   const std::vector<double> t = bench::time_interleaved(runs, reps);
-  const double peak = std::max(peak0, bench::fma_peak_gflops(threads));
-  const double bw = std::max(bw0, bench::stream_bandwidth_gbs(threads));
+  const double peak = std::max(peak0, lab::fma_peak_gflops(threads));
+  const double bw = std::max(bw0, lab::stream_bandwidth_gbs(threads));
 
   std::printf("threads %d; fp32 FMA peak %.1f GFLOP/s, streaming bandwidth %.1f GB/s (before the ops: %.1f, %.1f); "
               "ridge point %.2f flop/byte; medians of %d interleaved repetitions\n",

@@ -11,5 +11,6 @@
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/determinism.h"
+#include "kiln/tensor/kernel_lab.h"
 #include "kiln/tensor/ops.h"
 #include "kiln/tensor/profiler.h"

@@ -48,6 +48,11 @@ struct CpuMemoryStats {
 };
 CpuMemoryStats cpu_memory_stats();
 void cpu_reset_peak_memory_stats();  // the peak restarts from what is held now
+// While on, every new CPU allocation is filled with 0xff bytes: NaN in floating tensors, all bits set in integer
+// ones. A debugging aid that shows elements a kernel never wrote (lab::check_variant turns it on, as
+// cuda::set_poison_allocations does on the GPU). Off by default.
+void set_cpu_poison_allocations(bool on);
+bool cpu_poison_allocations();
 // The most tensors on the CPU may hold together; an allocation that would pass it throws
 // kiln::OutOfMemoryError, as running out of device memory does (so a batch-size search can run against a
 // budget on the CPU, and an embedded program can bound kiln's memory). 0, the default, is no limit; the

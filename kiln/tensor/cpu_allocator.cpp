@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <map>
 #include <mutex>
@@ -32,6 +33,8 @@
 
 namespace kiln {
 namespace {
+
+std::atomic<bool> poison{false};  // set_cpu_poison_allocations
 
 constexpr size_t kCacheMinBytes = size_t{64} << 10;
 
@@ -80,6 +83,7 @@ class CpuAllocator final : public Allocator {
       throw;
     }
     note_peak(held_now);
+    if (poison.load(std::memory_order_relaxed)) [[unlikely]] std::memset(p, 0xff, nbytes);
     return p;
   }
 
@@ -247,6 +251,8 @@ CpuCacheStats cpu_cache_stats() { return instance().stats(); }
 void cpu_empty_cache() { instance().empty_cache(); }
 void set_cpu_cache_limit(size_t bytes) { instance().set_limit(bytes); }
 CpuMemoryStats cpu_memory_stats() { return instance().memory_stats(); }
+void set_cpu_poison_allocations(bool on) { poison.store(on, std::memory_order_relaxed); }
+bool cpu_poison_allocations() { return poison.load(std::memory_order_relaxed); }
 void cpu_reset_peak_memory_stats() { instance().reset_peak(); }
 void set_cpu_memory_limit(size_t bytes) { instance().set_memory_limit(bytes); }
 
