@@ -298,6 +298,7 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
     mc.save_weights_only = c.checkpoint.save_weights_only;
     mc.every_n_epochs = c.checkpoint.every_n_epochs;
     mc.every_n_train_steps = c.checkpoint.every_n_train_steps;
+    mc.train_time_interval = c.checkpoint.train_time_interval;
     o.callbacks.push_back(std::make_shared<trainer::ModelCheckpoint>(mc));
     if (c.on_exception_checkpoint) {
       o.callbacks.push_back(std::make_shared<trainer::OnExceptionCheckpoint>(

@@ -198,6 +198,10 @@ void declare_callbacks(Schema<R>& s) {
          "write the model's weights only: smaller files to evaluate or deploy, none to resume from");
   ck.add("every_n_epochs", &K::every_n_epochs, "save every this many epochs (0: not by epoch)").at_least(0);
   ck.add("every_n_train_steps", &K::every_n_train_steps, "save every this many steps (0: not by step)").at_least(0);
+  ck.add("train_time_interval", &K::train_time_interval,
+         "also save at the first step this many seconds after the last such save (0: not by time; set "
+         "every_n_epochs: 0 to save by time alone)")
+      .at_least(0);
   ck.add("filename", &K::filename, "file name pattern: {epoch}, {step} and metric names are filled in");
   ck.add("dirpath", &K::dirpath, "folder of the checkpoints (null: checkpoints/ in the run folder)");
   auto es = cb.section("early_stopping", &C::early_stopping, "EarlyStopping");

@@ -157,6 +157,7 @@ struct RunConfig {
       bool save_weights_only = false;
       int64_t every_n_epochs = 1;
       int64_t every_n_train_steps = 0;
+      double train_time_interval = 0;
       std::string filename = "epoch={epoch}-step={step}";
       std::optional<std::string> dirpath;  // null: <run folder>/checkpoints
       bool operator==(const Checkpoint&) const = default;

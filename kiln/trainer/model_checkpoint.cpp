@@ -3,6 +3,7 @@
 // then the deletion of the file it pushed out of the top k.
 #include "kiln/trainer/model_checkpoint.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -73,9 +74,11 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
              ": expected >= 0 (0: off)");
   KILN_CHECK(!o.every_n_epochs || *o.every_n_epochs >= 0, "ModelCheckpoint: every_n_epochs = ",
              o.every_n_epochs.value_or(0), ": expected >= 0 (0: off)");
+  KILN_CHECK(o.train_time_interval >= 0 && std::isfinite(o.train_time_interval),
+             "ModelCheckpoint: train_time_interval = ", o.train_time_interval, " s: expected >= 0 (0: off)");
   KILN_CHECK(!o.filename.empty(), "ModelCheckpoint: filename is empty");
-  // As Lightning: the epoch cadence is on by default only when no step cadence is asked for.
-  every_n_epochs_ = o.every_n_epochs.value_or(o.every_n_train_steps > 0 ? 0 : 1);
+  // As Lightning: the epoch cadence is on by default only when no step or time cadence is asked for.
+  every_n_epochs_ = o.every_n_epochs.value_or(o.every_n_train_steps > 0 || o.train_time_interval > 0 ? 0 : 1);
   dirpath_ = o.dirpath;
 }
 
@@ -83,6 +86,11 @@ std::string ModelCheckpoint::state_key() const {
   std::string key = "ModelCheckpoint{monitor=" + options_.monitor + ",mode=" + options_.mode +
                     ",every_n_epochs=" + std::to_string(every_n_epochs_) +
                     ",every_n_train_steps=" + std::to_string(options_.every_n_train_steps);
+  if (options_.train_time_interval > 0) {  // only then, so that the keys of earlier runs' checkpoints stay valid
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", options_.train_time_interval);
+    key += std::string(",train_time_interval=") + seconds;
+  }
   // A given folder tells two otherwise equal callbacks apart; the default one changes with the logger's
   // version, so it stays out (a resumed run must find its state under the same key).
   if (!options_.dirpath.empty()) key += ",dirpath=" + options_.dirpath;
@@ -164,6 +172,16 @@ void ModelCheckpoint::setup(Trainer& trainer, TrainModule&, Stage stage) {
   last_global_step_saved_ = -1;
   step_at_batch_start_ = -1;
   validated_this_epoch_ = validated_ever_ = epoch_ended_ = warned_missing_ = false;
+  KILN_CHECK(options_.train_time_interval == 0 || trainer.world_size() <= 1 || trainer.strategy().agree_every_batch(),
+             "ModelCheckpoint: train_time_interval needs ranks that step together (ddp) to agree on when to save; "
+             "under this strategy they do not (a parameter server's workers run apart): use every_n_train_steps");
+}
+
+void ModelCheckpoint::on_train_start(Trainer&, TrainModule&) { last_time_checked_ = now(); }
+
+double ModelCheckpoint::now() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool ModelCheckpoint::should_skip(const Trainer& trainer) const {
@@ -179,10 +197,17 @@ void ModelCheckpoint::on_train_batch_start(Trainer& trainer, TrainModule&, const
 
 void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainModule&, const Tensor&, const data::Batch&,
                                          int64_t) {
-  const int64_t n = options_.every_n_train_steps;
   // Only right after an optimizer step: between steps, accumulated gradients would be lost on resume.
-  if (n <= 0 || trainer.global_step() == step_at_batch_start_ || trainer.global_step() % n != 0) return;
-  if (should_skip(trainer)) return;
+  if (trainer.global_step() == step_at_batch_start_) return;
+  const int64_t n = options_.every_n_train_steps;
+  const bool by_steps = n > 0 && trainer.global_step() % n == 0;
+  bool by_time = false;
+  if (options_.train_time_interval > 0 && trainer.stage() == Stage::Fit) {
+    // Every rank asks at every step, so that all save together when any rank's clock says so.
+    by_time = trainer.any_rank(now() - last_time_checked_ >= options_.train_time_interval);
+  }
+  if ((!by_steps && !by_time) || should_skip(trainer)) return;
+  if (by_time) last_time_checked_ = now();
   save(trainer, Trigger::Step);
 }
 

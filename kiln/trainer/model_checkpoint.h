@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,10 +37,17 @@ struct ModelCheckpointOptions {
   // and 1 (the latest) make sense.
   int64_t save_top_k = 1;
   bool save_last = false;  // also write last.ckpt at every save
-  // Save at the end of every n-th training epoch (0: never). Unset: 1, unless every_n_train_steps is on.
+  // Save at the end of every n-th training epoch (0: never). Unset: 1, unless every_n_train_steps or
+  // train_time_interval is on.
   std::optional<int64_t> every_n_epochs;
   // Save after every n-th optimizer step (0: never).
   int64_t every_n_train_steps = 0;
+  // Save after the first optimizer step that ends at least this many seconds after the fit's start or the
+  // previous time-triggered save (Lightning's train_time_interval; 0: never). Under ddp a rank whose clock
+  // passed the interval makes every rank save at that step. Combines with the cadences above.
+  double train_time_interval = 0;
+  // Seconds from any fixed origin, for train_time_interval; steady_clock when null (tests give a fake one).
+  std::function<double()> clock;
   bool verbose = false;  // print each save to stderr
   // Write only the module's weights (Trainer::save_checkpoint's weights_only): smaller files that validate,
   // test and predict load, but a fit cannot resume from (last.ckpt too).
@@ -68,6 +76,7 @@ class ModelCheckpoint : public Callback {
   void load_checkpoint_state(const CallbackState& state) override;
 
   void setup(Trainer& trainer, TrainModule& module, Stage stage) override;
+  void on_train_start(Trainer& trainer, TrainModule& module) override;
   void on_train_epoch_start(Trainer& trainer, TrainModule& module) override;
   void on_train_batch_start(Trainer& trainer, TrainModule& module, const data::Batch& batch,
                             int64_t batch_idx) override;
@@ -79,6 +88,7 @@ class ModelCheckpoint : public Callback {
  private:
   enum class Trigger { Step, Epoch };
   bool should_skip(const Trainer& trainer) const;
+  double now() const;
   void save_at_epoch_end(Trainer& trainer);
   void save(Trainer& trainer, Trigger trigger);
   void save_top_k(Trainer& trainer, const std::map<std::string, double>& metrics, Trigger trigger);
@@ -100,6 +110,7 @@ class ModelCheckpoint : public Callback {
   std::string best_model_path_, last_model_path_;
   double best_model_score_;
   int64_t last_global_step_saved_ = -1;
+  double last_time_checked_ = 0;  // train_time_interval's origin: the fit's start or the last save it made
   // Per fit: the step at the batch's start (a batch that ran no optimizer step is no place to save), whether
   // validation ran this epoch, whether any validation or epoch has ended yet.
   int64_t step_at_batch_start_ = -1;

@@ -142,6 +142,8 @@ std::string Trainer::log_dir() const {
   return loggers_.empty() ? options_.default_root_dir : loggers_.front()->log_dir();
 }
 
+bool Trainer::any_rank(bool flag) { return strategy_->any(flag); }
+
 double Trainer::elapsed_seconds() const {
   return elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
 }

@@ -222,6 +222,9 @@ class Trainer {
   int global_rank() const { return strategy_->rank(); }
   bool is_global_zero() const { return strategy_->is_global_zero(); }
   const Strategy& strategy() const { return *strategy_; }
+  // Whether `flag` is true on any rank: a collective, so every rank calls it at the same point (a callback that
+  // decides from its own clock, as ModelCheckpoint's train_time_interval). One process: flag.
+  bool any_rank(bool flag);
 
   // Set by callbacks (EarlyStopping) to end training after the current epoch (once min_epochs have run).
   bool should_stop() const { return should_stop_; }

@@ -128,6 +128,31 @@ TEST(TrainerDDP, AStopOnOneRankStopsEveryRankAtTheSameBatch) {
   EXPECT_EQ(read_numbers(dir / "weights.0"), read_numbers(dir / "weights.1"));  // the ranks never diverged
 }
 
+// ModelCheckpoint's train_time_interval on two ranks whose clocks disagree: rank 1's passes the interval at step
+// 3, rank 0's never does; both save there together (rank 0 writes the file), so no rank waits at a barrier the
+// other never reaches.
+TEST(TrainerDDP, TrainTimeIntervalSavesOnEveryRankWhenOneRanksClockSaysSo) {
+  TempDir dir;
+  const uint16_t port = distributed::find_free_port();
+  const auto results = run_ranks(2, [&](int rank) {
+    set_rank_env(rank, 2, port);
+    Regressor m;
+    auto train4 = loader(regression_data(32), 4);  // 4 steps an epoch on each rank
+    trainer::TrainerOptions d = ddp_options(dir.str());
+    d.enable_checkpointing = true;
+    const trainer::Trainer* running = nullptr;
+    d.callbacks = {std::make_shared<trainer::ModelCheckpoint>(trainer::ModelCheckpointOptions{
+        .dirpath = dir.str() + "/ck", .save_top_k = -1, .train_time_interval = 100,
+        .clock = [&] { return rank == 1 && running->global_step() == 3 ? 1000.0 : 0.0; }})};
+    trainer::Trainer tr(d);
+    running = &tr;
+    tr.fit(m, *train4);
+  }, std::chrono::seconds(60));
+  expect_all_ok(results);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir.str() + "/ck")) files.push_back(e.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"epoch=0-step=3.ckpt"});
+}
 
 // ThroughputMonitor on two ranks: each counts its own half of the data, and the job-wide rates are its device
 // rates times the world size.

@@ -186,6 +186,32 @@ TEST(CallbacksModelCheckpoint, EveryNEpochs) {
   EXPECT_EQ(files_in(ckdir), (std::set<std::string>{"epoch=1-step=4.ckpt", "epoch=3-step=8.ckpt"}));
 }
 
+TEST(CallbacksModelCheckpoint, TrainTimeInterval) {
+  // A clock of 3 s per optimizer step; 2 steps an epoch, 4 epochs. Interval 7 s: the first step 7 s after the
+  // start (t = 0) is step 3 (t = 9), the next 7 s after that step 6 (t = 18); step 8 is only 6 s past it.
+  for (std::optional<int64_t> every_n_epochs : {std::optional<int64_t>(), std::optional<int64_t>(4)}) {
+    TempDir dir;
+    const fs::path ckdir = dir.path / "ck";
+    const Trainer* running = nullptr;
+    Data d;
+    Regression m;
+    auto ckpt = std::make_shared<ModelCheckpoint>(
+        ModelCheckpointOptions{.dirpath = ckdir.string(), .save_top_k = -1, .every_n_epochs = every_n_epochs,
+                               .train_time_interval = 7, .clock = [&] { return 3.0 * running->global_step(); }});
+    Trainer t(quiet(dir, 4, {ckpt}));
+    running = &t;
+    t.fit(m, *d.train, d.val.get());
+    // Time alone saves by time alone (the epoch cadence is off by default, as with a step cadence); with an
+    // epoch cadence too, both save.
+    std::set<std::string> want{"epoch=1-step=3.ckpt", "epoch=2-step=6.ckpt"};
+    if (every_n_epochs) want.insert("epoch=3-step=8.ckpt");
+    EXPECT_EQ(files_in(ckdir), want);
+  }
+  EXPECT_EQ(ModelCheckpoint({.train_time_interval = 1800}).state_key(),
+            "ModelCheckpoint{monitor=,mode=min,every_n_epochs=0,every_n_train_steps=0,train_time_interval=1800}");
+  expect_error([] { ModelCheckpoint({.train_time_interval = -1}); }, {"train_time_interval = -1", ">= 0"});
+}
+
 TEST(CallbacksModelCheckpoint, FilenameTemplate) {
   ModelCheckpoint a({.filename = "{epoch}-{step}-{val/acc}"});
   EXPECT_EQ(a.format_checkpoint_name(3, 120, {{"val/acc", 0.91234}}), "epoch=3-step=120-val_acc=0.9123");
