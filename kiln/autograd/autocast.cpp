@@ -84,6 +84,13 @@ Tensor lower(const Tensor& x) {
 
 size_t cached_casts() { return cast_cache.size(); }
 
+struct OwnCastCache::Saved {
+  std::map<std::pair<const void*, DType>, CachedCast> cache;
+};
+
+OwnCastCache::OwnCastCache() : saved_(std::make_unique<Saved>()) { saved_->cache.swap(cast_cache); }
+OwnCastCache::~OwnCastCache() { cast_cache.swap(saved_->cache); }
+
 Tensor float32(const Tensor& x) { return castable(x, kFloat32) && is_16bit(x.dtype()) ? x.to(kFloat32) : x; }
 
 }  // namespace autocast

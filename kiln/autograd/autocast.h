@@ -27,6 +27,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <memory>
 
 #include "kiln/tensor/tensor.h"
 
@@ -65,6 +66,21 @@ Tensor lower(const Tensor& x);
 Tensor float32(const Tensor& x);
 // How many casts this thread's cache holds (for tests and diagnostics).
 size_t cached_casts();
+
+// An empty cast cache for this thread while it lives, the previous one back afterwards: a stretch of code whose
+// casts must be its own nodes (activation checkpointing reruns a segment, and each run must make the same
+// graph, whatever was cast before it).
+class OwnCastCache {
+ public:
+  OwnCastCache();
+  ~OwnCastCache();
+  OwnCastCache(const OwnCastCache&) = delete;
+  OwnCastCache& operator=(const OwnCastCache&) = delete;
+
+ private:
+  struct Saved;
+  std::unique_ptr<Saved> saved_;
+};
 
 }  // namespace autocast
 }  // namespace kiln

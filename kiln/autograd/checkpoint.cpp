@@ -1,5 +1,6 @@
 #include "kiln/autograd/checkpoint.h"
 
+#include <memory>
 #include <set>
 #include <unordered_set>
 #include <utility>
@@ -19,10 +20,10 @@ using EdgeKey = std::pair<const Node*, uint32_t>;
 
 bool is_leaf(const Node* n) { return dynamic_cast<const AccumulateGrad*>(n) != nullptr; }
 
-// Where the graph recorded from node number `first` on, as reached from outputs, leaves the segment: edges into
-// leaves (a leaf's accumulator may be new, yet the leaf is not) and into nodes recorded before. Each edge once,
-// in the order found.
-std::vector<Edge> boundary(const std::vector<Tensor>& outputs, uint64_t first) {
+// Where the segment's graph (the nodes `segment` saw made), as reached from outputs, leaves it: edges into
+// leaves (a leaf's accumulator may be new, yet the leaf is not) and into nodes made before. Each edge once, in
+// the order found.
+std::vector<Edge> boundary(const std::vector<Tensor>& outputs, const NodeRecorder& segment) {
   std::vector<Edge> found;
   std::set<EdgeKey> seen_edges;
   std::unordered_set<const Node*> seen_nodes;
@@ -30,7 +31,7 @@ std::vector<Edge> boundary(const std::vector<Tensor>& outputs, uint64_t first) {
   auto visit = [&](const Edge& e) {
     if (!e.valid()) return;
     const Node* n = e.node.get();
-    if (is_leaf(n) || n->sequence_nr() < first) {
+    if (is_leaf(n) || !segment.made(*n)) {
       if (seen_edges.insert({n, e.input_nr}).second) found.push_back(e);
     } else if (seen_nodes.insert(n).second) {
       stack.push_back(n);
@@ -49,6 +50,25 @@ std::string describe(const Edge& e) {
   if (const auto* acc = dynamic_cast<const AccumulateGrad*>(e.node.get()))
     return detail::concat("a leaf of shape ", shape_str(acc->leaf().sizes()));
   return detail::concat("output ", e.input_nr, " of ", e.node->name(), " (op #", e.node->sequence_nr(), ")");
+}
+
+// Runs the segment as both runs must see it: its inputs' histories made first (a stale view gets its node now,
+// not as the segment's first op), every node it makes noted, and a cast cache of its own under autocast (a
+// cast made before the segment would otherwise be reused by one run and not the other).
+struct SegmentRun {
+  std::vector<Tensor> outputs;
+  std::unique_ptr<NodeRecorder> nodes;  // stopped: the nodes the run made
+};
+
+SegmentRun run_segment(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs)
+    if (t.defined()) (void)gradient_edge(t);
+  autocast::OwnCastCache own_casts;
+  SegmentRun run;
+  run.nodes = std::make_unique<NodeRecorder>();
+  run.outputs = fn(inputs);
+  run.nodes->stop();
+  return run;
 }
 
 // Puts the default generator back to the state it had when made.
@@ -82,15 +102,15 @@ class CheckpointNode final : public Node {
     for (const SavedTensor& s : inputs_) inputs.push_back(s.get(*this));
 
     // The segment again, recorded this time, as the first run saw the world.
-    const uint64_t first = next_sequence_nr();
-    std::vector<Tensor> outputs;
+    SegmentRun run;
     {
       RngRestore restore;
       if (options_.preserve_rng_state) default_generator().set_state(seed_, offset_);
       GradModeGuard grad_on(true);
       AutocastGuard autocast(autocast_.device, autocast_.dtype, autocast_.enabled);
-      outputs = fn_(inputs);
+      run = run_segment(fn_, inputs);
     }
+    const std::vector<Tensor>& outputs = run.outputs;
     KILN_CHECK(outputs.size() == differentiable.size(), "checkpoint: the segment returned ", outputs.size(),
                " tensors when recomputed in backward, ", differentiable.size(), " the first time");
 
@@ -111,7 +131,7 @@ class CheckpointNode final : public Node {
     std::set<EdgeKey> expected;
     for (const Edge& e : next_edges) expected.insert({e.node.get(), e.input_nr});
     std::set<EdgeKey> reached;
-    for (const Edge& e : boundary(roots, first)) {
+    for (const Edge& e : boundary(roots, *run.nodes)) {
       KILN_CHECK(expected.count({e.node.get(), e.input_nr}), "checkpoint: the segment, recomputed in backward, "
                  "used ", describe(e), ", which its first run did not use; the segment must compute the same "
                  "thing both times (the same parameters and inputs; random draws repeat only with "
@@ -148,24 +168,31 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   if (!GradMode::is_enabled()) return fn(inputs);
 
   const uint64_t seed = default_generator().seed(), offset = default_generator().offset();
-  const uint64_t first = next_sequence_nr();
-  std::vector<Tensor> outputs = fn(inputs);
+  SegmentRun run = run_segment(fn, inputs);
+  std::vector<Tensor>& outputs = run.outputs;
   std::vector<Tensor> with_history;
   for (const Tensor& out : outputs)
     if (gradient_edge(out).valid()) with_history.push_back(out);
   if (with_history.empty()) return outputs;  // nothing the segment read requires grad
 
   auto node = std::make_shared<CheckpointNode>(fn, inputs, options, seed, offset);
-  node->next_edges = boundary(with_history, first);
+  node->next_edges = boundary(with_history, *run.nodes);
+  with_history.clear();
   // The outputs keep their data but trade the segment's graph for the node, which frees that graph (and the
   // intermediates it saved) once nothing else holds it.
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    Tensor& out = outputs[i];
+  for (Tensor& out : outputs) {
     node->output_meta.push_back(TensorMeta::of(out));
     const bool has_history = gradient_edge(out).valid();
     node->differentiable.push_back(has_history);
-    if (!has_history) continue;
-    out = out.detach();
+    if (has_history) out = out.detach();
+  }
+  // An output whose data something else still holds once the segment's graph is gone (an input or parameter
+  // returned as it is or as a view, two views of one result) is copied: written in place, it would change that
+  // other tensor behind autograd's back, since the node cannot record views of what it does not own.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!node->differentiable[i]) continue;
+    Tensor& out = outputs[i];
+    if (out.storage().use_count() > 1) out = out.clone();
     set_history(out, node, static_cast<uint32_t>(i));
   }
   return outputs;

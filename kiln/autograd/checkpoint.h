@@ -18,6 +18,9 @@
 // The segment must compute the same thing both times: a recomputation that reaches a parameter or input the
 // first run did not (or misses one) is an error naming the checkpoint. Gradients of tensors made inside the
 // segment (retain_grad, hooks on its intermediates) are not kept: they belong to the graph that was dropped.
+// Side effects happen twice: a batch norm in training mode updates its running statistics on both runs (as
+// under PyTorch's checkpoint). An output that shares its data with something else (an input or parameter
+// returned as it is, two views of one result) comes back as a copy.
 #pragma once
 
 #include <functional>

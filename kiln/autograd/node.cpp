@@ -15,15 +15,23 @@ namespace kiln::autograd {
 
 namespace {
 std::atomic<uint64_t> sequence_counter{0};
-}
+thread_local NodeRecorder* recorder = nullptr;  // the innermost NodeRecorder of this thread
+}  // namespace
 
-uint64_t next_sequence_nr() { return sequence_counter.load(std::memory_order_relaxed); }
+NodeRecorder::NodeRecorder() : outer_(recorder) { recorder = this; }
+NodeRecorder::~NodeRecorder() { stop(); }
+void NodeRecorder::stop() {
+  if (!active_) return;
+  active_ = false;
+  recorder = outer_;
+}
 
 std::string TensorMeta::str() const {
   return detail::concat(shape_str(shape), " ", dtype, device.is_cpu() ? "" : " on ", device.is_cpu() ? "" : device.str());
 }
 
 Node::Node(const char* name) : name_(name), sequence_nr_(sequence_counter.fetch_add(1, std::memory_order_relaxed)) {
+  if (recorder != nullptr) [[unlikely]] recorder->made_.insert(sequence_nr_);
   if (AnomalyMode::is_enabled()) {
     std::string scope = ForwardScope::current();
     anomaly = std::make_unique<AnomalyInfo>(

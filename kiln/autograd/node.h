@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kiln/tensor/tensor.h"
@@ -125,8 +126,24 @@ class SavedTensor {
   bool released_ = false;
 };
 
-// The number the next node made will get: nodes numbered from it on were recorded after this call.
-uint64_t next_sequence_nr();
+// Lists the nodes this thread makes while it lives, by sequence number (activation checkpointing: the nodes of
+// one segment, whatever other threads record meanwhile). Recorders nest; a node goes to the innermost.
+class NodeRecorder {
+ public:
+  NodeRecorder();
+  ~NodeRecorder();
+  NodeRecorder(const NodeRecorder&) = delete;
+  NodeRecorder& operator=(const NodeRecorder&) = delete;
+  // Stops listing (the list stays readable); the destructor stops it if this has not. Innermost first.
+  void stop();
+  bool made(const Node& node) const { return made_.count(node.sequence_nr()) > 0; }
+
+ private:
+  friend class Node;
+  NodeRecorder* outer_;
+  bool active_ = true;
+  std::unordered_set<uint64_t> made_;
+};
 
 // The calling thread's stack, one demangled frame per line, skipping the innermost `skip` (anomaly mode).
 std::string stack_trace(int skip);

@@ -1,7 +1,7 @@
 // Activation checkpointing (autograd::checkpoint, nn::checkpoint_sequential): the same gradients as the plain
 // graph, bit for bit (the segment's ops run again, in the same order, on the same values), through backward,
-// grad and create_graph, with dropout's masks repeated; the memory a forward keeps, measured; and the errors
-// when a segment cannot be recomputed faithfully.
+// grad and create_graph, with dropout's masks repeated and under autocast; the memory a forward keeps,
+// measured; and the errors when a segment cannot be recomputed faithfully.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -201,6 +201,53 @@ TEST(Checkpoint, RetainGraphRecomputesAgain) {
   loss.backward();
   EXPECT_TRUE(x.grad().allclose(once * 2, 1e-6, 1e-7));
   expect_error([&] { loss.backward(); }, {"backward through", "second time", "retain_graph"});
+  // The checkpoint node's own message, reached first when backward starts at the segment's output.
+  const Tensor y = autograd::checkpoint([](const Tensor& in) { return in * in; }, x);
+  y.backward(ones_like(y));
+  expect_error([&] { y.backward(ones_like(y)); },
+               {"checkpoint: backward through the segment a second time", "retain_graph"});
+}
+
+TEST(Checkpoint, UnderAutocastASharedWeightAndBackwardInsideTheGuard) {
+  // One Linear before and inside two checkpointed segments, in one bfloat16 autocast guard that is still alive
+  // at backward: each run of a segment makes its own casts, so both runs leave it through the weight itself.
+  // The plain graph sums the three uses' gradients in bfloat16 before one cast back, the checkpointed one
+  // casts each back first: the same gradient to bfloat16's precision.
+  manual_seed(2);
+  nn::Linear fc(8, 8);
+  const Tensor x = randn({4, 8});
+  std::vector<std::vector<Tensor>> grads;
+  for (bool checkpointed : {false, true}) {
+    fc->zero_grad();
+    AutocastGuard autocast(DeviceType::CPU, kBFloat16);
+    auto f = [&fc](const Tensor& in) { return fc(in).relu(); };
+    Tensor h = fc(x);  // casts the weight before the segments
+    for (int i = 0; i < 2; ++i) h = checkpointed ? autograd::checkpoint(f, h) : f(h);
+    h.to(kFloat32).sum().backward();
+    grads.push_back({fc->weight.grad(), fc->bias.grad()});
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(grads[0][i].allclose(grads[1][i], 2e-2, 2e-2)) << "gradient " << i;
+}
+
+TEST(Checkpoint, AnOutputThatSharesDataIsACopy) {
+  // A parameter returned as a view, and two chunks of one result: written in place, they must not change the
+  // parameter or each other behind autograd's back.
+  const Tensor w = randn({4}).requires_grad_();
+  const Tensor x = randn({4}).requires_grad_();
+  auto outs = autograd::checkpoint(
+      [&w](const std::vector<Tensor>& in) {
+        std::vector<Tensor> halves = (in[0] * 2).chunk(2);
+        return std::vector<Tensor>{w.view({2, 2}), halves[0], halves[1]};
+      },
+      {x});
+  EXPECT_FALSE(outs[0].shares_storage_with(w));
+  EXPECT_FALSE(outs[1].shares_storage_with(outs[2]));
+  const Tensor before = w.detach().clone();
+  outs[0].mul_(0);
+  EXPECT_TRUE(w.detach().equal(before));
+  (outs[0].sum() + outs[1].sum() + 3 * outs[2].sum()).backward();
+  EXPECT_TRUE(x.grad().equal(tensor(std::vector<float>{2, 2, 6, 6})));
+  EXPECT_TRUE(w.grad().equal(zeros({4})));  // through the in-place multiplication by 0
 }
 
 TEST(Checkpoint, ErrorsWhenTheSegmentCannotBeRecomputedFaithfully) {
