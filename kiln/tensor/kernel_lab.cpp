@@ -9,6 +9,10 @@
 #include <memory>
 #include <optional>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -16,7 +20,6 @@
 #include "kiln/tensor/allocator.h"
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/parallel.h"
-#include "kiln/tensor/profiler.h"
 #include "kiln/tensor/rng.h"
 #include "kiln/tensor/views.h"
 
@@ -173,15 +176,6 @@ bool compare(size_t i, const Tensor& ref, const Tensor& var, Tolerance tolerance
   return true;
 }
 
-// The calls of op's kernel on device a profiler recorded.
-int64_t calls_of(const profiler::Profiler& prof, Op op, DeviceType device) {
-  const std::string name = device == DeviceType::CUDA ? std::string(op_name(op)) + " (cuda)" : op_name(op);
-  int64_t calls = 0;
-  for (const profiler::Summary& s : prof.summary())
-    if (s.kind == profiler::Kind::Kernel && s.name == name) calls += s.calls;
-  return calls;
-}
-
 void synchronize_if_cuda(DeviceType device) {
   if (device == DeviceType::CUDA) cuda::synchronize();
 }
@@ -190,7 +184,8 @@ void synchronize_if_cuda(DeviceType device) {
 
 namespace detail {
 
-Check check_variant(Op op, DeviceType device, const Install& install, const Work& work, Tolerance tolerance) {
+Check check_variant(Op op, DeviceType device, const Install& install, const std::function<int64_t()>& calls,
+                    const Work& work, Tolerance tolerance) {
   KILN_CHECK(work != nullptr, "check_variant: no work given");
   Check check;
   check.report = kiln::detail::concat("check of a variant of ", op_name(op), " on ", device_name(device), "\n");
@@ -200,21 +195,18 @@ Check check_variant(Op op, DeviceType device, const Install& install, const Work
   std::vector<Tensor> reference;
   {
     Installed in_table(install, false);
+    Poisoned poisoned;
     reference = work();
     synchronize_if_cuda(device);
   }
   std::vector<Tensor> variant;
   gen.set_state(seed, offset);  // the same random inputs again
   {
-    profiler::Options options;
-    options.backward = false;
-    profiler::Profiler prof(options);
     Installed in_table(install, true);
     Poisoned poisoned;
     variant = work();
     synchronize_if_cuda(device);
-    prof.stop();
-    check.variant_calls = calls_of(prof, op, device);
+    check.variant_calls = calls();
   }
 
   bool ok = true;
@@ -302,9 +294,6 @@ double fma_peak_gflops(int threads) {
   return 0;  // no FMA vectors in this build
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#ifndef _OPENMP
-  threads = 1;  // the parallel region below runs on one thread
-#endif
   // Twelve independent chains per thread cover the FMA units' latency times their count.
   constexpr int kChains = 12;
   const long iters = 20'000'000;
@@ -312,8 +301,13 @@ double fma_peak_gflops(int threads) {
   for (int trial = 0; trial < 3; ++trial) {
     const double t0 = now_seconds();
     float sink = 0;
+    int ran = 1;  // the threads OpenMP gave the region, which may be fewer than asked for
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
     {
+#ifdef _OPENMP
+#pragma omp single
+      ran = omp_get_num_threads();
+#endif
       V acc[kChains];
       for (int c = 0; c < kChains; ++c) acc[c] = KILN_SET1(1.0f + c * 1e-7f);
       const V mul = KILN_SET1(0.9999999f), add = KILN_SET1(1e-7f);
@@ -329,7 +323,7 @@ double fma_peak_gflops(int threads) {
     }
     const double t = now_seconds() - t0;
     keep(sink);
-    best = std::max(best, 2.0 * kLanes * kChains * double(iters) * threads / t / 1e9);
+    best = std::max(best, 2.0 * kLanes * kChains * double(iters) * ran / t / 1e9);
   }
   return best;
 #undef KILN_FMA

@@ -18,11 +18,13 @@
 //   std::cout << t.report;     // kiln's kernel and yours: median ms, GB/s, GFLOP/s, fraction of the roofline
 //
 // check_variant runs `work` twice from the same random state: first with the kernel now in the table (the
-// reference), then with yours installed and every new CPU and CUDA allocation poisoned (NaN in floating
-// tensors, all bits set in integer ones), so that elements your kernel leaves unwritten show. It compares the
-// tensors work returns, one by one, within a tolerance per dtype, and counts your kernel's calls through the
-// profiler: a variant that work never reached fails the check. `work` must give the same results when run
-// again: compute gradients with autograd::grad (a leaf's .grad would add up across the runs), or clear them.
+// reference), then with yours installed; on both runs every new CPU and CUDA allocation is poisoned (NaN in
+// floating tensors, all bits set in integer ones), so that elements your kernel leaves unwritten show (and
+// elements no kernel writes, as empty()'s, compare NaN with NaN). It compares the tensors work returns, one by
+// one, within a tolerance per dtype, and counts your kernel's calls on their way to it: a variant that work
+// never reached fails the check (one that hands every call back to the kernel it replaced passes: the check
+// sees calls, not what they did). `work` must give the same results when run again: compute gradients with
+// autograd::grad (a leaf's .grad would add up across the runs), or clear them. One check of an op at a time.
 //
 // time_variant runs work with each kernel in turn, interleaved, and reports medians (BENCHMARKS.md: this
 // machine is shared; ratios, not absolute times). Make the inputs outside work, so that only the op is timed.
@@ -30,9 +32,11 @@
 // bound over the measured time (1 is the machine's limit). On CUDA each run ends with a device synchronize.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor/dispatch.h"
@@ -105,15 +109,34 @@ class ScopedKernel {
 namespace detail {
 // Swaps the variant in (true) or the reference back (false).
 using Install = std::function<void(bool variant)>;
-Check check_variant(Op op, DeviceType device, const Install& install, const Work& work, Tolerance tolerance);
+Check check_variant(Op op, DeviceType device, const Install& install, const std::function<int64_t()>& calls,
+                    const Work& work, Tolerance tolerance);
 Timing time_variant(Op op, DeviceType device, const Install& install, const Work& work, const TimingOptions& options);
+
+// A kernel with op's signature that counts its calls and passes them on to `target`: what check_variant
+// installs in the variant's place.
+template <Op op, class Signature = typename OpSignature<op>::type>
+struct CountingKernel;
+template <Op op, class R, class... A>
+struct CountingKernel<op, R(A...)> {
+  static inline KernelFn<op> target = nullptr;
+  static inline std::atomic<int64_t> calls{0};
+  static R call(A... args) {
+    calls.fetch_add(1, std::memory_order_relaxed);
+    return target(std::forward<A>(args)...);
+  }
+};
 }  // namespace detail
 
 template <Op op>
 Check check_variant(DeviceType device, KernelFn<op> variant, const Work& work, Tolerance tolerance = {}) {
+  using Counting = detail::CountingKernel<op>;
   const auto reference = reinterpret_cast<KernelFn<op>>(kiln::detail::kernel_slot(op, device));
+  Counting::target = variant;
+  Counting::calls = 0;
   return detail::check_variant(
-      op, device, [&](bool use) { register_kernel<op>(device, use ? variant : reference); }, work, tolerance);
+      op, device, [&](bool use) { register_kernel<op>(device, use ? &Counting::call : reference); },
+      [] { return Counting::calls.load(); }, work, tolerance);
 }
 
 template <Op op>
