@@ -130,6 +130,10 @@ Tensor mv(const Tensor& a, const Tensor& v);
 Tensor dot(const Tensor& a, const Tensor& b);
 Tensor outer(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
+// bias + x @ weight^T with x (..., in), weight (out, in) and bias (out): one (rows, in) @ (in, out) product over all
+// of x's leading dims, the bias added in the same GEMM, the result shaped (..., out) (nn's linear on batches of
+// sequences; the result is not a view).
+Tensor linear_rows(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& beta = 1, const Scalar& alpha = 1);
 // Products and sums over labelled dims, as torch.einsum (functions/einsum.cpp): einsum("bij,bjk->bik", {a, b}).
 // "..." stands for dims no letter names, broadcast across the operands; a letter repeated in one operand takes

@@ -54,14 +54,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // serves a weight used more than once.
   if (autocast::wants_lower({&x, &weight, &bias}))
     return linear(autocast::lower(x), autocast::lower(weight), autocast::lower(bias));
-  if (x.dim() >= 2 && bias.defined()) {  // one GEMM with the bias folded in, over all the leading dims
-    if (x.dim() == 2) return addmm(bias, x, weight.t());
-    Shape out_shape = x.sizes();
-    out_shape.back() = weight.size(0);
-    int64_t rows = 1;
-    for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-    return addmm(bias, x.reshape({rows, x.size(-1)}), weight.t()).view(out_shape);
-  }
+  if (x.dim() == 2 && bias.defined()) return addmm(bias, x, weight.t());  // one GEMM with the bias folded in
+  // The same over all the leading dims at once (see matmul), for the usual bias of shape (out_features).
+  if (x.dim() > 2 && bias.defined() && bias.dim() == 1 && (weight.requires_grad() || x.is_contiguous()))
+    return linear_rows(x, weight, bias);
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }

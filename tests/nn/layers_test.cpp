@@ -60,6 +60,18 @@ TEST(Linear, BatchedInputsAreOneProductEachWay) {
     EXPECT_TRUE(x.grad().to(kFloat64).allclose(matmul(g64, w64), 1e-4, 1e-4));
     if (bias) EXPECT_TRUE(fc->bias.grad().to(kFloat64).allclose(g64.sum({0, 1}), 1e-4, 1e-3));
   }
+  // The folded result is a result, not a view: detach_ and in-place ops treat it as any op's.
+  Tensor y = fc(x);
+  y.relu_();
+  y.detach_();
+  EXPECT_FALSE(y.requires_grad());
+  // A bias that is not 1-D still broadcasts as before (no folding), and a transposed input without a weight
+  // gradient is not copied to be folded.
+  const Tensor bias2 = randn({16, 512});
+  EXPECT_TRUE(nn::F::linear(x.detach(), fc->weight.detach(), bias2)
+                  .allclose(matmul(x.detach(), fc->weight.detach().t()) + bias2, 1e-5, 1e-5));
+  const Tensor xt = randn({16, 32, 256}).transpose(0, 1);
+  EXPECT_TRUE(matmul(xt, fc->weight.detach().t()).allclose(matmul(xt.contiguous(), fc->weight.detach().t()), 1e-5, 1e-5));
 }
 
 TEST(Linear, DefaultInitWithinPyTorchsBounds) {

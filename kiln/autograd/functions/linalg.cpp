@@ -19,6 +19,20 @@ std::pair<SavedTensor, SavedTensor> save_for_product(const Tensor& a, const Tens
           requires_grad(a) ? SavedTensor(b, false) : SavedTensor()};
 }
 
+// A fresh product (nothing else refers to it) under another shape, as a result rather than a view of it (PyTorch's
+// _unsafe_view): in-place ops and detach_ treat it as any op's result.
+Tensor reshape_result(const Tensor& product, const Shape& shape) {
+  Tensor out = ops::view(product, shape);
+  out.impl()->is_view = false;
+  out.impl()->view_base.reset();
+  if (should_record(product)) {
+    record("reshape", out, {product}, [from = product.sizes()](const Tensor& g, const OpNode&) {
+      return TensorList{g.reshape(from)};
+    });
+  }
+  return out;
+}
+
 // Whether the matrix x lies in memory as its transpose does (column-major), as w.t() does in linear.
 bool transposed_layout(const Tensor& x) {
   return x.dim() == 2 && x.size(0) > 1 && x.size(1) > 1 && x.stride(0) == 1 && x.stride(1) == x.size(0);
@@ -67,18 +81,29 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 // matmul with PyTorch's rules for 1-D operands and broadcast batch dims. A 1-D a is a row (1, K) and a 1-D b a
 // column (K, 1), whose added dim the output drops; the rule puts those dims back on g, computes
 // da = g b^T and db = a^T g with matmul, and drops them again. Broadcast batch dims are summed by the engine.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+Tensor linear_rows(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Shape out_shape = x.sizes();
+  out_shape.back() = weight.size(0);
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return reshape_result(addmm(bias, x.reshape({rows, x.size(-1)}), weight.t()), out_shape);
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
   if (autocast::wants_lower({&a, &b})) return matmul(autocast::lower(a), autocast::lower(b));
-  if (a.dim() >= 3 && b.dim() == 2 && a.size(-1) == b.size(0)) {
+  if (a.dim() >= 3 && b.dim() == 2 && a.size(-1) == b.size(0) && (requires_grad(b) || a.is_contiguous())) {
     // (..., M, K) @ (K, N): one (rows, K) @ (K, N) product over all the leading dims, as PyTorch folds it. One
     // large GEMM instead of one per batch, and b's gradient is then a single (K, rows) @ (rows, N) product
     // rather than one (K, N) product per batch, held together and summed afterwards (a transformer's linear
-    // layers on (batch, tokens, features) paid batch times each weight's size in backward).
+    // layers on (batch, tokens, features) paid batch times each weight's size in backward). An a that cannot be
+    // seen as rows without a copy is copied only when b needs that gradient, as PyTorch decides.
     Shape out_shape = a.sizes();
     out_shape.back() = b.size(1);
     int64_t rows = 1;
     for (int64_t d = 0; d + 1 < a.dim(); ++d) rows *= a.size(d);
-    return matmul(a.reshape({rows, a.size(-1)}), b).view(out_shape);
+    return reshape_result(matmul(a.reshape({rows, a.size(-1)}), b), out_shape);
   }
   Tensor out = ops::matmul(a, b);
   if (should_record(a, b)) {
