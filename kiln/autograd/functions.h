@@ -170,6 +170,20 @@ Tensor roll(const Tensor& x, IntArrayRef shifts, IntArrayRef dims = {});
 // or, with weights (x's shape), sums their weights. Length max(x) + 1, at least minlength. int64 counts, or the
 // weights' dtype (a composite of index_add, differentiable in the weights).
 Tensor bincount(const Tensor& x, const Tensor& weights = {}, int64_t minlength = 0);
+// The distinct values of x, flattened, in ascending order (torch.unique with sorted=True and no dim): values;
+// inverse (x's shape, int64): where each element of x stands in values; counts (int64): how often each
+// occurs. NaNs are all distinct, as in PyTorch. A composite of a stable sort, a comparison of neighbours and
+// cumsum, so any device; no gradient.
+struct UniqueResult {
+  Tensor values, inverse, counts;
+};
+UniqueResult unique(const Tensor& x);
+// For each value, where it would go in the sorted 1-D sequence to keep it sorted (torch.searchsorted): the
+// number of elements below it, or with right, at most it (int64, values' shape). bucketize(input, boundaries,
+// right) is the same with the arguments swapped, as in PyTorch. A composite of one stable sort of both together
+// (O((n + m) log(n + m))), so any device; no gradient.
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool right = false);
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool right = false);
 Tensor pad(const Tensor& x, IntArrayRef pads, const Scalar& value = 0);
 // Padding by copies (Reflect, Replicate, Circular) of the last one to three dims, through the pad kernels; the
 // gradient sums each output into the element it copied, and its own gradient is the padding again.

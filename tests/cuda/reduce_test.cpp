@@ -337,6 +337,24 @@ TEST_F(CudaReduce, CumsumAndSortMatchTheCpuBitForBit) {
   }
 }
 
+// unique and searchsorted are composites of sort, cumsum, scatter and index_add: on the GPU they must give the
+// CPU's answers exactly (repeated values, ties, NaN).
+TEST_F(CudaReduce, UniqueAndSearchsortedMatchTheCpu) {
+  const Tensor x = round(randn({40, 25}) * 3);
+  Tensor with_nan = x.clone();
+  with_nan.view({-1}).narrow(0, 7, 3).fill_(NAN);
+  for (const Tensor& t : {x, with_nan}) {
+    const UniqueResult want = unique(t), got = unique(t.to(Device::cuda()));
+    test::expect_matches_cpu(got.values, want.values, "unique values");
+    test::expect_matches_cpu(got.inverse, want.inverse, "unique inverse");
+    test::expect_matches_cpu(got.counts, want.counts, "unique counts");
+  }
+  const Tensor seq = std::get<0>(sort(round(randn({300}) * 4), 0));
+  for (bool right : {false, true})
+    test::expect_matches_cpu(searchsorted(seq.to(Device::cuda()), x.to(Device::cuda()), right),
+                             searchsorted(seq, x, right), right ? "searchsorted right" : "searchsorted left");
+}
+
 // topk's first k in sort's order, equal keys in position order: k from 0 to the whole line, both directions.
 // Values in [-1, 1]: the integer, bool and 16-bit dtypes tie often; float32 and float64 are run a second time
 // rounded to halves, so that they tie too. Lines past 8192 elements and k past 16 take the sort (the kernel's

@@ -99,6 +99,19 @@ TEST(OpsParity, CumsumSortTopkMatchLibTorch) {
   const Tensor distinct = tensor(std::vector<double>{0.3, -1.0, 2.5, 0.0, 7.0, -3.0, 1.0}, {1, 7});
   expect_same(topk(distinct, 3, 1, false).second, std::get<1>(torch::topk(to_torch(distinct), 3, 1, false)), 0,
               "topk smallest indices");
+  // unique (sorted, with inverse and counts) and searchsorted on the same tied values, without the NaNs (whose
+  // uniqueness LibTorch 1.13's CPU kernel treats differently across versions).
+  const Tensor finite = x.narrow(0, 1, 2);
+  const auto [tu, tinv, tcnt] = at::_unique2(to_torch(finite), /*sorted=*/true, true, true);
+  const UniqueResult u = unique(finite);
+  expect_same(u.values, tu, 0, "unique values");
+  expect_same(u.inverse, tinv, 0, "unique inverse");
+  expect_same(u.counts, tcnt, 0, "unique counts");
+  const Tensor seq = tensor(std::vector<double>{-1.5, -0.5, -0.5, 0.0, 0.5, 0.5, 0.5, 1.5});
+  for (bool right : {false, true}) {
+    expect_same(searchsorted(seq, finite, right), torch::searchsorted(to_torch(seq), to_torch(finite), false, right),
+                0, right ? "searchsorted right" : "searchsorted left");
+  }
 }
 
 TEST(OpsParity, IscloseNonzeroAndMaskedSelectMatchLibTorch) {

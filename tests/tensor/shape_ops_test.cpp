@@ -2,7 +2,9 @@
 // flip, repeat, pad. Each is compared with a naive loop over coordinates written here, on values read straight
 // from memory (test::values), for random inputs in every layout and dtype, with zero-size and one-element
 // cases, and the errors a user sees.
+#include <algorithm>
 #include <limits>
+#include <map>
 
 #include "indexing_test_util.h"
 
@@ -344,6 +346,62 @@ TEST(Bincount, Errors) {
   test::expect_error([] { bincount(zeros({3})); }, {"bincount", "integers", "float32"});
   test::expect_error([] { bincount(zeros({2, 2}, kInt64)); }, {"bincount", "1-D", "(2, 2)"});
   test::expect_error([] { bincount(zeros({3}, kInt64), ones({4})); }, {"bincount", "weights", "(4)", "(3)"});
+}
+
+// ---- unique, searchsorted ----
+
+TEST(Unique, ValuesInverseAndCountsMatchAMap) {
+  std::mt19937 rng(19);
+  std::uniform_int_distribution<int> pick(-4, 6);
+  for (DType dtype : {kFloat32, kFloat64, kInt64, kInt32}) {
+    SCOPED_TRACE(detail::concat(dtype));
+    std::vector<double> v(60);
+    for (double& e : v) e = pick(rng) * (is_floating(dtype) ? 0.5 : 1.0);
+    const Tensor x = tensor(v, {6, 10}).to(dtype);
+    std::map<double, int64_t> count;
+    for (double e : v) ++count[e];
+    std::vector<double> want_values, want_counts, want_inverse;
+    for (const auto& [value, c] : count) want_values.push_back(value), want_counts.push_back(static_cast<double>(c));
+    for (double e : v)
+      want_inverse.push_back(static_cast<double>(std::distance(count.begin(), count.find(e))));
+    const UniqueResult u = unique(x);
+    EXPECT_EQ(u.values.dtype(), dtype);
+    test::expect_tensor_near(u.values, want_values, {static_cast<int64_t>(want_values.size())});
+    test::expect_tensor_near(u.inverse, want_inverse, {6, 10});
+    test::expect_tensor_near(u.counts, want_counts, {static_cast<int64_t>(want_counts.size())});
+  }
+  // NaNs are all distinct (as PyTorch's); an empty input has no values.
+  const UniqueResult nan = unique(tensor(std::vector<double>{NAN, 1, NAN, 1}));
+  test::expect_tensor_near(nan.values, {1, NAN, NAN}, {3});
+  test::expect_tensor_near(nan.counts, {2, 1, 1}, {3});
+  test::expect_tensor_near(nan.inverse, {1, 0, 2, 0}, {4});
+  EXPECT_EQ(unique(empty({0, 3})).values.sizes(), (Shape{0}));
+  EXPECT_EQ(unique(empty({0, 3})).inverse.sizes(), (Shape{0, 3}));
+}
+
+TEST(Searchsorted, MatchesLowerAndUpperBoundWithTies) {
+  std::mt19937 rng(20);
+  std::uniform_int_distribution<int> pick(-3, 12);
+  std::vector<double> seq(25);
+  for (double& e : seq) e = pick(rng);
+  std::sort(seq.begin(), seq.end());  // repeated elements: the ties left and right differ on
+  std::vector<double> vals(40);
+  for (double& e : vals) e = pick(rng) + (pick(rng) % 2 ? 0.5 : 0.0);
+  for (bool right : {false, true}) {
+    std::vector<double> want;
+    for (double v : vals) {
+      auto it = right ? std::upper_bound(seq.begin(), seq.end(), v) : std::lower_bound(seq.begin(), seq.end(), v);
+      want.push_back(static_cast<double>(it - seq.begin()));
+    }
+    SCOPED_TRACE(right ? "right" : "left");
+    const Tensor out = searchsorted(tensor(seq, {25}), tensor(vals, {5, 8}), right);
+    EXPECT_EQ(out.dtype(), kInt64);
+    test::expect_tensor_near(out, want, {5, 8});
+    test::expect_tensor_near(bucketize(tensor(vals, {5, 8}).to(kFloat32), tensor(seq, {25}).to(kInt64), right), want,
+                             {5, 8});
+  }
+  test::expect_tensor_near(searchsorted(empty({0}), tensor(std::vector<double>{1, 2})), {0, 0}, {2});
+  test::expect_error([] { searchsorted(zeros({2, 2}), zeros({3})); }, {"searchsorted", "1-D", "(2, 2)"});
 }
 
 // ---- repeat ----

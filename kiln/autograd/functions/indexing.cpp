@@ -293,6 +293,54 @@ Tensor bincount(const Tensor& x, const Tensor& weights, int64_t minlength) {
   return index_add(zeros({length}, TensorOptions(weights.dtype()).device(x.device())), 0, index, weights);
 }
 
+UniqueResult unique(const Tensor& x) {
+  autograd::NoGradGuard no_grad;  // integer results and values that are x's own: nothing to differentiate
+  const int64_t n = x.numel();
+  const TensorOptions index_options = TensorOptions(kInt64).device(x.device());
+  const auto [sorted, order] = ops::sort(x.reshape({n}), 0);
+  if (n == 0) return {sorted, zeros(x.sizes(), index_options), zeros({0}, index_options)};
+  // A group starts at the first element and wherever an element differs from the one before (NaN != NaN).
+  const Tensor starts =
+      cat({ones({1}, TensorOptions(kBool).device(x.device())), ne(sorted.narrow(0, 1, n - 1), sorted.narrow(0, 0, n - 1))});
+  const Tensor group = cumsum(starts, 0) - 1;  // each sorted element's group, int64
+  const int64_t groups = group[n - 1].item<int64_t>() + 1;
+  UniqueResult r;
+  r.values = sorted.masked_select(starts);
+  r.inverse = zeros({n}, index_options).scatter(0, order, group).reshape(x.sizes());
+  r.counts = zeros({groups}, index_options).index_add(0, group, ones({n}, index_options));
+  return r;
+}
+
+Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool right) {
+  KILN_CHECK(sorted_sequence.dim() == 1, "searchsorted: the sorted sequence must be 1-D, got shape ",
+             shape_str(sorted_sequence.sizes()));
+  KILN_CHECK(sorted_sequence.device() == values.device(), "searchsorted: the sequence is on ",
+             sorted_sequence.device().str(), ", the values on ", values.device().str());
+  KILN_CHECK(sorted_sequence.dtype() != kBool && values.dtype() != kBool, "searchsorted: bool tensors have no order");
+  autograd::NoGradGuard no_grad;
+  const DType common = is_floating(sorted_sequence.dtype()) || is_floating(values.dtype()) ? kFloat64 : kInt64;
+  const int64_t m = sorted_sequence.numel(), n = values.numel();
+  const TensorOptions index_options = TensorOptions(kInt64).device(values.device());
+  if (n == 0) return zeros(values.sizes(), index_options);
+  // One stable sort of both: among equal keys the values come first (left: count the elements below a value)
+  // or last (right: count those at most it), by the order they are concatenated in. The sequence's elements
+  // counted up to each value's place are its answer.
+  const Tensor seq = sorted_sequence.to(common), vals = values.reshape({n}).to(common);
+  const Tensor keys = right ? cat({seq, vals}) : cat({vals, seq});
+  const Tensor is_seq = right ? cat({ones({m}, index_options), zeros({n}, index_options)})
+                              : cat({zeros({n}, index_options), ones({m}, index_options)});
+  const Tensor order = ops::argsort(keys, 0);
+  const Tensor seq_sorted = is_seq.index_select(0, order);
+  const Tensor below = cumsum(seq_sorted, 0);
+  const Tensor at_values = eq(seq_sorted, 0);
+  const Tensor value_index = order.masked_select(at_values) - (right ? m : 0);
+  return zeros({n}, index_options).scatter(0, value_index, below.masked_select(at_values)).reshape(values.sizes());
+}
+
+Tensor bucketize(const Tensor& input, const Tensor& boundaries, bool right) {
+  return searchsorted(boundaries, input, right);
+}
+
 namespace {
 // Inside a backward function: whether it runs under create_graph (the engine enables grad mode then).
 bool create_graph() { return autograd::GradMode::is_enabled(); }
