@@ -156,18 +156,36 @@ TEST(Checkpoint, AForwardKeepsOnlyTheSegmentsInputs) {
 }
 
 TEST(Checkpoint, HooksOnParametersRunOnceAndSeeTheWholeGradient) {
+  // The weight is used by two checkpointed calls, so its gradient has two parts: the tensor hook and the
+  // post-accumulate hook must each run once, on the sum, which must be the plain graph's gradient.
   Stack s(1, 4, 8);
   const Tensor w = s.blocks[0]->parameters()[0];
+  const Tensor x = randn({2, 4});
+  auto twice = [&](bool checkpointed) {
+    Tensor h = x;
+    for (int i = 0; i < 2; ++i) {
+      auto f = [&s](const Tensor& in) { return in + s.blocks[0]->forward(in); };
+      h = checkpointed ? autograd::checkpoint(f, h) : f(h);
+    }
+    return loss_of(h);
+  };
+  twice(false).backward();
+  const Tensor plain = w.grad().clone();
+  s.zero_grad();
   int calls = 0, accumulated = 0;
-  w.register_hook([&](const Tensor&) {
+  Tensor seen;
+  w.register_hook([&](const Tensor& g) {
     ++calls;
+    seen = g.clone();
     return Tensor();
   });
   w.register_post_accumulate_grad_hook([&](const Tensor&) { ++accumulated; });
-  const Tensor x = randn({2, 4});
-  loss_of(s.forward(x, true)).backward();
+  twice(true).backward();
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(accumulated, 1);
+  ASSERT_TRUE(seen.defined());
+  EXPECT_TRUE(seen.equal(plain));
+  EXPECT_TRUE(w.grad().equal(plain));
 }
 
 TEST(Checkpoint, OutputsThatAreInputsOrIntegersAndNoGradMode) {
