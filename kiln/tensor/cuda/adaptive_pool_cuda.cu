@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/grid_stride.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/adaptive_pool.h"
@@ -16,11 +17,7 @@ namespace {
 
 using namespace adaptive_pool;  // bin_start, bin_end, first_output, end_output
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
+using namespace cuda::grid_stride;  // kThreads, blocks_for, first_index, grid_step
 
 struct Dims {
   int64_t D, H, W, OD, OH, OW;
@@ -30,8 +27,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t total, Dims s) {
   using M = opmath_t<T>;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t ow = i % s.OW, oh = i / s.OW % s.OH, od = i / (s.OW * s.OH) % s.OD, b = i / (s.OW * s.OH * s.OD);
     const int64_t d0 = bin_start(od, s.D, s.OD), d1 = bin_end(od, s.D, s.OD);
     const int64_t h0 = bin_start(oh, s.H, s.OH), h1 = bin_end(oh, s.H, s.OH);
@@ -50,8 +47,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ grad_out, T* __restrict__ grad_x, int64_t total, Dims s) {
   using M = opmath_t<T>;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t w = i % s.W, h = i / s.W % s.H, d = i / (s.W * s.H) % s.D, b = i / (s.W * s.H * s.D);
     M sum = 0;
     for (int64_t od = first_output(d, s.D, s.OD); od < end_output(d, s.D, s.OD); ++od)
@@ -72,8 +69,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const T* __restrict__ x, int64_t* __restrict__ indices, int64_t total, Dims s) {
   using M = opmath_t<T>;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t ow = i % s.OW, oh = i / s.OW % s.OH, od = i / (s.OW * s.OH) % s.OD, b = i / (s.OW * s.OH * s.OD);
     const int64_t d0 = bin_start(od, s.D, s.OD), d1 = bin_end(od, s.D, s.OD);
     const int64_t h0 = bin_start(oh, s.H, s.OH), h1 = bin_end(oh, s.H, s.OH);

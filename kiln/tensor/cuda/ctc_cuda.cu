@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/grid_stride.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
@@ -20,11 +21,7 @@
 namespace kiln {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
+using namespace cuda::grid_stride;  // kThreads, blocks_for, first_index, grid_step
 
 // What every kernel reads; lp (T, N, C), targets (N, S).
 template <typename T>
@@ -112,8 +109,8 @@ __global__ void __launch_bounds__(kThreads)
                     bool zero_infinity) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t total = p.frames * p.batch * p.classes, P = 2 * p.max_labels + 1;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t c = i % p.classes, n = (i / p.classes) % p.batch, t = i / (p.classes * p.batch);
     const int64_t len = p.input_lengths[n], L = p.target_lengths[n];
     if (t >= len) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/grid_stride.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/determinism.h"
 #include "kiln/tensor/dispatch.h"
@@ -21,11 +22,7 @@ namespace {
 using grid_sample::Corners;
 using grid_sample::corners_at;
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
+using namespace cuda::grid_stride;  // kThreads, blocks_for, first_index, grid_step
 
 struct Dims {
   int64_t N, C, H, W, P;  // P = Ho Wo
@@ -35,8 +32,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ x, const T* __restrict__ grid, T* __restrict__ out, Dims s,
                    GridSampleParams p) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.N * s.P;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < s.N * s.P;
+       i += grid_step()) {
     const int64_t n = i / s.P, q = i % s.P;
     const Corners<T> t = corners_at(grid[2 * i], grid[2 * i + 1], s.H, s.W, p);
     for (int64_t c = 0; c < s.C; ++c)
@@ -48,8 +45,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ grid, T* grad_x,
                     T* __restrict__ grad_grid, Dims s, GridSampleParams p) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < s.N * s.P;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < s.N * s.P;
+       i += grid_step()) {
     const int64_t n = i / s.P, q = i % s.P;
     const Corners<T> t = corners_at(grid[2 * i], grid[2 * i + 1], s.H, s.W, p);
     T by_x = 0, by_y = 0;

@@ -14,6 +14,7 @@
 
 #include "kiln/tensor/cuda/cuda.h"
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/grid_stride.cuh"
 #include "kiln/tensor/cuda/operand_check.h"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/determinism.h"
@@ -26,15 +27,7 @@ namespace {
 
 using cuda::check_operand;
 
-constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over n elements.
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
-
-__device__ __forceinline__ int64_t first_index() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int64_t grid_step() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using namespace cuda::grid_stride;  // kThreads, blocks_for, first_index, grid_step
 
 // ---- max pooling ----
 

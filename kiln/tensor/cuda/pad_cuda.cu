@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/grid_stride.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/pad.h"
@@ -13,11 +14,7 @@
 namespace kiln {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
+using namespace cuda::grid_stride;  // kThreads, blocks_for, first_index, grid_step
 
 struct Dims {
   int64_t D, H, W, OD, OH, OW;
@@ -26,8 +23,8 @@ struct Dims {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t total, Dims s, PadParams p) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t ow = i % s.OW, oh = i / s.OW % s.OH, od = i / (s.OW * s.OH) % s.OD, b = i / (s.OW * s.OH * s.OD);
     const int64_t d = padding::source(p.mode, od, s.D, p.before[0]), h = padding::source(p.mode, oh, s.H, p.before[1]),
                   w = padding::source(p.mode, ow, s.W, p.before[2]);
@@ -39,8 +36,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ grad_out, T* __restrict__ grad_x, int64_t total, Dims s, PadParams p) {
   using M = opmath_t<T>;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t w = i % s.W, h = i / s.W % s.H, d = i / (s.W * s.H) % s.D, b = i / (s.W * s.H * s.D);
     int64_t dlo[3], dhi[3], hlo[3], hhi[3], wlo[3], whi[3];
     const int nd = padding::readers(p.mode, d, s.D, p.before[0], s.OD, dlo, dhi);

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "kiln/tensor/cuda/cuda_check.h"
+#include "kiln/tensor/cuda/grid_stride.cuh"
 #include "kiln/tensor/cuda/stream.h"
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/factories.h"
@@ -21,11 +22,7 @@
 namespace kiln {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
+using namespace cuda::grid_stride;  // kThreads, blocks_for, first_index, grid_step
 
 using ops::detail::TapGeometry;
 
@@ -33,8 +30,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const T* __restrict__ x, T* __restrict__ y, const int64_t* __restrict__ idx,
                    const T* __restrict__ w, TapGeometry g, int64_t total) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t j = i % g.inner, d = i / g.inner % g.out, o = i / (g.inner * g.out);
     const T* line = x + o * g.in * g.inner + j;
     T acc = line[idx[d] * g.inner] * w[d];
@@ -48,8 +45,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ gy, T* __restrict__ gx, const int64_t* __restrict__ start,
                     const int64_t* __restrict__ from, const T* __restrict__ weight, TapGeometry g, int64_t total) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = first_index(); i < total;
+       i += grid_step()) {
     const int64_t j = i % g.inner, p = i / g.inner % g.in, o = i / (g.inner * g.in);
     const T* line = gy + o * g.out * g.inner + j;
     T acc = T(0);
