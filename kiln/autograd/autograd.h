@@ -11,4 +11,5 @@
 #include "kiln/autograd/gradcheck.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/autograd/graph_dot.h"
+#include "kiln/autograd/linalg.h"
 #include "kiln/autograd/node.h"

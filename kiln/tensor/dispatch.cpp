@@ -33,6 +33,7 @@ void install_builtin_kernels() {
   detail::register_softmax_cpu_kernels();
   detail::register_along_dim_cpu_kernels();
   detail::register_linalg_cpu_kernels();
+  detail::register_decomposition_cpu_kernels();
   detail::register_indexing_cpu_kernels();
   detail::register_conv_cpu_kernels();
   detail::register_adaptive_pool_cpu_kernels();

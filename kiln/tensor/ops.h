@@ -4,6 +4,7 @@
 #include "kiln/tensor/factories.h"
 #include "kiln/tensor/ops/along_dim.h"
 #include "kiln/tensor/ops/binary.h"
+#include "kiln/tensor/ops/decompositions.h"
 #include "kiln/tensor/ops/indexing.h"
 #include "kiln/tensor/ops/linalg.h"
 #include "kiln/tensor/ops/reduce.h"

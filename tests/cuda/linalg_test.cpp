@@ -323,6 +323,29 @@ TEST_F(CudaLinalg, CublasVersionIsReported) {
   EXPECT_GE(v / 10000, 11) << v;  // kiln needs cuBLAS 11 or later (cublasGemmStridedBatchedEx's compute types)
 }
 
+// The factorizations have no CUDA kernels yet: a CUDA tensor goes through the CPU's and comes back. The results
+// must be on the GPU, equal the CPU's on the same input, and carry gradients back to the GPU input.
+TEST_F(CudaLinalg, FactorizationsRunThroughTheHostAndComeBack) {
+  std::normal_distribution<double> normal;
+  std::vector<double> v(2 * 4 * 4);
+  for (double& x : v) x = normal(rng_);
+  const Tensor x = tensor(v, {2, 4, 4}, kFloat64);
+  const Tensor a = (matmul(x, x.mT()) + 4.0 * eye(4, 4, kFloat64)).contiguous();
+  const Tensor b = x.narrow(-1, 0, 2).contiguous();
+  const Tensor ga = a.to(Device::cuda()), gb = b.to(Device::cuda());
+  const std::string seed = " (seed " + std::to_string(seed_) + ")";
+  test::expect_matches_cpu(linalg::cholesky(ga), linalg::cholesky(a), "cholesky" + seed);
+  test::expect_matches_cpu(linalg::solve(ga, gb), linalg::solve(a, b), "solve" + seed);
+  test::expect_matches_cpu(linalg::det(ga), linalg::det(a), "det" + seed);
+  test::expect_matches_cpu(linalg::eigvalsh(ga), linalg::eigvalsh(a), "eigvalsh" + seed);
+  test::expect_matches_cpu(linalg::svdvals(ga), linalg::svdvals(a), "svdvals" + seed);
+  test::expect_matches_cpu(linalg::qr(ga).R, linalg::qr(a).R, "qr" + seed);
+  Tensor leaf = ga.clone().requires_grad_();
+  linalg::slogdet(leaf).logabsdet.sum().backward();
+  ASSERT_TRUE(leaf.grad().defined());
+  test::expect_matches_cpu(leaf.grad(), linalg::inv(a).mT().contiguous(), "slogdet gradient" + seed, 1e-10);
+}
+
 #endif  // KILN_WITH_CUDA
 
 }  // namespace

@@ -69,6 +69,29 @@ using ResizeTapsBackwardKernel = void(const Tensor& grad_x, const Tensor& grad_o
 // out: (B, M, N), a: (B, M, K), b: (B, K, N); out = beta * out + alpha * (a @ b). With beta == 0 the old
 // contents of out are ignored (NaN included), as BLAS does.
 using BmmKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, double beta, double alpha);
+// Matrix factorizations (decompositions.h). Inputs are contiguous (B, m, n) batches of float32/float64, outputs
+// fresh contiguous tensors; info (B, int64) says per matrix what went wrong (0: nothing), as LAPACK's info does,
+// for the frontend to report (a kernel does not throw). Only a's lower triangle is read where a is symmetric.
+// l: the lower Cholesky factor of each positive-definite a; info: 0, or k when the leading minor of order k is
+// not positive definite (or not finite).
+using CholeskyKernel = void(const Tensor& l, const Tensor& info, const Tensor& a);
+// P a = L U with partial pivoting: lu (B, n, n) holds L below the diagonal (unit diagonal implied) and U on and
+// above; perm (B, n, int64): row i of P a is row perm[i] of a; info: 0, or k when U[k-1][k-1] is exactly 0.
+using LuFactorKernel = void(const Tensor& lu, const Tensor& perm, const Tensor& info, const Tensor& a);
+// x (B, n, k) = a^-1 b, or a^-T b with transpose, from a's lu and perm.
+using LuSolveKernel = void(const Tensor& x, const Tensor& lu, const Tensor& perm, const Tensor& b, bool transpose);
+// x (B, n, k) with a x = b for a (B, n, n) upper (lower) triangular; the other triangle is not read, nor the
+// diagonal when unit (taken as ones).
+using TriangularSolveKernel = void(const Tensor& x, const Tensor& a, const Tensor& b, bool upper, bool unit);
+// w (B, n) ascending and v (B, n, n) the orthonormal eigenvectors as columns (undefined: values only) of the
+// symmetric a; info: 0, -1 for a matrix with a NaN or infinity, 1 when the iteration did not converge.
+using EighKernel = void(const Tensor& w, const Tensor& v, const Tensor& info, const Tensor& a);
+// a = q r: r (B, rows, n) upper trapezoidal, q (B, m, rows) orthonormal columns (undefined: r only), rows = min(m, n)
+// (reduced) or m (complete).
+using QrKernel = void(const Tensor& q, const Tensor& r, const Tensor& a);
+// a = u diag(s) vh: s (B, min(m, n)) descending, u (B, m, m or min(m, n)) and vh (B, n or min(m, n), n) as
+// their shapes say (both undefined: s only); info as EighKernel's.
+using SvdKernel = void(const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& info, const Tensor& a);
 // out = x.index_select(dim, index) / x.gather(dim, index); index is int64.
 using IndexKernel = void(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);
 // In place on self along dim at index: scatter (self[index] = src), scatter_add (+=), index_add (+= alpha*src).
@@ -341,6 +364,13 @@ using BatchNormBackwardInputKernel = void(const Tensor& grad_x, const Tensor& gr
   X(resize_taps_backward, ResizeTapsBackwardKernel) \
   /* linear algebra */                     \
   X(bmm, BmmKernel)                        \
+  X(cholesky, CholeskyKernel)              \
+  X(lu_factor, LuFactorKernel)             \
+  X(lu_solve, LuSolveKernel)               \
+  X(triangular_solve, TriangularSolveKernel) \
+  X(eigh, EighKernel)                      \
+  X(qr, QrKernel)                          \
+  X(svd, SvdKernel)                        \
   /* indexing */                           \
   X(index_select, IndexKernel)             \
   X(gather, IndexKernel)                   \

@@ -13,6 +13,7 @@ void register_reduce_cpu_kernels();
 void register_softmax_cpu_kernels();
 void register_along_dim_cpu_kernels();
 void register_linalg_cpu_kernels();
+void register_decomposition_cpu_kernels();
 void register_indexing_cpu_kernels();
 void register_conv_cpu_kernels();
 void register_adaptive_pool_cpu_kernels();

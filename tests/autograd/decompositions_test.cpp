@@ -1,0 +1,414 @@
+// kiln::linalg: the factorizations against what defines them (l l^T = a, q r = a with q orthonormal, a v = v w,
+// u diag(s) vh = a), against values worked out by hand, the Leibniz determinant in long double and a second
+// algorithm (singular values from eigh of a^T a); gradients against central differences (first and second
+// order); and the errors bad input gets.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "grad_test_util.h"
+#include "kiln/autograd/linalg.h"
+
+namespace kiln {
+namespace {
+
+using namespace test;
+using In = const TensorVec&;
+
+std::vector<double> vals(const Tensor& t) { return ops::contiguous(t.detach().to(kFloat64)).to_vector<double>(); }
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  return ops::amax(ops::abs(ops::sub(a.detach().to(kFloat64), b.detach().to(kFloat64)))).item<double>();
+}
+
+Tensor eye_like(const Tensor& a) {
+  return eye(a.size(-1), a.size(-1), TensorOptions(a.dtype())).expand(a.sizes()).contiguous();
+}
+
+// A seeded float64 (..., n, n) matrix that is well conditioned: uniform in [-1, 1) plus shift on the diagonal.
+Tensor well_conditioned(IntArrayRef shape, double shift = 3.0) {
+  Tensor x = leaf(shape, -1.0, 1.0).detach();
+  return (x + shift * eye_like(x)).detach();
+}
+
+// Symmetric positive definite: x x^T + n I.
+Tensor spd(IntArrayRef shape) {
+  Tensor x = leaf(shape, -1.0, 1.0).detach();
+  return (matmul(x, x.mT()) + static_cast<double>(x.size(-1)) * eye_like(x)).detach();
+}
+
+Tensor sym(const Tensor& x) { return 0.5 * (x + x.mT()); }
+
+// ---- gradients ----
+
+std::vector<GradCase> decomposition_cases() {
+  // Inputs go through a map that keeps them where the function is defined and differentiable: a symmetric
+  // positive-definite matrix for cholesky, distinct eigenvalues for eigh (any random symmetric matrix).
+  auto spd_of = [](const Tensor& x) { return matmul(x, x.mT()) + 3.0 * eye_like(x.detach()); };
+  auto shifted = [](const Tensor& x) { return x + 3.0 * eye_like(x.detach()); };
+  return {
+      single("cholesky", leaves({{3, 3}}), [=](In in) { return linalg::cholesky(spd_of(in[0])); }),
+      single("cholesky_upper_batched", leaves({{2, 3, 3}}),
+             [=](In in) { return linalg::cholesky(spd_of(in[0]), /*upper=*/true); }),
+      // Only the lower triangle is read: the symmetric map makes every element of x matter.
+      single("cholesky_reads_lower", leaves({{3, 3}}),
+             [=](In in) { return linalg::cholesky(sym(spd_of(in[0]))); }),
+      single("solve", leaves({{3, 3}, {3, 2}}), [=](In in) { return linalg::solve(shifted(in[0]), in[1]); }),
+      single("solve_vector", leaves({{3, 3}, {3}}), [=](In in) { return linalg::solve(shifted(in[0]), in[1]); }),
+      single("solve_batched_vectors", leaves({{2, 3, 3}, {2, 3}}),
+             [=](In in) { return linalg::solve(shifted(in[0]), in[1]); }),
+      single("solve_broadcast", leaves({{3, 3}, {2, 3, 2}}),
+             [=](In in) { return linalg::solve(shifted(in[0]), in[1]); }),
+      single("solve_right", leaves({{3, 3}, {2, 3}}),
+             [=](In in) { return linalg::solve(shifted(in[0]), in[1], /*left=*/false); }),
+      // A full matrix handed to solve_triangular: the gradient must be zero in the triangle it does not read.
+      single("solve_triangular_upper", leaves({{3, 3}, {3, 2}}),
+             [=](In in) { return linalg::solve_triangular(shifted(in[0]), in[1], /*upper=*/true); }),
+      single("solve_triangular_lower_unit", leaves({{3, 3}, {3, 2}}),
+             [=](In in) { return linalg::solve_triangular(in[0], in[1], false, true, /*unitriangular=*/true); }),
+      single("solve_triangular_right_batched", leaves({{2, 3, 3}, {2, 4, 3}}),
+             [=](In in) { return linalg::solve_triangular(shifted(in[0]), in[1], true, /*left=*/false); }),
+      single("inv", leaves({{3, 3}}), [=](In in) { return linalg::inv(shifted(in[0])); }),
+      single("det", leaves({{3, 3}}), [](In in) { return linalg::det(in[0]); }),
+      single("det_batched", leaves({{2, 4, 4}}), [](In in) { return linalg::det(in[0]); }),
+      single("slogdet", leaves({{2, 3, 3}}), [](In in) { return linalg::slogdet(in[0]).logabsdet; }),
+      single("eigvalsh", leaves({{4, 4}}), [](In in) { return linalg::eigvalsh(sym(in[0])); }),
+      // An eigenvector's sign is arbitrary; v * v is not.
+      multi("eigh", leaves({{2, 3, 3}}),
+            [](In in) {
+              auto [w, v] = linalg::eigh(sym(in[0]));
+              return TensorVec{w, v * v};
+            }),
+      multi("eigh_vectors_only", leaves({{3, 3}}),
+            [](In in) {
+              Tensor v = linalg::eigh(sym(in[0])).eigenvectors;
+              return TensorVec{v * v * ramp({3, 3})};
+            }),
+      multi("qr_tall", leaves({{4, 3}}),
+            [](In in) {
+              auto [q, r] = linalg::qr(in[0]);
+              return TensorVec{q, r};
+            }),
+      multi("qr_wide_batched", leaves({{2, 3, 5}}),
+            [](In in) {
+              auto [q, r] = linalg::qr(in[0]);
+              return TensorVec{q, r};
+            }),
+      single("qr_r_only", leaves({{4, 3}}), [](In in) { return linalg::qr(in[0], "r").R; }),
+      single("qr_complete_r", leaves({{4, 3}}), [](In in) { return linalg::qr(in[0], "complete").R; }),
+      single("svdvals", leaves({{4, 3}}), [](In in) { return linalg::svdvals(in[0]); }),
+      // u_i v_i^T does not depend on the signs; weights other than s make each pair count on its own.
+      multi("svd_tall", leaves({{4, 3}}),
+            [](In in) {
+              auto [u, s, vh] = linalg::svd(in[0], false);
+              return TensorVec{s, matmul(u * ramp({3}), vh)};
+            }),
+      multi("svd_wide_batched", leaves({{2, 3, 4}}),
+            [](In in) {
+              auto [u, s, vh] = linalg::svd(in[0], false);
+              return TensorVec{s, matmul(u * ramp({3}), vh), u * u};
+            }),
+      multi("svd_square_vectors", leaves({{3, 3}}),
+            [](In in) {
+              auto [u, s, vh] = linalg::svd(in[0], false);
+              return TensorVec{u * u, vh * vh};
+            }),
+      // full_matrices: the columns past min(m, n) are ignored, the rest differentiate as in the reduced form.
+      multi("svd_full_matrices", leaves({{4, 2}}),
+            [](In in) {
+              auto [u, s, vh] = linalg::svd(in[0], true);
+              return TensorVec{s, matmul(u.narrow(-1, 0, 2) * ramp({2}), vh)};
+            }),
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Decompositions, OpGrad, ::testing::ValuesIn(decomposition_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(DecompositionsGradGrad, OpGrad, ::testing::ValuesIn(gradgrad(decomposition_cases())),
+                         case_name);
+
+// ---- values ----
+
+TEST(Cholesky, MatchesHandValuesAndRebuildsTheMatrix) {
+  // [[4, 2], [2, 3]] = l l^T with l = [[2, 0], [1, sqrt(2)]].
+  Tensor l = linalg::cholesky(f64({4, 2, 2, 3}, {2, 2}));
+  const std::vector<double> got = vals(l), want{2, 0, 1, std::sqrt(2.0)};
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << i;
+  seed_from("cholesky_rebuild");
+  for (DType dtype : {kFloat64, kFloat32}) {
+    const Tensor a = spd({3, 5, 5}).to(dtype);
+    const Tensor f = linalg::cholesky(a);
+    EXPECT_LT(max_abs_diff(matmul(f, f.mT()), a), dtype == kFloat64 ? 1e-13 : 1e-5) << dtype;
+    EXPECT_EQ(max_abs_diff(f, tril(f)), 0.0) << "not lower triangular";
+    EXPECT_LT(max_abs_diff(linalg::cholesky(a, true), f.mT()), 1e-15);
+  }
+}
+
+TEST(Cholesky, ReadsOnlyTheLowerTriangle) {
+  seed_from("cholesky_lower");
+  const Tensor a = spd({4, 4});
+  const Tensor junk_above = a + triu(f64(std::vector<double>(16, 100.0), {4, 4}), 1);
+  EXPECT_EQ(max_abs_diff(linalg::cholesky(junk_above), linalg::cholesky(a)), 0.0);
+}
+
+TEST(Solve, SolvesAndMatchesHandValues) {
+  // 2x + y = 5, x + 3y = 10: x = 1, y = 3.
+  const std::vector<double> x = vals(linalg::solve(f64({2, 1, 1, 3}, {2, 2}), f64({5, 10}, {2})));
+  EXPECT_NEAR(x[0], 1.0, 1e-15);
+  EXPECT_NEAR(x[1], 3.0, 1e-15);
+  seed_from("solve_residual");
+  const Tensor a = well_conditioned({2, 3, 6, 6}, 0.0) + 4.0 * eye_like(well_conditioned({2, 3, 6, 6}, 0.0));
+  const Tensor b = leaf({3, 6, 2}).detach();  // broadcasts against a's batch
+  const Tensor sol = linalg::solve(a, b);
+  ASSERT_EQ(sol.sizes(), (Shape{2, 3, 6, 2}));
+  EXPECT_LT(max_abs_diff(matmul(a, sol), b.expand({2, 3, 6, 2})), 1e-13);
+  const Tensor right = linalg::solve(a, b.mT(), /*left=*/false);
+  EXPECT_LT(max_abs_diff(matmul(right, a), b.mT().expand({2, 3, 2, 6})), 1e-13);
+  EXPECT_LT(max_abs_diff(matmul(a, linalg::inv(a)), eye_like(a)), 1e-13);
+}
+
+TEST(Solve, PivotsWhereTheFirstEntryIsZero) {
+  // No LU without row exchanges exists for [[0, 1], [1, 0]]; partial pivoting handles it.
+  const std::vector<double> x = vals(linalg::solve(f64({0, 1, 1, 0}, {2, 2}), f64({2, 7}, {2})));
+  EXPECT_EQ(x, (std::vector<double>{7, 2}));
+}
+
+TEST(SolveTriangular, MatchesSubstitutionAndIgnoresTheOtherTriangle) {
+  seed_from("triangular");
+  const Tensor full = well_conditioned({5, 5});
+  const Tensor b = leaf({5, 3}).detach();
+  for (bool upper : {true, false}) {
+    for (bool unit : {false, true}) {
+      Tensor t = upper ? triu(full, unit ? 1 : 0) : tril(full, unit ? -1 : 0);
+      if (unit) t = t + eye_like(t);
+      const Tensor x = linalg::solve_triangular(full, b, upper, true, unit);
+      EXPECT_LT(max_abs_diff(matmul(t, x), b), 1e-13) << "upper " << upper << " unit " << unit;
+    }
+  }
+}
+
+// The Leibniz formula, sum over permutations of sign * product, in long double.
+long double leibniz(const std::vector<double>& a, int n) {
+  std::vector<int> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  long double total = 0;
+  do {
+    int inversions = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j) inversions += p[i] > p[j];
+    long double term = inversions % 2 ? -1 : 1;
+    for (int i = 0; i < n; ++i) term *= a[static_cast<size_t>(i * n + p[i])];
+    total += term;
+  } while (std::next_permutation(p.begin(), p.end()));
+  return total;
+}
+
+TEST(Det, MatchesTheLeibnizFormula) {
+  seed_from("det_leibniz");
+  const Tensor a = leaf({3, 5, 5}).detach();
+  const std::vector<double> d = vals(linalg::det(a)), all = vals(a);
+  const auto [sign, logabs] = linalg::slogdet(a);
+  const std::vector<double> s = vals(sign), l = vals(logabs);
+  for (int b = 0; b < 3; ++b) {
+    const std::vector<double> m(all.begin() + b * 25, all.begin() + (b + 1) * 25);
+    const double want = static_cast<double>(leibniz(m, 5));
+    EXPECT_NEAR(d[b], want, 1e-12 * std::max(1.0, std::fabs(want))) << b;
+    EXPECT_EQ(s[b], want > 0 ? 1.0 : -1.0) << b;
+    EXPECT_NEAR(l[b], std::log(std::fabs(want)), 1e-12) << b;
+  }
+  // A permutation matrix: an odd permutation (one swap) has determinant -1, an even one (a 3-cycle) +1.
+  EXPECT_EQ(linalg::det(f64({0, 1, 0, 1, 0, 0, 0, 0, 1}, {3, 3})).item<double>(), -1.0);
+  EXPECT_EQ(linalg::det(f64({0, 1, 0, 0, 0, 1, 1, 0, 0}, {3, 3})).item<double>(), 1.0);
+}
+
+TEST(Det, SingularAndEmptyMatrices) {
+  const Tensor singular = f64({1, 2, 3, 2, 4, 6, 1, 0, 1}, {3, 3});  // row 2 = 2 row 1
+  EXPECT_EQ(linalg::det(singular).item<double>(), 0.0);
+  const auto [sign, logabs] = linalg::slogdet(singular);
+  EXPECT_EQ(sign.item<double>(), 0.0);
+  EXPECT_EQ(logabs.item<double>(), -std::numeric_limits<double>::infinity());
+  // The determinant of a 0 x 0 matrix is 1 (the empty product), as in PyTorch.
+  const Tensor d = linalg::det(empty({2, 0, 0}, kFloat64));
+  EXPECT_EQ(vals(d), (std::vector<double>{1, 1}));
+  EXPECT_EQ(linalg::det(empty({0, 3, 3}, kFloat64)).sizes(), (Shape{0}));
+}
+
+TEST(Det, GradientAtASingularMatrixIsTheCofactorMatrix) {
+  // d det / d a[i][j] is the (i, j) cofactor, finite where a is singular; with rank 2 it is not zero.
+  Tensor a = f64({1, 2, 3, 2, 4, 6, 1, 0, 1}, {3, 3}).requires_grad_();
+  linalg::det(a).backward();
+  const std::vector<double> m = vals(a), g = vals(a.grad());
+  auto at = [&](int i, int j) { return m[static_cast<size_t>(i * 3 + j)]; };
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      const int r0 = i == 0 ? 1 : 0, r1 = i == 2 ? 1 : 2, c0 = j == 0 ? 1 : 0, c1 = j == 2 ? 1 : 2;
+      const double minor = at(r0, c0) * at(r1, c1) - at(r0, c1) * at(r1, c0);
+      EXPECT_NEAR(g[static_cast<size_t>(i * 3 + j)], ((i + j) % 2 ? -1 : 1) * minor, 1e-12) << i << ", " << j;
+    }
+}
+
+TEST(Eigh, MatchesHandValuesAndDiagonalizes) {
+  // [[2, 1], [1, 2]]: eigenvalues 1 and 3, eigenvectors (1, -1) / sqrt 2 and (1, 1) / sqrt 2.
+  auto [w, v] = linalg::eigh(f64({2, 1, 1, 2}, {2, 2}));
+  EXPECT_NEAR(vals(w)[0], 1.0, 1e-15);
+  EXPECT_NEAR(vals(w)[1], 3.0, 1e-15);
+  EXPECT_NEAR(std::fabs(vals(v)[1]), std::sqrt(0.5), 1e-15);
+  seed_from("eigh");
+  for (DType dtype : {kFloat64, kFloat32}) {
+    const Tensor a = sym(leaf({3, 6, 6}).detach()).to(dtype);
+    auto [values, vectors] = linalg::eigh(a);
+    const double tol = dtype == kFloat64 ? 1e-13 : 1e-5;
+    EXPECT_LT(max_abs_diff(matmul(a, vectors), vectors * values.unsqueeze(-2)), tol) << dtype;
+    EXPECT_LT(max_abs_diff(matmul(vectors.mT(), vectors), eye_like(a)), tol) << dtype;
+    const std::vector<double> wv = vals(values);
+    for (size_t i = 0; i + 1 < wv.size(); ++i)
+      if ((i + 1) % 6 != 0) EXPECT_LE(wv[i], wv[i + 1]) << "not ascending at " << i;
+    EXPECT_LT(max_abs_diff(linalg::eigvalsh(a), values), tol);
+  }
+}
+
+TEST(Qr, IsOrthonormalTimesUpperTriangular) {
+  seed_from("qr");
+  for (Shape shape : {Shape{5, 3}, Shape{3, 5}, Shape{2, 4, 4}}) {
+    const Tensor a = leaf(shape).detach();
+    const int64_t m = a.size(-2), n = a.size(-1), k = std::min(m, n);
+    for (const char* mode : {"reduced", "complete"}) {
+      auto [q, r] = linalg::qr(a, mode);
+      const int64_t cols = std::string(mode) == "reduced" ? k : m;
+      ASSERT_EQ(q.size(-1), cols) << mode;
+      ASSERT_EQ(r.size(-2), cols) << mode;
+      EXPECT_LT(max_abs_diff(matmul(q, r), a), 1e-13) << shape_str(shape) << " " << mode;
+      EXPECT_LT(max_abs_diff(matmul(q.mT(), q), eye(cols, cols, kFloat64)), 1e-13);
+      EXPECT_EQ(max_abs_diff(r, triu(r)), 0.0) << "R not upper triangular";
+    }
+    EXPECT_FALSE(linalg::qr(a, "r").Q.defined());
+    EXPECT_EQ(max_abs_diff(linalg::qr(a, "r").R, linalg::qr(a).R), 0.0);
+  }
+}
+
+TEST(Svd, RebuildsAndAgreesWithEighOfTheGram) {
+  // diag(3, -2): singular values 3 and 2.
+  EXPECT_EQ(vals(linalg::svdvals(f64({3, 0, 0, -2}, {2, 2}))), (std::vector<double>{3, 2}));
+  seed_from("svd");
+  for (Shape shape : {Shape{6, 4}, Shape{4, 6}, Shape{3, 5, 5}}) {
+    const Tensor a = leaf(shape).detach();
+    const int64_t k = std::min(a.size(-2), a.size(-1));
+    auto [u, s, vh] = linalg::svd(a, false);
+    EXPECT_LT(max_abs_diff(matmul(u * s.unsqueeze(-2), vh), a), 1e-13) << shape_str(shape);
+    EXPECT_LT(max_abs_diff(matmul(u.mT(), u), eye(k, k, kFloat64)), 1e-13);
+    EXPECT_LT(max_abs_diff(matmul(vh, vh.mT()), eye(k, k, kFloat64)), 1e-13);
+    // The singular values are the square roots of the eigenvalues of the smaller Gram matrix, descending.
+    const Tensor gram = a.size(-2) >= a.size(-1) ? matmul(a.mT(), a) : matmul(a, a.mT());
+    const Tensor from_eigh = flip(sqrt(linalg::eigvalsh(gram)), {-1});
+    EXPECT_LT(max_abs_diff(s, from_eigh), 1e-12) << shape_str(shape);
+    EXPECT_LT(max_abs_diff(linalg::svdvals(a), s), 1e-13);
+    auto [fu, fs, fvh] = linalg::svd(a, true);
+    EXPECT_EQ(fu.size(-1), a.size(-2));
+    EXPECT_EQ(fvh.size(-2), a.size(-1));
+    EXPECT_LT(max_abs_diff(matmul(fu.mT(), fu), eye(a.size(-2), a.size(-2), kFloat64)), 1e-13);
+    EXPECT_LT(max_abs_diff(matmul(fvh, fvh.mT()), eye(a.size(-1), a.size(-1), kFloat64)), 1e-13);
+  }
+}
+
+TEST(LuFactor, PermutationTimesLTimesURebuildsTheMatrix) {
+  seed_from("lu");
+  const Tensor a = leaf({2, 5, 5}).detach();
+  const ops::LuFactors f = ops::lu_factor(a);
+  const Tensor lower = tril(f.lu, -1) + eye_like(a), upper = triu(f.lu);
+  const Tensor pa = ops::gather(a, 1, f.perm.unsqueeze(-1).expand({2, 5, 5}));  // row i of P a is row perm[i]
+  EXPECT_LT(max_abs_diff(matmul(lower, upper), pa), 1e-13);
+  // Partial pivoting: every multiplier is at most 1 in magnitude.
+  EXPECT_LE(ops::amax(ops::abs(tril(f.lu, -1))).item<double>(), 1.0);
+}
+
+TEST(Linalg, BatchedResultsEqualOneMatrixAtATime) {
+  seed_from("batched");
+  const Tensor a = spd({3, 4, 4});
+  const Tensor l = linalg::cholesky(a), d = linalg::det(a), w = linalg::eigvalsh(a), s = linalg::svdvals(a);
+  for (int64_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(max_abs_diff(l.select(0, b), linalg::cholesky(a.select(0, b))), 0.0);
+    EXPECT_EQ(max_abs_diff(d.select(0, b), linalg::det(a.select(0, b))), 0.0);
+    EXPECT_EQ(max_abs_diff(w.select(0, b), linalg::eigvalsh(a.select(0, b))), 0.0);
+    EXPECT_EQ(max_abs_diff(s.select(0, b), linalg::svdvals(a.select(0, b))), 0.0);
+  }
+}
+
+// The values' gradients need no distinct eigenvalues (singular values): at the identity, d sum(w) / da = I.
+TEST(Linalg, ValueGradientsAreFiniteAtRepeatedValues) {
+  for (int which = 0; which < 4; ++which) {
+    Tensor a = eye(3, 3, kFloat64).requires_grad_();
+    Tensor y = which == 0   ? linalg::eigvalsh(a)
+               : which == 1 ? linalg::eigh(a).eigenvalues
+               : which == 2 ? linalg::svdvals(a)
+                            : linalg::svd(a, false).S;
+    y.sum().backward();
+    EXPECT_LT(max_abs_diff(a.grad(), eye(3, 3, kFloat64)), 1e-15) << which;
+  }
+}
+
+TEST(Linalg, AutocastRunsInFloat32) {
+  seed_from("autocast");
+  const Tensor a = spd({3, 3}).to(kBFloat16);
+  AutocastGuard on(DeviceType::CPU, kBFloat16);
+  EXPECT_EQ(linalg::cholesky(a).dtype(), kFloat32);
+  EXPECT_EQ(linalg::svdvals(a).dtype(), kFloat32);
+}
+
+// ---- errors ----
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(LinalgErrors, NameTheMatrixAndWhatWasExpected) {
+  // The second matrix of the batch is not positive-definite: its 2 x 2 leading minor is 1 - 4 < 0.
+  Tensor batch = stack({f64({2, 0, 0, 2}, {2, 2}), f64({1, 2, 2, 1}, {2, 2})});
+  EXPECT_NE(error_of([&] { linalg::cholesky(batch); }).find("cholesky: matrix (1) of the (2, 2, 2) input is not "
+                                                            "positive-definite: its leading minor of order 2"),
+            std::string::npos)
+      << error_of([&] { linalg::cholesky(batch); });
+  // NaN is not positive.
+  EXPECT_NE(error_of([&] { linalg::cholesky(f64({NAN, 0, 0, 1}, {2, 2})); }).find("order 1"), std::string::npos);
+  const Tensor singular = stack({f64({1, 0, 0, 1}, {2, 2}), f64({1, 2, 2, 4}, {2, 2})}).unsqueeze(0);
+  EXPECT_NE(error_of([&] { linalg::solve(singular, f64({1, 2}, {2})); }).find("solve: matrix (0, 1) of the (1, 2, 2, 2) input is singular"),
+            std::string::npos)
+      << error_of([&] { linalg::solve(singular, f64({1, 2}, {2})); });
+  EXPECT_NE(error_of([&] { linalg::inv(singular); }).find("inv: matrix (0, 1)"), std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::det(f64({1, 2, 3, 4, 5, 6}, {2, 3})); }).find("expected square matrices"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::eigh(f64({1, 2, 3}, {3})); }).find("(..., m, n)"), std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::svd(int64s({1, 2, 3, 4}, {2, 2})); }).find("expected a float32 or float64"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::eigh(f64({1, NAN, NAN, 1}, {2, 2})); }).find("has a NaN or infinite entry"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::svdvals(f64({1, INFINITY, 0, 1}, {2, 2})); }).find("has a NaN or infinite"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::solve(f64({1, 0, 0, 1}, {2, 2}), f64({1, 2, 3}, {3, 1})); })
+                .find("has 3 rows; a of shape (2, 2) needs 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::solve(f64({1, 0, 0, 1}, {2, 2}), f64({1, 2}, {2, 1}).to(kFloat32)); })
+                .find("one dtype"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::qr(f64({1, 2, 3, 4}, {2, 2}), "full"); }).find("expected \"reduced\""),
+            std::string::npos);
+}
+
+TEST(LinalgErrors, UndefinedGradientsSayWhy) {
+  Tensor a = f64({1, 2, 3, 4, 5, 6}, {3, 2}).requires_grad_();
+  Tensor q = linalg::qr(a, "complete").Q;
+  EXPECT_NE(error_of([&] { q.sum().backward(); }).find("Q's last 1 columns are not determined"), std::string::npos);
+  // Q's first n columns are determined, and differentiable.
+  Tensor b = f64({1, 2, 3, 4, 5, 6}, {3, 2}).requires_grad_();
+  linalg::qr(b, "complete").Q.narrow(-1, 0, 2).sum().backward();
+  EXPECT_TRUE(b.grad().defined());
+  Tensor s = f64({1, 2, 2, 4}, {2, 2}).requires_grad_();
+  EXPECT_NE(error_of([&] { linalg::slogdet(s).logabsdet.backward(); }).find("singular"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln
