@@ -76,4 +76,44 @@ struct SvdResult {
 SvdResult svd(const Tensor& a, bool full_matrices = true);
 Tensor svdvals(const Tensor& a);
 
+// ---- built on the factorizations ----
+
+// The Moore-Penrose pseudo-inverse (..., n, m) of a (..., m, n), from its SVD: singular values at or below
+// max(atol, rtol * the largest) count as zero. rtol < 0 means PyTorch's default: max(m, n) * the dtype's epsilon
+// when atol is 0, else 0. Its gradient is Golub and Pereyra's, right wherever small changes of a keep its rank
+// (so everywhere for a matrix of full rank, and on a rank-deficient one along perturbations of that rank).
+Tensor pinv(const Tensor& a, double atol = 0.0, double rtol = -1.0);
+
+// The least-squares solution of a x = b for a (..., m, n), b (..., m, k) (batch dims broadcast): the x that
+// minimizes ||a x - b||, the smallest such when a is rank-deficient, as pinv(a, 0, rcond) b; singular values at
+// or below rcond times the largest count as zero (rcond < 0: pinv's default). rank (int64) and the singular
+// values come from the same SVD. (PyTorch's lstsq also returns residuals; here they are ||a x - b||^2 away.)
+struct LstsqResult {
+  Tensor solution, rank, singular_values;
+};
+LstsqResult lstsq(const Tensor& a, const Tensor& b, double rcond = -1.0);
+
+// x with a x = b for a = l l^T given its Cholesky factor l (upper: a = u^T u given u): two triangular solves.
+// PyTorch's cholesky_solve(b, l), argument order included.
+Tensor cholesky_solve(const Tensor& b, const Tensor& l, bool upper = false);
+
+// a^k for square a (..., n, n) and any integer k: ceil(log2 |k|) squarings and the products of the bits that are
+// set; k = 0 gives the identity, k < 0 the power of inv(a).
+Tensor matrix_power(const Tensor& a, int64_t k);
+
+// The norm of each matrix of a (..., m, n): "fro" (the root of the sum of squares) or "nuc" (the sum of the
+// singular values); or, as a number, 2 / -2 (the largest / smallest singular value), 1 / -1 (the largest /
+// smallest column sum of |a|), inf / -inf (the same over rows). keepdim keeps the two dims, with size 1.
+Tensor matrix_norm(const Tensor& a, std::string_view ord = "fro", bool keepdim = false);
+Tensor matrix_norm(const Tensor& a, double ord, bool keepdim = false);
+// The ord-norm of x's elements over dims (all of them when empty), as torch.linalg.vector_norm: ord 2 by
+// default, inf the largest |x|, -inf the smallest, 0 the number of non-zeros.
+Tensor vector_norm(const Tensor& x, double ord = 2.0, IntArrayRef dims = {}, bool keepdim = false);
+
+// The 2-norm condition number of each matrix: its largest singular value over its smallest (inf when singular).
+Tensor cond(const Tensor& a);
+
+// How many singular values exceed max(atol, rtol * the largest), as int64 (no gradient); rtol as pinv's.
+Tensor matrix_rank(const Tensor& a, double atol = 0.0, double rtol = -1.0);
+
 }  // namespace kiln::linalg

@@ -119,6 +119,18 @@ std::vector<GradCase> decomposition_cases() {
               auto [u, s, vh] = linalg::svd(in[0], true);
               return TensorVec{s, matmul(u.narrow(-1, 0, 2) * ramp({2}), vh)};
             }),
+      // pinv's own rule: full rank, tall and wide, and a rank-2 product (every perturbation of x and y keeps
+      // the rank, where the rule holds).
+      single("pinv_tall", leaves({{4, 3}}), [](In in) { return linalg::pinv(in[0]); }),
+      single("pinv_wide_batched", leaves({{2, 2, 3}}), [](In in) { return linalg::pinv(in[0]); }),
+      single("pinv_rank_deficient", leaves({{4, 2}, {2, 3}}), [](In in) { return linalg::pinv(matmul(in[0], in[1])); }),
+      single("lstsq", leaves({{4, 3}, {4, 2}}), [](In in) { return linalg::lstsq(in[0], in[1]).solution; }),
+      single("cholesky_solve", leaves({{3, 3}, {3, 2}}),
+             [=](In in) { return linalg::cholesky_solve(in[1], linalg::cholesky(spd_of(in[0]))); }),
+      single("matrix_power_minus_3", leaves({{3, 3}}), [=](In in) { return linalg::matrix_power(shifted(in[0]), -3); }),
+      single("matrix_norm_nuc", leaves({{3, 4}}), [](In in) { return linalg::matrix_norm(in[0], "nuc"); }),
+      single("matrix_norm_2", leaves({{2, 3, 3}}), [](In in) { return linalg::matrix_norm(in[0], 2.0); }),
+      single("cond", leaves({{3, 3}}), [](In in) { return linalg::cond(in[0]); }),
   };
 }
 
@@ -353,6 +365,76 @@ TEST(Linalg, AutocastRunsInFloat32) {
   EXPECT_EQ(linalg::svdvals(a).dtype(), kFloat32);
 }
 
+TEST(Pinv, MeetsThePenroseConditions) {
+  seed_from("pinv");
+  const Tensor full = leaf({5, 3}).detach();
+  const Tensor rank2 = matmul(leaf({4, 2}).detach(), leaf({2, 6}).detach());
+  for (const Tensor& a : {full, full.mT(), rank2}) {
+    const Tensor p = linalg::pinv(a);
+    ASSERT_EQ(p.sizes(), (Shape{a.size(1), a.size(0)}));
+    EXPECT_LT(max_abs_diff(matmul(matmul(a, p), a), a), 1e-12) << shape_str(a.sizes());
+    EXPECT_LT(max_abs_diff(matmul(matmul(p, a), p), p), 1e-12);
+    const Tensor ap = matmul(a, p), pa = matmul(p, a);
+    EXPECT_LT(max_abs_diff(ap, ap.mT()), 1e-12);
+    EXPECT_LT(max_abs_diff(pa, pa.mT()), 1e-12);
+  }
+  EXPECT_EQ(linalg::matrix_rank(rank2).item<int64_t>(), 2);
+  EXPECT_EQ(linalg::matrix_rank(full).item<int64_t>(), 3);
+  const Tensor square = well_conditioned({4, 4});
+  EXPECT_LT(max_abs_diff(linalg::pinv(square), linalg::inv(square)), 1e-13);
+  // A cutoff above every singular value leaves nothing: pinv is zero, and so is the rank.
+  EXPECT_EQ(ops::amax(ops::abs(linalg::pinv(square, 1e6))).item<double>(), 0.0);
+  EXPECT_EQ(linalg::matrix_rank(square, 1e6).item<int64_t>(), 0);
+}
+
+TEST(Lstsq, MatchesTheNormalEquationsAndTheMinimumNorm) {
+  seed_from("lstsq");
+  const Tensor a = leaf({2, 6, 3}).detach(), b = leaf({2, 6, 2}).detach();
+  const linalg::LstsqResult r = linalg::lstsq(a, b);
+  const Tensor normal = linalg::solve(matmul(a.mT(), a), matmul(a.mT(), b));  // a^T a x = a^T b
+  EXPECT_LT(max_abs_diff(r.solution, normal), 1e-12);
+  EXPECT_EQ(vals(r.rank.to(kFloat64)), (std::vector<double>{3, 3}));
+  EXPECT_LT(max_abs_diff(r.singular_values, linalg::svdvals(a)), 1e-14);
+  // Rank-deficient: of all minimizers, the one with no component in a's null space (row space only).
+  const Tensor deficient = matmul(leaf({5, 2}).detach(), leaf({2, 4}).detach());
+  const Tensor x = linalg::lstsq(deficient, leaf({5, 1}).detach()).solution;
+  const Tensor null_part = x - matmul(matmul(linalg::pinv(deficient), deficient), x);
+  EXPECT_LT(ops::amax(ops::abs(null_part)).item<double>(), 1e-12);
+}
+
+TEST(Composites, CholeskySolveMatrixPowerNormsAndCond) {
+  seed_from("composites");
+  const Tensor a = spd({2, 4, 4}), b = leaf({2, 4, 3}).detach();
+  EXPECT_LT(max_abs_diff(linalg::cholesky_solve(b, linalg::cholesky(a)), linalg::solve(a, b)), 1e-13);
+  EXPECT_LT(max_abs_diff(linalg::cholesky_solve(b, linalg::cholesky(a, true), true), linalg::solve(a, b)), 1e-13);
+  // matrix_power against plain repeated products.
+  const Tensor m = well_conditioned({3, 3}, 0.5);
+  Tensor product = eye(3, 3, kFloat64);
+  for (int64_t k = 0; k <= 7; ++k) {
+    EXPECT_LT(max_abs_diff(linalg::matrix_power(m, k), product), 1e-12 * std::pow(4.0, k)) << k;
+    product = matmul(product, m);
+  }
+  EXPECT_LT(max_abs_diff(linalg::matrix_power(m, -2), matmul(linalg::inv(m), linalg::inv(m))), 1e-12);
+  // Norms of matrices whose norms are known: diag(3, -4) and the rank-1 u v^T (2-norm |u| |v|).
+  const Tensor d = f64({3, 0, 0, -4}, {2, 2});
+  EXPECT_NEAR(linalg::matrix_norm(d).item<double>(), 5.0, 1e-15);
+  EXPECT_NEAR(linalg::matrix_norm(d, "nuc").item<double>(), 7.0, 1e-15);
+  EXPECT_NEAR(linalg::matrix_norm(d, 2.0).item<double>(), 4.0, 1e-15);
+  EXPECT_NEAR(linalg::matrix_norm(d, -2.0).item<double>(), 3.0, 1e-15);
+  EXPECT_NEAR(linalg::cond(d).item<double>(), 4.0 / 3.0, 1e-15);
+  const Tensor uv = f64({1, 2, 3, 2, 4, 6}, {2, 3});  // (1, 2)^T (1, 2, 3): |u| |v| = sqrt(5 * 14)
+  EXPECT_NEAR(linalg::matrix_norm(uv, 2.0).item<double>(), std::sqrt(70.0), 1e-13);
+  const Tensor g = f64({1, -7, 2, 3, 4, -1}, {2, 3});
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(linalg::matrix_norm(g, 1.0).item<double>(), 11.0);   // column sums 4, 11, 3
+  EXPECT_EQ(linalg::matrix_norm(g, -1.0).item<double>(), 3.0);
+  EXPECT_EQ(linalg::matrix_norm(g, inf).item<double>(), 10.0);   // row sums 10, 8
+  EXPECT_EQ(linalg::matrix_norm(g, -inf).item<double>(), 8.0);
+  EXPECT_EQ(linalg::matrix_norm(g, inf, true).sizes(), (Shape{1, 1}));
+  EXPECT_EQ(linalg::vector_norm(g, inf).item<double>(), 7.0);
+  EXPECT_EQ(linalg::cond(f64({1, 2, 2, 4}, {2, 2})).item<double>(), inf);
+}
+
 // ---- errors ----
 
 template <typename F>
@@ -395,6 +477,12 @@ TEST(LinalgErrors, NameTheMatrixAndWhatWasExpected) {
                 .find("one dtype"),
             std::string::npos);
   EXPECT_NE(error_of([&] { linalg::qr(f64({1, 2, 3, 4}, {2, 2}), "full"); }).find("expected \"reduced\""),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::matrix_norm(f64({1, 2, 3, 4}, {2, 2}), 3.0); }).find("expected 2, -2, 1, -1, inf"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::lstsq(f64({1, 2, 3, 4}, {2, 2}), f64({1, 2, 3}, {3, 1})); }).find("has 3 rows"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { linalg::matrix_power(f64({1, 2, 3, 4, 5, 6}, {2, 3}), 2); }).find("expected square"),
             std::string::npos);
 }
 

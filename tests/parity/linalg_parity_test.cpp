@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,38 @@ TEST(LinalgParity, FactorizationsAndTheirGradientsMatchLibTorch) {
   // Q R with |R|: the signs of R's rows (and Q's columns) are the factorization's choice.
   expect_parity({x.narrow(-1, 0, 3).contiguous()}, [&](T in) { return abs(linalg::qr(in[0]).R); },
                 [&](TT in) { return std::get<1>(torch::linalg_qr(in[0])).abs(); }, 1e-11, "qr", 11);
+}
+
+TEST(LinalgParity, CompositesMatchLibTorch) {
+  const Tensor tall = test::randn64({2, 5, 3}, 21), rhs = test::randn64({2, 5, 2}, 22), x = test::randn64({3, 3}, 23);
+  using T = const std::vector<Tensor>&;
+  using TT = const std::vector<torch::Tensor>&;
+  expect_parity({tall}, [](T in) { return linalg::pinv(in[0]); }, [](TT in) { return torch::linalg_pinv(in[0]); },
+                1e-11, "pinv", 31);
+  expect_parity({tall, rhs}, [](T in) { return linalg::lstsq(in[0], in[1]).solution; },
+                [](TT in) { return std::get<0>(torch::linalg_lstsq(in[0], in[1])); }, 1e-11, "lstsq", 32);
+  expect_parity({tall}, [](T in) { return linalg::matrix_norm(in[0], "nuc"); },
+                [](TT in) { return torch::linalg_matrix_norm(in[0], "nuc"); }, 1e-11, "matrix_norm nuc", 33);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double ord : {2.0, -2.0, 1.0, -1.0, inf, -inf})
+    expect_parity({tall}, [ord](T in) { return linalg::matrix_norm(in[0], ord); },
+                  [ord](TT in) { return torch::linalg_matrix_norm(in[0], ord); }, 1e-11,
+                  "matrix_norm " + std::to_string(ord), 34);
+  expect_parity({x}, [](T in) { return linalg::cond(in[0]); }, [](TT in) { return torch::linalg_cond(in[0]); },
+                1e-10, "cond", 35);
+  expect_parity({x}, [](T in) { return linalg::matrix_power(in[0] + 3.0 * eye_as(in[0]), -3); },
+                [](TT in) { return torch::linalg_matrix_power(in[0] + 3.0 * eye_as(in[0]), -3); }, 1e-11,
+                "matrix_power", 36);
+  expect_parity({x, rhs.select(0, 0).narrow(0, 0, 3).contiguous()},
+                [](T in) {
+                  return linalg::cholesky_solve(in[1], linalg::cholesky(in[0].matmul(in[0].mT()) + eye_as(in[0])));
+                },
+                [](TT in) {
+                  return torch::cholesky_solve(in[1], torch::linalg_cholesky(in[0].matmul(in[0].mT()) + eye_as(in[0])));
+                },
+                1e-11, "cholesky_solve", 37);
+  const Tensor rank2 = test::randn64({4, 2}, 38).matmul(test::randn64({2, 5}, 39));
+  EXPECT_EQ(linalg::matrix_rank(rank2).item<int64_t>(), torch::linalg_matrix_rank(to_torch(rank2)).item<int64_t>());
 }
 
 }  // namespace

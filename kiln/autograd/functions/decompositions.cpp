@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <memory>
 
 #include "kiln/autograd/autocast.h"
@@ -391,6 +393,141 @@ Tensor svdvals(const Tensor& a_in) {
   const Tensor a = for_autocast(a_in);
   if (should_record(a)) return svd(a, false).S;  // the gradient u diag(gs) vh needs the vectors
   return ops::svdvals(a);
+}
+
+namespace {
+// The threshold below which pinv and matrix_rank count a singular value as zero, per matrix (..., 1), from the
+// singular values s (..., k) in descending order.
+Tensor zero_threshold(const Tensor& s, int64_t m, int64_t n, double atol, double rtol) {
+  if (rtol < 0) {
+    const double eps = s.dtype() == kFloat32 ? std::numeric_limits<float>::epsilon()
+                                             : std::numeric_limits<double>::epsilon();
+    rtol = atol > 0 ? 0.0 : static_cast<double>(std::max(m, n)) * eps;
+  }
+  return ops::clamp(ops::mul(ops::narrow(s, -1, 0, 1), Scalar(rtol)), Scalar(atol), std::nullopt);
+}
+
+struct PseudoInverse {
+  Tensor p, s, rank;
+};
+
+// pinv from a's SVD, with the singular values and the rank it saw. a^+ = v diag(1/s, 0 past the rank) u^T.
+// Gradient (Golub and Pereyra): with P = a^+ and g the gradient of P,
+//   ga = -P^T g P^T + (I - a P) g^T P P^T + P^T P g^T (I - P a).
+PseudoInverse pinv_impl(const Tensor& a, double atol, double rtol) {
+  const int64_t m = a.size(-2), n = a.size(-1);
+  const ops::SvdFactors f = ops::svd(a, false);
+  Tensor p, rank;
+  if (f.s.size(-1) == 0) {
+    p = zeros(with(batch_of(a), n, m), options_of(a));
+    rank = zeros(batch_of(a), TensorOptions(kInt64).device(a.device()));
+  } else {
+    const Tensor kept = ops::gt(f.s, zero_threshold(f.s, m, n, atol, rtol));
+    const Tensor inverse = ops::where(kept, ops::reciprocal(f.s), Scalar(0.0));
+    p = ops::matmul(ops::mul(ops::transpose(f.vh, -2, -1), ops::unsqueeze(inverse, -2)),
+                    ops::transpose(f.u, -2, -1));
+    rank = ops::sum(kept, {-1});
+  }
+  if (should_record(a)) {
+    record("linalg_pinv", p, {a}, [sa = SavedTensor(a, false), sp = SavedTensor(p, true)](const Tensor& g,
+                                                                                         const OpNode& node) {
+      const Tensor x = sa.get(node), pi = sp.get(node);
+      const int64_t rows = x.size(-2), cols = x.size(-1);
+      const Tensor left = eye(rows, rows, options_of(x)) - matmul(x, pi);   // I - a P (m, m)
+      const Tensor right = eye(cols, cols, options_of(x)) - matmul(pi, x);  // I - P a (n, n)
+      const Tensor gt = g.mT();
+      return TensorList{-matmul(matmul(pi.mT(), g), pi.mT()) + matmul(matmul(left, gt), matmul(pi, pi.mT())) +
+                        matmul(matmul(matmul(pi.mT(), pi), gt), right)};
+    });
+  }
+  return {p, f.s, rank};
+}
+}  // namespace
+
+Tensor pinv(const Tensor& a_in, double atol, double rtol) {
+  check_matrix("pinv", a_in);
+  KILN_CHECK(atol >= 0, "pinv: atol = ", atol, "; expected at least 0");
+  return pinv_impl(for_autocast(a_in), atol, rtol).p;
+}
+
+LstsqResult lstsq(const Tensor& a_in, const Tensor& b_in, double rcond) {
+  check_matrix("lstsq", a_in);
+  KILN_CHECK(b_in.defined() && b_in.dim() >= 2, "lstsq: expected b to be a matrix or a batch of them, (..., m, k); got ",
+             b_in.defined() ? shape_str(b_in.sizes()) : "undefined");
+  KILN_CHECK(b_in.size(-2) == a_in.size(-2), "lstsq: b of shape ", shape_str(b_in.sizes()), " has ", b_in.size(-2),
+             " rows; a of shape ", shape_str(a_in.sizes()), " has ", a_in.size(-2));
+  const PseudoInverse pi = pinv_impl(for_autocast(a_in), 0.0, rcond);
+  return {matmul(pi.p, for_autocast(b_in)), pi.rank, pi.s};
+}
+
+Tensor cholesky_solve(const Tensor& b, const Tensor& l, bool upper) {
+  check_matrix("cholesky_solve", l);
+  // a = l l^T: l y = b, then l^T x = y. (upper: a = u^T u: u^T y = b, then u x = y.)
+  const Tensor y = solve_triangular(upper ? l.mT() : l, b, /*upper=*/false);
+  return solve_triangular(upper ? l : l.mT(), y, /*upper=*/true);
+}
+
+Tensor matrix_power(const Tensor& a_in, int64_t k) {
+  check_matrix("matrix_power", a_in);
+  KILN_CHECK(a_in.size(-1) == a_in.size(-2), "matrix_power: expected square matrices (..., n, n); got shape ",
+             shape_str(a_in.sizes()));
+  Tensor base = k < 0 ? inv(a_in) : a_in;
+  uint64_t bits = k < 0 ? static_cast<uint64_t>(-(k + 1)) + 1 : static_cast<uint64_t>(k);
+  Tensor result;
+  while (bits != 0) {
+    if (bits & 1) result = result.defined() ? matmul(result, base) : base;
+    bits >>= 1;
+    if (bits != 0) base = matmul(base, base);
+  }
+  // a^0 is the identity, a copy of a's shape that does not depend on it (PyTorch's too).
+  if (!result.defined()) result = eye(a_in.size(-1), a_in.size(-1), options_of(a_in)).expand(a_in.sizes()).contiguous();
+  return result;
+}
+
+Tensor matrix_norm(const Tensor& a, std::string_view ord, bool keepdim) {
+  check_matrix("matrix_norm", a);
+  KILN_CHECK(ord == "fro" || ord == "nuc", "matrix_norm: ord \"", ord,
+             "\"; expected \"fro\" or \"nuc\", or a number (2, -2, 1, -1, inf, -inf)");
+  if (ord == "fro") return norm(a, 2.0, {-2, -1}, keepdim);
+  Tensor out = sum(svdvals(a), {-1});
+  return keepdim ? out.unsqueeze(-1).unsqueeze(-1) : out;
+}
+
+Tensor matrix_norm(const Tensor& a, double ord, bool keepdim) {
+  check_matrix("matrix_norm", a);
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor out;
+  if (ord == 2 || ord == -2) {
+    const Tensor s = svdvals(a);
+    out = ord > 0 ? amax(s, {-1}) : amin(s, {-1});
+  } else if (ord == 1 || ord == -1 || ord == inf || ord == -inf) {
+    // 1: the columns' sums of |a| (over the rows, dim -2); inf: the rows' (over dim -1).
+    const Tensor sums = sum(abs(a), {std::fabs(ord) == 1 ? int64_t{-2} : int64_t{-1}});
+    out = ord > 0 ? amax(sums, {-1}) : amin(sums, {-1});
+  } else {
+    KILN_CHECK(false, "matrix_norm: ord ", ord, "; expected 2, -2, 1, -1, inf or -inf (or \"fro\", \"nuc\")");
+  }
+  return keepdim ? out.unsqueeze(-1).unsqueeze(-1) : out;
+}
+
+Tensor vector_norm(const Tensor& x, double ord, IntArrayRef dims, bool keepdim) {
+  return norm(x, ord, dims, keepdim);
+}
+
+Tensor cond(const Tensor& a) {
+  check_matrix("cond", a);
+  const Tensor s = svdvals(a);
+  const int64_t k = s.size(-1);
+  KILN_CHECK(k > 0, "cond: the matrices of shape ", shape_str(a.sizes()), " are empty; expected at least one entry");
+  return s.narrow(-1, 0, 1).squeeze(-1) / s.narrow(-1, k - 1, 1).squeeze(-1);
+}
+
+Tensor matrix_rank(const Tensor& a, double atol, double rtol) {
+  check_matrix("matrix_rank", a);
+  KILN_CHECK(atol >= 0, "matrix_rank: atol = ", atol, "; expected at least 0");
+  const Tensor s = ops::svdvals(for_autocast(a).detach());
+  if (s.size(-1) == 0) return zeros(batch_of(a), TensorOptions(kInt64).device(a.device()));
+  return ops::sum(ops::gt(s, zero_threshold(s, a.size(-2), a.size(-1), atol, rtol)), {-1});
 }
 
 }  // namespace kiln::linalg
