@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
                     THEIRS(std::get<1>(torch::linalg_slogdet(tgeneral)))});
     rows.push_back({"eigvalsh", shape, false, [=] { kiln::NoGradGuard g; return linalg::eigvalsh(spd); }
                     THEIRS(torch::linalg_eigvalsh(tspd.detach()))});
-    rows.push_back({"eigh", shape, true, [=] { return linalg::eigvalsh(spd); }
+    rows.push_back({"eigvalsh", shape, true, [=] { return linalg::eigvalsh(spd); }
                     THEIRS(torch::linalg_eigvalsh(tspd))});
     rows.push_back({"qr (R)", shape, false, [=] { kiln::NoGradGuard g; return linalg::qr(general).R.abs(); }
                     THEIRS(std::get<1>(torch::linalg_qr(tgeneral.detach())).abs())});

@@ -68,8 +68,8 @@ QrResult qr(const Tensor& a, std::string_view mode = "reduced");
 
 // a = U diag(S) Vh for a (..., m, n), S (..., k) descending and non-negative, k = min(m, n); U (..., m, k) and
 // Vh (..., k, n), or with full_matrices (PyTorch's default, kept) U (..., m, m) and Vh (..., n, n). A singular
-// vector's sign is arbitrary (a loss must not depend on it); with full_matrices and m != n, only S has a
-// gradient.
+// vector's sign is arbitrary (a loss must not depend on it). With full_matrices, U's columns and Vh's rows past
+// k are any basis of what the first k leave out: gradients reaching them are ignored, as in PyTorch.
 struct SvdResult {
   Tensor U, S, Vh;
 };

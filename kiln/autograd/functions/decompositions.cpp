@@ -41,6 +41,23 @@ void check_matrix(const char* op, const Tensor& a) {
              shape_str(a.sizes()));
 }
 
+// The checks of a square (..., n, n) float32/float64 matrix argument, under the name of the function called.
+void check_square(const char* op, const Tensor& a) {
+  check_matrix(op, a);
+  KILN_CHECK(a.size(-1) == a.size(-2), op, ": expected square matrices (..., n, n); got shape ", shape_str(a.sizes()));
+  KILN_CHECK(a.dtype() == kFloat32 || a.dtype() == kFloat64, op, ": expected a float32 or float64 input, got ",
+             dtype_name(a.dtype()), " (convert it with .to(kFloat32))");
+}
+
+// b beside a (..., n, n): one dtype and device, and `size` (b's dim that meets a's n) equal to n.
+void check_rhs(const char* op, const Tensor& a, const Tensor& b, int64_t size, const char* which) {
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": a is ", dtype_name(a.dtype()), " but b is ", dtype_name(b.dtype()),
+             "; expected one dtype");
+  KILN_CHECK(a.device() == b.device(), op, ": a is on ", a.device().str(), " but b is on ", b.device().str());
+  KILN_CHECK(size == a.size(-1), op, ": b of shape ", shape_str(b.sizes()), " has ", size, " ", which, "; a of shape ",
+             shape_str(a.sizes()), " needs ", a.size(-1));
+}
+
 Shape batch_of(const Tensor& a) { return Shape(a.sizes().begin(), a.sizes().end() - 2); }
 
 Shape with(Shape batch, int64_t rows, int64_t cols) {
@@ -70,13 +87,8 @@ Tensor unless_zero(const Tensor& g) {
   return g;
 }
 
-// a and b with their batch dims (all but the last two) broadcast to one shape.
-std::pair<Tensor, Tensor> broadcast_batch(const Tensor& a, const Tensor& b, const char* op) {
-  const Shape batch = broadcast_shapes(batch_of(a), batch_of(b), op);
-  return {a.expand(with(batch, a.size(-2), a.size(-1))), b.expand(with(batch, b.size(-2), b.size(-1)))};
-}
-
-// x = a^-1 b for a (..., n, n) and b (..., n, k) with one batch shape.
+// x = a^-1 b for a (..., n, n) and b (..., n, k), batch dims broadcast (a is factored once, at its own shape; the
+// engine sums gradients of the broadcast shape back to each input's).
 //   a x = b: da x + a dx = db, so dx = a^-1 (db - da x) and <g, dx> = <a^-T g, db> - <a^-T g x^T, da>:
 //   gb = a^-T g, ga = -gb x^T.
 // a^-T g reuses the forward's LU factors; under create_graph it is a solve of its own instead, recorded.
@@ -94,7 +106,7 @@ Tensor solve_left(const Tensor& a, const Tensor& b, const char* op) {
   return x;
 }
 
-// x with a x = b, a triangular; one batch shape. As solve_left, with ga kept to the triangle a's values are
+// x with a x = b, a triangular; batch dims broadcast. As solve_left, with ga kept to the triangle a's values are
 // read from (its other entries are not inputs of the op).
 Tensor triangular_left(const Tensor& a, const Tensor& b, bool upper, bool unit) {
   Tensor x = ops::solve_triangular(a, b, upper, unit);
@@ -116,38 +128,38 @@ Tensor triangular_left(const Tensor& a, const Tensor& b, bool upper, bool unit) 
 }  // namespace
 
 Tensor solve(const Tensor& a_in, const Tensor& b_in, bool left) {
-  check_matrix("solve", a_in);
-  KILN_CHECK(b_in.defined() && b_in.dim() >= 1,
-             "solve: expected b to be a vector (n), a matrix (n, k) or a batch of them");
+  KILN_CHECK(a_in.defined() && b_in.defined() && b_in.dim() >= 1,
+             "solve: expected a square a and b a vector (n), a matrix or a batch of them");
   const Tensor a = for_autocast(a_in), b = for_autocast(b_in);
+  check_square("solve", a);
   // b is a vector (or a batch of vectors) when it is 1-D or has a's shape without the last dim, as in PyTorch.
   const bool vector =
       b.dim() == 1 || (b.dim() == a.dim() - 1 && b.sizes() == Shape(a.sizes().begin(), a.sizes().end() - 1));
+  KILN_CHECK(vector || b.dim() >= 2, "solve: b of shape ", shape_str(b.sizes()), " is neither a vector of a's size ",
+             a.size(-1), " nor a matrix");
+  check_rhs("solve", a, b, vector || !left ? b.size(-1) : b.size(-2), vector ? "elements" : left ? "rows" : "columns");
   // x a = b is a^T x^T = b^T (for a vector x, a^T x = b).
   const Tensor m = left ? a : a.mT();
-  if (vector) {
-    auto [me, be] = broadcast_batch(m, b.unsqueeze(-1), "solve");
-    return solve_left(me, be, "solve").squeeze(-1);
-  }
-  auto [me, be] = broadcast_batch(m, left ? b : b.mT(), "solve");
-  Tensor x = solve_left(me, be, "solve");
+  if (vector) return solve_left(m, b.unsqueeze(-1), "solve").squeeze(-1);
+  Tensor x = solve_left(m, left ? b : b.mT(), "solve");
   return left ? x : x.mT();
 }
 
 Tensor solve_triangular(const Tensor& a_in, const Tensor& b_in, bool upper, bool left, bool unitriangular) {
-  check_matrix("solve_triangular", a_in);
-  KILN_CHECK(b_in.defined() && b_in.dim() >= 2, "solve_triangular: expected b to be a matrix or a batch of them, ",
+  KILN_CHECK(a_in.defined() && b_in.defined() && b_in.dim() >= 2, "solve_triangular: expected b to be a matrix or a batch of them, ",
              left ? "(..., n, k)" : "(..., k, n)", "; got ", b_in.defined() ? shape_str(b_in.sizes()) : "undefined");
   const Tensor a = for_autocast(a_in), b = for_autocast(b_in);
+  check_square("solve_triangular", a);
+  check_rhs("solve_triangular", a, b, left ? b.size(-2) : b.size(-1), left ? "rows" : "columns");
   // x a = b is a^T x^T = b^T, and a^T is lower where a is upper.
-  auto [ae, be] = broadcast_batch(left ? a : a.mT(), left ? b : b.mT(), "solve_triangular");
-  Tensor x = triangular_left(ae, be, left ? upper : !upper, unitriangular);
+  Tensor x = triangular_left(left ? a : a.mT(), left ? b : b.mT(), left ? upper : !upper, unitriangular);
   return left ? x : x.mT();
 }
 
 Tensor inv(const Tensor& a_in) {
-  check_matrix("inv", a_in);
+  KILN_CHECK(a_in.defined(), "inv: the input is undefined");
   const Tensor a = for_autocast(a_in);
+  check_square("inv", a);
   const Tensor identity = eye(a.size(-1), a.size(-1), options_of(a)).expand(a.sizes());
   return solve_left(a, identity, "inv");
 }
@@ -198,18 +210,30 @@ Tensor inverse_transposed(const Tensor& a, const ops::LuFactors& f) {
 
 // d det(a) = det(a) tr(a^-1 da): the gradient is g det(a) a^-T, the cofactor matrix times g.
 Tensor det(const Tensor& a_in) {
-  check_matrix("det", a_in);
+  KILN_CHECK(a_in.defined(), "det: the input is undefined");
   const Tensor a = for_autocast(a_in);
+  check_square("det", a);
   const ops::LuFactors f = ops::lu_factor(a);
   Tensor d = ops::det(f);
   if (should_record(a)) {
     record("linalg_det", d, {a}, [sa = SavedTensor(a, false), sd = SavedTensor(d, true), f](const Tensor& g,
                                                                                             const OpNode& n) {
       const Tensor m = sa.get(n), value = sd.get(n);
-      const bool singular = ops::any(ops::eq(value, Scalar(0.0))).item<bool>();
+      const Tensor singular = ops::eq(value, Scalar(0.0));
       Tensor cofactor;
-      if (singular) cofactor = cofactor_by_svd(m);
-      else cofactor = value.unsqueeze(-1).unsqueeze(-1) * inverse_transposed(m, f);
+      if (!ops::any(singular).item<bool>()) {
+        cofactor = value.unsqueeze(-1).unsqueeze(-1) * inverse_transposed(m, f);
+      } else {
+        KILN_CHECK(!GradMode::is_enabled(), "det: backward: a matrix of the input is singular, where det's gradient "
+                   "(its cofactor matrix) comes from an SVD and is not differentiable again; create_graph needs "
+                   "invertible matrices");
+        // The invertible matrices as usual (the singular ones swapped for I there), the singular from the SVD.
+        const Tensor mask = ops::unsqueeze(ops::unsqueeze(singular, -1), -1);
+        const Tensor safe = ops::where(mask, eye(m.size(-1), m.size(-1), options_of(m)), m);
+        const Tensor regular = ops::mul(ops::unsqueeze(ops::unsqueeze(value, -1), -1),
+                                        inverse_transposed(safe, ops::lu_factor(safe)));
+        cofactor = ops::where(mask, cofactor_by_svd(m), regular);
+      }
       return TensorList{g.unsqueeze(-1).unsqueeze(-1) * cofactor};
     });
   }
@@ -218,8 +242,9 @@ Tensor det(const Tensor& a_in) {
 
 // d log|det(a)| = tr(a^-1 da): the gradient is g a^-T.
 SlogdetResult slogdet(const Tensor& a_in) {
-  check_matrix("slogdet", a_in);
+  KILN_CHECK(a_in.defined(), "slogdet: the input is undefined");
   const Tensor a = for_autocast(a_in);
+  check_square("slogdet", a);
   const ops::LuFactors f = ops::lu_factor(a);
   auto [sign, logabs] = ops::slogdet(f);
   if (should_record(a)) {
@@ -299,8 +324,8 @@ QrResult qr(const Tensor& a_in, std::string_view mode) {
   const Tensor a = for_autocast(a_in);
   const bool complete = mode == "complete";
   if (!should_record(a)) {
-    auto [q, r] = ops::qr(a, complete);
-    return mode == "r" ? QrResult{Tensor(), r} : QrResult{q, r};
+    auto [q, r] = ops::qr(a, complete, /*with_q=*/mode != "r");
+    return {q, r};
   }
   auto [q, r] = ops::qr(a, complete);  // "r" records through q too: its gradient needs it
   const int64_t m = a.size(-2), n = a.size(-1);
@@ -370,16 +395,16 @@ SvdResult svd(const Tensor& a_in, bool full_matrices) {
     record_outputs("linalg_svd", {f.u, f.s, f.vh}, {a}, [saved, k](const TensorList& grads, const OpNode& n) {
       // With full_matrices, U's columns and Vh's rows past k are any basis of what the first k leave out: their
       // gradients are ignored, as in PyTorch.
-      Tensor u = (*saved)[0].get(n), vh = (*saved)[2].get(n), gu = unless_zero(grads[0]), gvh = unless_zero(grads[2]);
+      Tensor u = (*saved)[0].get(n), vh = (*saved)[2].get(n), gu = grads[0], gvh = grads[2];
       if (u.size(-1) > k) {
         u = u.narrow(-1, 0, k);
-        if (gu.defined()) gu = gu.narrow(-1, 0, k);
+        gu = gu.narrow(-1, 0, k);
       }
       if (vh.size(-2) > k) {
         vh = vh.narrow(-2, 0, k);
-        if (gvh.defined()) gvh = gvh.narrow(-2, 0, k);
+        gvh = gvh.narrow(-2, 0, k);
       }
-      return TensorList{svd_backward(u, (*saved)[1].get(n), vh, gu, grads[1], gvh)};
+      return TensorList{svd_backward(u, (*saved)[1].get(n), vh, unless_zero(gu), grads[1], unless_zero(gvh))};
     });
     (*saved)[0] = SavedTensor(f.u, true);
     (*saved)[1] = SavedTensor(f.s, true);
@@ -468,9 +493,9 @@ Tensor cholesky_solve(const Tensor& b, const Tensor& l, bool upper) {
 }
 
 Tensor matrix_power(const Tensor& a_in, int64_t k) {
-  check_matrix("matrix_power", a_in);
-  KILN_CHECK(a_in.size(-1) == a_in.size(-2), "matrix_power: expected square matrices (..., n, n); got shape ",
-             shape_str(a_in.sizes()));
+  KILN_CHECK(a_in.defined(), "matrix_power: the input is undefined");
+  check_square("matrix_power", a_in);
+  if (k == 1) return a_in.clone();  // a result of its own, as every other k gives
   Tensor base = k < 0 ? inv(a_in) : a_in;
   uint64_t bits = k < 0 ? static_cast<uint64_t>(-(k + 1)) + 1 : static_cast<uint64_t>(k);
   Tensor result;

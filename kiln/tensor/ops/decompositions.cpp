@@ -123,6 +123,7 @@ Tensor cholesky(const Tensor& a) {
   Tensor info = zeros({in.size(0)}, TensorOptions(kInt64).device(d));
   if (in.numel() > 0) call_kernel<Op::cholesky>(d, l, info, in);
   check_info("cholesky", info, a, [](int64_t k) {
+    if (k < 0) return std::string("is not positive-definite to working precision (its factorization broke down)");
     return detail::concat("is not positive-definite: its leading minor of order ", k, " is not");
   });
   return shaped_back(l, batch_of(a), {n, n}, a.device());
@@ -140,14 +141,10 @@ LuFactors lu_factor(const Tensor& a) {
   return {shaped_back(lu, batch_of(a), {n, n}, a.device()), shaped_back(perm, batch_of(a), {n}, a.device())};
 }
 
-Tensor lu_solve(const LuFactors& factors, const Tensor& b, bool transpose) {
+namespace {
+// lu_solve once its operands are known to be sound (solve's own factors are).
+Tensor lu_solve_checked(const LuFactors& factors, const Tensor& b, bool transpose) {
   const Tensor& lu = factors.lu;
-  check_matrices("lu_solve", lu, true, "LU factors");
-  check_pair("lu_solve", lu, b);
-  KILN_CHECK(factors.perm.defined() && factors.perm.dtype() == kInt64 &&
-                 factors.perm.sizes() == with(batch_of(lu), {lu.size(-1)}),
-             "lu_solve: expected perm of shape ", shape_str(with(batch_of(lu), {lu.size(-1)})),
-             " (int64) beside LU factors of shape ", shape_str(lu.sizes()), ", as lu_factor gives");
   const int64_t n = lu.size(-1), k = b.size(-1);
   const Shape batch = broadcast_shapes(batch_of(lu), batch_of(b), "lu_solve");
   const Device d = run_device<Op::lu_solve>(lu);
@@ -158,6 +155,36 @@ Tensor lu_solve(const LuFactors& factors, const Tensor& b, bool transpose) {
   Tensor x = empty({f.size(0), n, k}, TensorOptions(lu.dtype()).device(d));
   if (x.numel() > 0) call_kernel<Op::lu_solve>(d, x, f, p, rhs, transpose);
   return shaped_back(x, batch, {n, k}, lu.device());
+}
+
+// Throws unless perm is int64 with lu's batch shape and n, and each of its rows a permutation of 0..n-1.
+void check_permutations(const char* op, const LuFactors& factors) {
+  const Tensor& lu = factors.lu;
+  const int64_t n = lu.size(-1);
+  const Shape want = with(batch_of(lu), {n});
+  KILN_CHECK(factors.perm.defined() && factors.perm.dtype() == kInt64 && factors.perm.sizes() == want, op,
+             ": expected perm of shape ", shape_str(want), " (int64) beside LU factors of shape ",
+             shape_str(lu.sizes()), ", as lu_factor gives");
+  const Tensor host = ops::contiguous(ops::to(factors.perm, kCPU));
+  const auto* p = host.data_ptr<int64_t>();
+  std::vector<char> seen(static_cast<size_t>(n));
+  for (int64_t r = 0; n > 0 && r < host.numel() / n; ++r) {
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = p[r * n + i];
+      KILN_CHECK(v >= 0 && v < n && !seen[v], op, ": perm row ", r, " is not a permutation of 0..", n - 1,
+                 " (entry ", i, " is ", v, "); expected lu_factor's perm");
+      seen[v] = 1;
+    }
+  }
+}
+}  // namespace
+
+Tensor lu_solve(const LuFactors& factors, const Tensor& b, bool transpose) {
+  check_matrices("lu_solve", factors.lu, true, "LU factors");
+  check_pair("lu_solve", factors.lu, b);
+  check_permutations("lu_solve", factors);
+  return lu_solve_checked(factors, b, transpose);
 }
 
 LuFactors lu_factor_invertible(const Tensor& a, const char* op) {
@@ -176,7 +203,7 @@ LuFactors lu_factor_invertible(const Tensor& a, const char* op) {
 Tensor solve(const Tensor& a, const Tensor& b, const char* op) {
   check_matrices(op, a, true);
   check_pair(op, a, b);
-  return lu_solve(lu_factor_invertible(a, op), b);
+  return lu_solve_checked(lu_factor_invertible(a, op), b, false);
 }
 
 Tensor solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool unitriangular) {
@@ -193,10 +220,14 @@ Tensor solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool unitr
 }
 
 Tensor det(const LuFactors& f) {
+  check_matrices("det", f.lu, true, "LU factors");
+  check_permutations("det", f);
   return ops::mul(ops::prod(ops::diagonal(f.lu, 0, -2, -1), {-1}), permutation_sign(f.perm, f.lu));
 }
 
 std::pair<Tensor, Tensor> slogdet(const LuFactors& f) {
+  check_matrices("slogdet", f.lu, true, "LU factors");
+  check_permutations("slogdet", f);
   const Tensor u = ops::diagonal(f.lu, 0, -2, -1);
   Tensor sign = ops::mul(ops::prod(ops::sign(u), {-1}), permutation_sign(f.perm, f.lu));
   Tensor logabs = ops::sum(ops::log(ops::abs(u)), {-1});
@@ -232,21 +263,22 @@ std::pair<Tensor, Tensor> eigh_impl(const char* op, const Tensor& a, bool vector
 std::pair<Tensor, Tensor> eigh(const Tensor& a) { return eigh_impl("eigh", a, true); }
 Tensor eigvalsh(const Tensor& a) { return eigh_impl("eigvalsh", a, false).first; }
 
-std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete) {
+std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete, bool with_q) {
   check_matrices("qr", a, false);
   const int64_t m = a.size(-2), n = a.size(-1), rows = complete ? m : std::min(m, n);
   const Device d = run_device<Op::qr>(a);
   const Tensor in = as_batch(a, d);
-  Tensor q = empty({in.size(0), m, rows}, TensorOptions(a.dtype()).device(d));
+  Tensor q = with_q ? empty({in.size(0), m, rows}, TensorOptions(a.dtype()).device(d)) : Tensor();
   Tensor r = empty({in.size(0), rows, n}, TensorOptions(a.dtype()).device(d));
   if (in.numel() > 0) {
     call_kernel<Op::qr>(d, q, r, in);
   } else {
     // No entries to factor: r is zeros, and q the first columns of the identity (a = q r still holds).
     r = zeros(r.sizes(), TensorOptions(a.dtype()).device(d));
-    q = ops::contiguous(ops::expand(eye(m, rows, TensorOptions(a.dtype()).device(d)), q.sizes()));
+    if (with_q) q = ops::contiguous(ops::expand(eye(m, rows, TensorOptions(a.dtype()).device(d)), q.sizes()));
   }
-  return {shaped_back(q, batch_of(a), {m, rows}, a.device()), shaped_back(r, batch_of(a), {rows, n}, a.device())};
+  return {with_q ? shaped_back(q, batch_of(a), {m, rows}, a.device()) : Tensor(),
+          shaped_back(r, batch_of(a), {rows, n}, a.device())};
 }
 
 namespace {

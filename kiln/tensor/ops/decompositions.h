@@ -30,7 +30,8 @@ struct LuFactors {
   Tensor lu, perm;
 };
 LuFactors lu_factor(const Tensor& a);
-// x = a^-1 b (transpose: a^-T b) from lu_factor(a); b (..., n, k), batch dims broadcast.
+// x = a^-1 b (transpose: a^-T b) from lu_factor(a); b (..., n, k), batch dims broadcast. perm must hold a
+// permutation of 0..n-1 in each row (checked: the kernel indexes with it).
 Tensor lu_solve(const LuFactors& factors, const Tensor& b, bool transpose = false);
 
 // x = a^-1 b for square a (..., n, n) and b (..., n, k), batch dims broadcast; a singular a is an error, which
@@ -57,8 +58,9 @@ std::pair<Tensor, Tensor> eigh(const Tensor& a);
 Tensor eigvalsh(const Tensor& a);
 
 // (q, r) with a = q r for a (..., m, n): reduced, q (..., m, k) and r (..., k, n) with k = min(m, n); complete,
-// q (..., m, m) and r (..., m, n). r's diagonal may be negative, as LAPACK leaves it.
-std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete = false);
+// q (..., m, m) and r (..., m, n). r's diagonal may be negative, as LAPACK leaves it. Without with_q, q is not
+// formed (undefined).
+std::pair<Tensor, Tensor> qr(const Tensor& a, bool complete = false, bool with_q = true);
 
 // a = u diag(s) vh for a (..., m, n), s (..., k) descending, k = min(m, n); u (..., m, k) and vh (..., k, n), or
 // with full_matrices u (..., m, m) and vh (..., n, n). Singular vectors' signs are whatever the solver gave.

@@ -89,7 +89,9 @@ void cholesky_cpu(const Tensor& l, const Tensor& info, const Tensor& a) {
       Matrix<T> factor = llt.matrixL();
       const bool ok = llt.info() == Eigen::Success && factor.diagonal().allFinite() &&
                       (factor.diagonal().array() > T(0)).all();
-      bad[b] = ok ? 0 : std::max<int64_t>(1, first_bad_minor(m));
+      // A failure the plain recurrence does not see was rounding near the boundary: -1, "broke down".
+      const int64_t minor = ok ? 0 : first_bad_minor(m);
+      bad[b] = ok ? 0 : minor > 0 ? minor : -1;
       matrix_at<T>(l, b, n, n) = factor.template triangularView<Eigen::Lower>();
     });
   });

@@ -73,7 +73,7 @@ using BmmKernel = void(const Tensor& out, const Tensor& a, const Tensor& b, doub
 // fresh contiguous tensors; info (B, int64) says per matrix what went wrong (0: nothing), as LAPACK's info does,
 // for the frontend to report (a kernel does not throw). Only a's lower triangle is read where a is symmetric.
 // l: the lower Cholesky factor of each positive-definite a; info: 0, or k when the leading minor of order k is
-// not positive definite (or not finite).
+// not positive definite (or not finite), or -1 when the factorization broke down in rounding alone.
 using CholeskyKernel = void(const Tensor& l, const Tensor& info, const Tensor& a);
 // P a = L U with partial pivoting: lu (B, n, n) holds L below the diagonal (unit diagonal implied) and U on and
 // above; perm (B, n, int64): row i of P a is row perm[i] of a; info: 0, or k when U[k-1][k-1] is exactly 0.
