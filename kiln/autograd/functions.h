@@ -122,6 +122,34 @@ Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nu
 std::pair<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false);  // (values, indices)
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 
+// ---- order statistics and NaN-skipping reductions (functions/along_dim.cpp) ----
+// Composites of the stable sort (NaN above every number), gather and reductions, so any device; a value's
+// gradient goes back to the element it was (for quantile's interpolation, to both neighbours, by weight).
+// The k-th smallest (1-based) element of each line along dim, and where it was (torch.kthvalue).
+std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim = -1, bool keepdim = false);
+// The lower median (the smaller middle value of an even count, as PyTorch): of all elements, or of each line
+// along dim with where it was. A line with a NaN has median NaN (at the first NaN); nanmedian skips NaNs (NaN
+// only for a line of NaNs).
+Tensor median(const Tensor& x);
+std::pair<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor nanmedian(const Tensor& x);
+std::pair<Tensor, Tensor> nanmedian(const Tensor& x, int64_t dim, bool keepdim = false);
+// The q-quantiles of floating x, of all elements or along dim (torch.quantile): the value at position q (n - 1)
+// of the sorted line, between its neighbours by interpolation "linear", "lower", "higher", "nearest" (halves to
+// even) or "midpoint". q in [0, 1], a number or a 1-D tensor of them (whose size becomes the result's first
+// dim). A line with a NaN gives NaN; nanquantile skips NaNs (n counts the others).
+Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                std::string_view interpolation = "linear");
+Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                std::string_view interpolation = "linear");
+Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                   std::string_view interpolation = "linear");
+Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                   std::string_view interpolation = "linear");
+// sum and mean that skip NaNs: nansum counts them as 0, nanmean averages the others (NaN where none is left).
+Tensor nansum(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+Tensor nanmean(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+
 // ---- linear algebra (functions/linalg.cpp) ----
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);

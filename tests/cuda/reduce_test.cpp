@@ -453,5 +453,29 @@ TEST_F(CudaReduce, SoftmaxOfNanInfinityAndRowsOfMinusInfinity) {
   }
 }
 
+// The order statistics are composites of sort, gather and reductions: on the GPU they must give the CPU's
+// values and indices, NaN lines included.
+TEST_F(CudaReduce, QuantileAndMedianMatchTheCpu) {
+  std::mt19937 rng(test::fresh_seed());
+  Tensor c = test::random_tensor({6, 300}, kFloat32, rng, Layout::Contiguous, -5, 5);
+  c.narrow(0, 1, 1).narrow(1, 7, 1).fill_(NAN);
+  c.narrow(0, 4, 1).fill_(NAN);
+  const Tensor g = c.to(Device::cuda());
+  const Tensor q = tensor(std::vector<float>{0.1f, 0.5f, 0.95f}, {3}, kFloat32);
+  for (const char* how : {"linear", "nearest", "midpoint"}) {
+    test::expect_matches_cpu(quantile(g, q.to(Device::cuda()), 1, false, how), quantile(c, q, 1, false, how),
+                             std::string("quantile ") + how);
+    test::expect_matches_cpu(nanquantile(g, q.to(Device::cuda()), 1, false, how), nanquantile(c, q, 1, false, how),
+                             std::string("nanquantile ") + how);
+  }
+  for (bool skip : {false, true}) {
+    auto [gv, gi] = skip ? nanmedian(g, 1) : median(g, 1);
+    auto [cv, ci] = skip ? nanmedian(c, 1) : median(c, 1);
+    test::expect_matches_cpu(gv, cv, skip ? "nanmedian" : "median");
+    test::expect_matches_cpu(gi, ci, skip ? "nanmedian indices" : "median indices");
+  }
+  test::expect_matches_cpu(nanmean(g, {1}), nanmean(c, {1}), "nanmean");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -171,6 +171,39 @@ TEST(OpsParity, GradientsMatchLibTorch) {
   expect_same(x.grad(), tx.grad(), 1e-12, "masked_select gradient");
 }
 
+// Order statistics with NaNs placed on purpose: a line with one, a line of them, ties among the numbers.
+TEST(OpsParity, QuantileMedianAndKthvalueMatchLibTorch) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> small(-3, 3);
+  std::vector<double> v(5 * 8);
+  for (double& x : v) x = small(rng) * 0.5;  // ties
+  v[3] = NAN;
+  for (int j = 0; j < 8; ++j) v[static_cast<size_t>(2 * 8 + j)] = NAN;  // row 2: all NaN
+  const Tensor x = tensor(v, {5, 8});
+  const torch::Tensor tx = to_torch(x);
+  const Tensor q = tensor(std::vector<double>{0.0, 0.2, 0.5, 0.77, 1.0}, {5});
+  for (const char* how : {"linear", "lower", "higher", "midpoint", "nearest"}) {
+    expect_same(quantile(x, q, 1, false, how), torch::quantile(tx, to_torch(q), 1, false, how), 1e-15,
+                std::string("quantile ") + how);
+    expect_same(nanquantile(x, q, 1, true, how), torch::nanquantile(tx, to_torch(q), 1, true, how), 1e-15,
+                std::string("nanquantile ") + how);
+  }
+  expect_same(nanquantile(x, 0.3), torch::nanquantile(tx, 0.3), 1e-15, "nanquantile of all");
+  for (bool skip : {false, true}) {
+    auto [values, indices] = skip ? nanmedian(x, 1) : median(x, 1);
+    auto [tv, ti] = skip ? torch::nanmedian(tx, 1) : torch::median(tx, 1);
+    expect_same(values, tv, 0, skip ? "nanmedian" : "median");
+    // Among tied values the index may be any of theirs: it must point at the same value.
+    expect_same(ops::gather(x, 1, indices.unsqueeze(1)).squeeze(1), tv, 0, "the value at the median's index");
+    (void)ti;
+  }
+  expect_same(median(x.select(0, 1)), torch::median(tx.select(0, 1)), 0, "median of all");
+  expect_same(nanmedian(x), torch::nanmedian(tx), 0, "nanmedian of all");
+  expect_same(kthvalue(x.select(0, 1), 3).first, std::get<0>(torch::kthvalue(tx.select(0, 1), 3)), 0, "kthvalue");
+  expect_same(nansum(x, {1}), torch::nansum(tx, {1}), 1e-15, "nansum");
+  expect_same(nanmean(x, {1}), torch::nanmean(tx, {1}), 1e-15, "nanmean");
+}
+
 // Indexing with index tensors: each case is written once in kiln's terms and translated to LibTorch's.
 torch::indexing::TensorIndex torch_index(const TensorIndex& i) {
   namespace ti = torch::indexing;

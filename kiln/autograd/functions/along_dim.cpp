@@ -1,4 +1,9 @@
-// Differentiable cumsum, sort and topk.
+// Differentiable cumsum, sort and topk, and the order statistics built on sort (kthvalue, median, quantile) with
+// the NaN-skipping sum and mean.
+#include <cmath>
+#include <limits>
+#include <string>
+
 #include "kiln/autograd/record.h"
 
 namespace kiln {
@@ -52,6 +57,187 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool lar
     });
   }
   return {values, indices};
+}
+
+// ---- order statistics ----
+
+namespace {
+// x's shape with size 1 along d.
+Shape one_along(const Tensor& x, int64_t d) {
+  Shape s = x.sizes();
+  s[static_cast<size_t>(d)] = 1;
+  return s;
+}
+
+// The number of NaNs in each line of x along d, shaped one_along(x, d), int64 (0 for integer x).
+Tensor nan_counts(const Tensor& x, int64_t d) {
+  if (!is_floating(x.dtype())) return zeros(one_along(x, d), TensorOptions(kInt64).device(x.device()));
+  return ops::sum(ops::isnan(x), {d}, /*keepdim=*/true);
+}
+
+// The element at sorted position pos (int64, one_along(x, d)) of each line of x along d, and where it was in x.
+std::pair<Tensor, Tensor> sorted_at(const Tensor& x, int64_t d, const Tensor& pos, bool keepdim) {
+  auto [values, indices] = sort(x, d);
+  Tensor v = gather(values, d, pos), i = ops::gather(indices, d, pos);
+  if (!keepdim) {
+    v = v.squeeze(d);
+    i = ops::squeeze(i, d);
+  }
+  return {v, i};
+}
+
+int64_t line_dim(const Tensor& x, int64_t dim, const char* op) {
+  KILN_CHECK(x.defined(), op, ": the input is undefined");
+  KILN_CHECK(x.dim() > 0, op, ": expected a tensor with at least one dim for a dim to reduce, got a 0-dim one");
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  KILN_CHECK(x.size(d) > 0, op, ": dim ", dim, " of the input of shape ", shape_str(x.sizes()),
+             " is empty; expected at least one element to pick from");
+  return d;
+}
+
+// The median of each line along d; with skip_nan the NaNs are left out, else a NaN wins.
+std::pair<Tensor, Tensor> median_along(const Tensor& x, int64_t dim, bool keepdim, bool skip_nan, const char* op) {
+  const int64_t d = line_dim(x, dim, op);
+  const int64_t n = x.size(d);
+  const Tensor nans = nan_counts(x, d);
+  Tensor pos;
+  if (skip_nan) {
+    // (valid - 1) / 2 of the valid ones, which sort first; a line of NaNs takes position 0, a NaN.
+    const Tensor valid = ops::add(ops::neg(nans), Scalar(n));
+    pos = ops::clamp(ops::div(ops::sub(valid, Scalar(int64_t{1})), Scalar(int64_t{2})), Scalar(int64_t{0}),
+                     std::nullopt);
+    pos = ops::to(ops::floor(pos), kInt64);
+  } else {
+    // The lower middle; with NaNs the first of them (the stable sort keeps them in order, after the numbers).
+    pos = ops::where(ops::gt(nans, Scalar(int64_t{0})), ops::add(ops::neg(nans), Scalar(n)),
+                     full(one_along(x, d), Scalar((n - 1) / 2), TensorOptions(kInt64).device(x.device())));
+  }
+  return sorted_at(x, d, ops::to(pos, kInt64), keepdim);
+}
+
+Tensor median_all(const Tensor& x, bool skip_nan, const char* op) {
+  KILN_CHECK(x.defined() && x.numel() > 0, op, ": the input is empty; expected at least one element");
+  return median_along(x.reshape({-1}), 0, false, skip_nan, op).first;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
+  const int64_t d = line_dim(x, dim, "kthvalue");
+  KILN_CHECK(k >= 1 && k <= x.size(d), "kthvalue: k = ", k, " for a dim of size ", x.size(d), " (shape ",
+             shape_str(x.sizes()), "); expected 1 <= k <= ", x.size(d));
+  return sorted_at(x, d, full(one_along(x, d), Scalar(k - 1), TensorOptions(kInt64).device(x.device())), keepdim);
+}
+
+Tensor median(const Tensor& x) { return median_all(x, false, "median"); }
+std::pair<Tensor, Tensor> median(const Tensor& x, int64_t dim, bool keepdim) {
+  return median_along(x, dim, keepdim, false, "median");
+}
+Tensor nanmedian(const Tensor& x) { return median_all(x, true, "nanmedian"); }
+std::pair<Tensor, Tensor> nanmedian(const Tensor& x, int64_t dim, bool keepdim) {
+  return median_along(x, dim, keepdim, true, "nanmedian");
+}
+
+namespace {
+Tensor quantile_impl(const Tensor& x, const Tensor& q_in, std::optional<int64_t> dim, bool keepdim,
+                     std::string_view interpolation, bool skip_nan, const char* op) {
+  KILN_CHECK(x.defined(), op, ": the input is undefined");
+  KILN_CHECK(is_floating(x.dtype()), op, ": expected a floating input, got ", dtype_name(x.dtype()));
+  KILN_CHECK(interpolation == "linear" || interpolation == "lower" || interpolation == "higher" ||
+                 interpolation == "nearest" || interpolation == "midpoint",
+             op, ": interpolation \"", interpolation,
+             "\"; expected \"linear\", \"lower\", \"higher\", \"nearest\" or \"midpoint\"");
+  KILN_CHECK(q_in.defined() && q_in.dim() <= 1, op, ": expected q to be a number or a 1-D tensor of them, got shape ",
+             q_in.defined() ? shape_str(q_in.sizes()) : "undefined");
+  const Tensor q_host = ops::contiguous(ops::to(q_in, kCPU, kFloat64));
+  for (int64_t i = 0; i < q_host.numel(); ++i) {
+    const double v = q_host.data_ptr<double>()[i];
+    KILN_CHECK(v >= 0.0 && v <= 1.0, op, ": q = ", v, "; expected every q in [0, 1]");
+  }
+  const Tensor src = dim ? x : x.reshape({-1});
+  const int64_t d = dim ? line_dim(src, *dim, op) : line_dim(src, 0, op);
+  const int64_t n = src.size(d), nq = q_in.dim() == 0 ? 1 : q_in.size(0);
+
+  // Positions q (valid - 1) along d, one per q: (..., nq at d, ...), float64.
+  Shape q_shape(static_cast<size_t>(src.dim()), 1);
+  q_shape[static_cast<size_t>(d)] = nq;
+  const Tensor q = ops::view(ops::to(q_in, x.device(), kFloat64), q_shape);
+  const Tensor nans = nan_counts(src, d);
+  const Tensor valid = ops::to(skip_nan ? ops::add(ops::neg(nans), Scalar(n)) : full(one_along(src, d), Scalar(n), TensorOptions(kInt64).device(x.device())), kFloat64);
+  // A line of NaNs (nanquantile) has no valid element: position 0, a NaN.
+  Tensor pos = ops::clamp(ops::mul(q, ops::sub(valid, Scalar(1.0))), Scalar(0.0), std::nullopt);
+  Shape picked = src.sizes();
+  picked[static_cast<size_t>(d)] = nq;
+  auto at = [&](const Tensor& p) {
+    return ops::contiguous(ops::expand(ops::to(ops::clamp(p, Scalar(0.0), Scalar(double(n - 1))), kInt64), picked));
+  };
+  const Tensor sorted = sort(src, d).first;
+  Tensor out;
+  if (interpolation == "nearest") {
+    out = gather(sorted, d, at(ops::round(pos)));
+  } else {
+    const Tensor lo = ops::floor(pos), hi = ops::ceil(pos);
+    const Tensor below = gather(sorted, d, at(lo)), above = gather(sorted, d, at(hi));
+    if (interpolation == "lower") out = below;
+    else if (interpolation == "higher") out = above;
+    else if (interpolation == "midpoint") out = below + (above - below) * 0.5;
+    else out = below + (above - below) * ops::expand(ops::to(ops::sub(pos, lo), x.dtype()), picked);
+  }
+  if (!skip_nan) {
+    // torch.quantile: a NaN in the line makes every quantile of it NaN.
+    out = where(ops::expand(ops::gt(nans, Scalar(int64_t{0})), picked),
+                Scalar(std::numeric_limits<double>::quiet_NaN()), out);
+  }
+  // (..., nq at d, ...): the q dim goes first, or away for a number q; keepdim leaves size 1 where dim was.
+  if (q_in.dim() == 0) {
+    if (!keepdim) out = out.squeeze(d);
+  } else {
+    std::vector<int64_t> order{d};
+    for (int64_t i = 0; i < out.dim(); ++i)
+      if (i != d) order.push_back(i);
+    out = out.permute(order);
+    if (keepdim) out = out.unsqueeze(d + 1);
+  }
+  if (!dim && keepdim) {
+    // Over all elements: every dim of x kept with size 1.
+    Shape kept(static_cast<size_t>(x.dim()), 1);
+    if (q_in.dim() == 1) kept.insert(kept.begin(), nq);
+    out = out.reshape(kept);
+  }
+  return out;
+}
+
+Tensor scalar_q(double q) { return full({}, Scalar(q), TensorOptions(kFloat64)); }
+}  // namespace
+
+Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim, std::string_view interpolation) {
+  return quantile_impl(x, scalar_q(q), dim, keepdim, interpolation, false, "quantile");
+}
+Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                std::string_view interpolation) {
+  return quantile_impl(x, q, dim, keepdim, interpolation, false, "quantile");
+}
+Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim,
+                   std::string_view interpolation) {
+  return quantile_impl(x, scalar_q(q), dim, keepdim, interpolation, true, "nanquantile");
+}
+Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
+                   std::string_view interpolation) {
+  return quantile_impl(x, q, dim, keepdim, interpolation, true, "nanquantile");
+}
+
+// NaNs replaced by 0 (masked_fill keeps the others' gradients and gives the NaNs none), then summed; the mean
+// divides by the count of the others.
+Tensor nansum(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_CHECK(x.defined(), "nansum: the input is undefined");
+  if (!is_floating(x.dtype())) return sum(x, dims, keepdim);
+  return sum(where(ops::isnan(x), Scalar(0.0), x), dims, keepdim);
+}
+
+Tensor nanmean(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_CHECK(x.defined() && is_floating(x.dtype()), "nanmean: expected a floating input, got ",
+             x.defined() ? dtype_name(x.dtype()) : "an undefined tensor");
+  const Tensor count = ops::sum(ops::logical_not(ops::isnan(x)), dims, keepdim);
+  return nansum(x, dims, keepdim) / ops::to(count, x.dtype());
 }
 
 }  // namespace kiln
