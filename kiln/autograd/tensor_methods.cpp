@@ -1,5 +1,6 @@
 // Tensor's math methods, its operators and its autograd methods. The math methods and operators forward to the
 // differentiable functions of functions.h; the autograd methods read and write the tensor's AutogradMeta.
+#include "kiln/autograd/linalg.h"
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/record.h"
 
@@ -129,6 +130,27 @@ Tensor Tensor::argsort(int64_t d, bool descending) const { return kiln::argsort(
 std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t d, bool largest) const {
   return kiln::topk(*this, k, d, largest);
 }
+std::pair<Tensor, Tensor> Tensor::kthvalue(int64_t k, int64_t d, bool keepdim) const {
+  return kiln::kthvalue(*this, k, d, keepdim);
+}
+Tensor Tensor::median() const { return kiln::median(*this); }
+std::pair<Tensor, Tensor> Tensor::median(int64_t d, bool keepdim) const { return kiln::median(*this, d, keepdim); }
+Tensor Tensor::nanmedian() const { return kiln::nanmedian(*this); }
+std::pair<Tensor, Tensor> Tensor::nanmedian(int64_t d, bool keepdim) const {
+  return kiln::nanmedian(*this, d, keepdim);
+}
+Tensor Tensor::quantile(double q, std::optional<int64_t> d, bool keepdim, std::string_view interpolation) const {
+  return kiln::quantile(*this, q, d, keepdim, interpolation);
+}
+Tensor Tensor::nanquantile(double q, std::optional<int64_t> d, bool keepdim, std::string_view interpolation) const {
+  return kiln::nanquantile(*this, q, d, keepdim, interpolation);
+}
+Tensor Tensor::nansum(IntArrayRef dims, bool keepdim) const { return kiln::nansum(*this, dims, keepdim); }
+Tensor Tensor::nanmean(IntArrayRef dims, bool keepdim) const { return kiln::nanmean(*this, dims, keepdim); }
+Tensor Tensor::det() const { return linalg::det(*this); }
+Tensor Tensor::inverse() const { return linalg::inv(*this); }
+Tensor Tensor::pinverse(double rcond) const { return linalg::pinv(*this, 0.0, rcond); }
+Tensor Tensor::matrix_power(int64_t k) const { return linalg::matrix_power(*this, k); }
 Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return kiln::index_select(*this, d, i); }
 Tensor Tensor::gather(int64_t d, const Tensor& i) const { return kiln::gather(*this, d, i); }
 Tensor Tensor::scatter(int64_t d, const Tensor& i, const Tensor& s) const { return kiln::scatter(*this, d, i, s); }

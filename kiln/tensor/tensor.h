@@ -19,6 +19,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -334,6 +335,24 @@ class Tensor {
   std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;  // (values, indices)
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true) const;  // (values, indices)
+  // Order statistics and NaN-skipping reductions (kiln/autograd/functions.h says what each gives).
+  std::pair<Tensor, Tensor> kthvalue(int64_t k, int64_t dim = -1, bool keepdim = false) const;
+  Tensor median() const;
+  std::pair<Tensor, Tensor> median(int64_t dim, bool keepdim = false) const;  // (values, indices)
+  Tensor nanmedian() const;
+  std::pair<Tensor, Tensor> nanmedian(int64_t dim, bool keepdim = false) const;
+  Tensor quantile(double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                  std::string_view interpolation = "linear") const;
+  Tensor nanquantile(double q, std::optional<int64_t> dim = std::nullopt, bool keepdim = false,
+                     std::string_view interpolation = "linear") const;
+  Tensor nansum(IntArrayRef dims = {}, bool keepdim = false) const;
+  Tensor nanmean(IntArrayRef dims = {}, bool keepdim = false) const;
+  // LibTorch's matrix methods over kiln::linalg (kiln/autograd/linalg.h): det, inv, pinv (pinverse's relative
+  // cutoff rcond, 1e-15 as in torch), matrix_power.
+  Tensor det() const;
+  Tensor inverse() const;
+  Tensor pinverse(double rcond = 1e-15) const;
+  Tensor matrix_power(int64_t k) const;
   // Indexed reads and writes (see ops/indexing.h); the underscored ones write in place.
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;

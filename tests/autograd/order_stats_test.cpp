@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "grad_test_util.h"
+#include "kiln/autograd/linalg.h"
 
 namespace kiln {
 namespace {
@@ -151,6 +152,25 @@ TEST(OrderStats, BadInputIsNamed) {
   EXPECT_NE(error_of([&] { kthvalue(x, 4); }).find("kthvalue: k = 4 for a dim of size 3"), std::string::npos);
   EXPECT_NE(error_of([&] { median(empty({0}, kFloat64)); }).find("median: the input is empty"), std::string::npos);
   EXPECT_NE(error_of([&] { median(empty({2, 0}, kFloat64), 1); }).find("is empty"), std::string::npos);
+}
+
+// The Tensor methods are the free functions (LibTorch spells both).
+TEST(OrderStats, TensorMethodsAreTheFunctions) {
+  seed_from("methods");
+  const Tensor x = leaf({4, 5}).detach();
+  EXPECT_EQ(vals(x.median()), vals(median(x)));
+  EXPECT_EQ(vals(x.median(1).first), vals(median(x, 1).first));
+  EXPECT_EQ(vals(x.nanmedian(0, true).first), vals(nanmedian(x, 0, true).first));
+  EXPECT_EQ(vals(x.kthvalue(2, 1).first), vals(kthvalue(x, 2, 1).first));
+  EXPECT_EQ(vals(x.quantile(0.3, 1, false, "higher")), vals(quantile(x, 0.3, 1, false, "higher")));
+  EXPECT_EQ(vals(x.nanquantile(0.6)), vals(nanquantile(x, 0.6)));
+  EXPECT_EQ(vals(x.nansum({0})), vals(nansum(x, {0})));
+  EXPECT_EQ(vals(x.nanmean()), vals(nanmean(x)));
+  const Tensor a = x.narrow(1, 0, 4) + 3.0 * eye(4, 4, kFloat64);
+  EXPECT_EQ(vals(a.det()), vals(linalg::det(a)));
+  EXPECT_EQ(vals(a.inverse()), vals(linalg::inv(a)));
+  EXPECT_EQ(vals(a.matrix_power(3)), vals(linalg::matrix_power(a, 3)));
+  EXPECT_EQ(vals(x.pinverse()), vals(linalg::pinv(x, 0.0, 1e-15)));
 }
 
 // Gradients: each picked value's to its element; quantile's split between the neighbours by weight. Inputs are

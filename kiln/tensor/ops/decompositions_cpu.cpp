@@ -13,10 +13,12 @@
 #include <Eigen/SVD>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kiln/tensor/dispatch.h"
 #include "kiln/tensor/ops/register.h"
 #include "kiln/tensor/parallel.h"
+#include "kiln/tensor/tensor.h"
 
 namespace kiln {
 
