@@ -122,6 +122,39 @@ TEST(Median, NaNsWinOrAreSkipped) {
   EXPECT_EQ(nanmedian(x).item<double>(), 3.0);  // of 1 3 2 5 7 6
 }
 
+// PyTorch's edge cases: an empty float input has median NaN; a 0-dim input is its own median, kthvalue and
+// quantile along dim 0 or -1 (index 0).
+TEST(Median, EmptyAndZeroDimInputs) {
+  EXPECT_TRUE(std::isnan(median(empty({0}, kFloat64)).item<double>()));
+  EXPECT_TRUE(std::isnan(nanmedian(empty({3, 0}, kFloat32)).item<double>()));
+  const Tensor s = full({}, Scalar(2.5), kFloat64);
+  for (int64_t dim : {0, -1}) {
+    auto [v, i] = median(s, dim);
+    EXPECT_EQ(v.dim(), 0);
+    EXPECT_EQ(v.item<double>(), 2.5);
+    EXPECT_EQ(i.item<int64_t>(), 0);
+    EXPECT_EQ(nanmedian(s, dim, true).first.dim(), 0);
+    EXPECT_EQ(kthvalue(s, 1, dim).first.item<double>(), 2.5);
+    EXPECT_EQ(quantile(s, 0.3, dim).item<double>(), 2.5);
+    EXPECT_EQ(quantile(s, 0.3, dim).dim(), 0);
+  }
+}
+
+// "nearest" rounds a position halfway between two elements to the even one: 2.5 -> 2 and 1.5 -> 2.
+TEST(Quantile, NearestRoundsHalvesToEven) {
+  const Tensor x = tensor(std::vector<double>{10, 11, 12, 13, 14, 15}, {6}, kFloat64);
+  EXPECT_EQ(quantile(x, 0.5, std::nullopt, false, "nearest").item<double>(), 12.0);  // position 2.5
+  EXPECT_EQ(quantile(x, 0.3, std::nullopt, false, "nearest").item<double>(), 12.0);  // position 1.5
+  EXPECT_EQ(quantile(x, 0.7, std::nullopt, false, "nearest").item<double>(), 14.0);  // position 3.5
+}
+
+// nanmedian's position in a line of more than 2^24 valid elements: exact (it was halved in float32).
+TEST(Median, LongLinesPickTheExactMiddle) {
+  const int64_t n = (int64_t{1} << 24) + 4;  // valid - 1 = 2^24 + 3: (2^24 + 3) / 2 floors to 2^23 + 1
+  const Tensor x = arange(0, n, 1, kFloat32);
+  EXPECT_EQ(nanmedian(x).item<double>(), static_cast<double>((n - 1) / 2));
+}
+
 TEST(Kthvalue, MatchesNthElement) {
   seed_from("kthvalue");
   const Tensor x = leaf({9}).detach();
@@ -150,11 +183,18 @@ TEST(OrderStats, BadInputIsNamed) {
   EXPECT_NE(error_of([&] { quantile(tensor(std::vector<int64_t>{1}, {1}, kInt64), 0.5); }).find("expected a floating"),
             std::string::npos);
   EXPECT_NE(error_of([&] { kthvalue(x, 4); }).find("kthvalue: k = 4 for a dim of size 3"), std::string::npos);
-  EXPECT_NE(error_of([&] { median(empty({0}, kFloat64)); }).find("median: the input is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { median(empty({0}, kInt64)); }).find("median: the int64 input of shape (0) is empty"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { median(empty({2, 0}, kFloat64), 1); }).find("is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { quantile(empty({2, 0}, kFloat64), 0.5); }).find("quantile: the input of shape (2, 0) is empty"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { median(Tensor()); }).find("median: the input is undefined"), std::string::npos);
+  EXPECT_NE(error_of([&] { median(tensor(std::vector<double>{1}, {}, kFloat64).reshape({}), 1); }).find("median"),
+            std::string::npos);
 }
 
-// The Tensor methods are the free functions (LibTorch spells both).
+// The Tensor methods are the free functions (LibTorch spells both): a wiring check; the functions' values are
+// checked above and against LibTorch.
 TEST(OrderStats, TensorMethodsAreTheFunctions) {
   seed_from("methods");
   const Tensor x = leaf({4, 5}).detach();

@@ -86,27 +86,38 @@ std::pair<Tensor, Tensor> sorted_at(const Tensor& x, int64_t d, const Tensor& po
   return {v, i};
 }
 
+// dim of x (at least 1-D; a 0-dim x comes here as one element of shape (1)) checked and wrapped, with elements.
 int64_t line_dim(const Tensor& x, int64_t dim, const char* op) {
   KILN_CHECK(x.defined(), op, ": the input is undefined");
-  KILN_CHECK(x.dim() > 0, op, ": expected a tensor with at least one dim for a dim to reduce, got a 0-dim one");
   const int64_t d = wrap_dim(dim, x.dim(), op);
   KILN_CHECK(x.size(d) > 0, op, ": dim ", dim, " of the input of shape ", shape_str(x.sizes()),
              " is empty; expected at least one element to pick from");
   return d;
 }
 
+// f(x, dim, keepdim) for x of at least one dim; a 0-dim x is taken as one element (dim 0 or -1), and its results
+// are 0-dim again, as PyTorch's (median(s, 0) is (s, 0)).
+template <typename F>
+std::pair<Tensor, Tensor> on_lines(const Tensor& x, int64_t dim, bool keepdim, const char* op, F&& f) {
+  KILN_CHECK(x.defined(), op, ": the input is undefined");
+  if (x.dim() > 0) return f(x, dim, keepdim);
+  wrap_dim(dim, 0, op);  // only 0 and -1 name the one element
+  auto [v, i] = f(x.reshape({1}), 0, false);
+  return {v, i};
+}
+
 // The median of each line along d; with skip_nan the NaNs are left out, else a NaN wins.
-std::pair<Tensor, Tensor> median_along(const Tensor& x, int64_t dim, bool keepdim, bool skip_nan, const char* op) {
+std::pair<Tensor, Tensor> median_lines(const Tensor& x, int64_t dim, bool keepdim, bool skip_nan, const char* op) {
   const int64_t d = line_dim(x, dim, op);
   const int64_t n = x.size(d);
   const Tensor nans = nan_counts(x, d);
   Tensor pos;
   if (skip_nan) {
-    // (valid - 1) / 2 of the valid ones, which sort first; a line of NaNs takes position 0, a NaN.
-    const Tensor valid = ops::add(ops::neg(nans), Scalar(n));
-    pos = ops::clamp(ops::div(ops::sub(valid, Scalar(int64_t{1})), Scalar(int64_t{2})), Scalar(int64_t{0}),
-                     std::nullopt);
-    pos = ops::to(ops::floor(pos), kInt64);
+    // (valid - 1) / 2 of the valid ones, which sort first; a line of NaNs takes position 0, a NaN. Halved in
+    // float64, exact for any count (int64 / int64 divides in the default dtype, float32, which rounds past 2^24).
+    const Tensor valid = ops::to(ops::add(ops::neg(nans), Scalar(n)), kFloat64);
+    pos = ops::floor(ops::div(ops::sub(valid, Scalar(1.0)), Scalar(2.0)));
+    pos = ops::to(ops::clamp(pos, Scalar(0.0), std::nullopt), kInt64);
   } else {
     // The lower middle; with NaNs the first of them (the stable sort keeps them in order, after the numbers).
     pos = ops::where(ops::gt(nans, Scalar(int64_t{0})), ops::add(ops::neg(nans), Scalar(n)),
@@ -115,17 +126,31 @@ std::pair<Tensor, Tensor> median_along(const Tensor& x, int64_t dim, bool keepdi
   return sorted_at(x, d, ops::to(pos, kInt64), keepdim);
 }
 
+std::pair<Tensor, Tensor> median_along(const Tensor& x, int64_t dim, bool keepdim, bool skip_nan, const char* op) {
+  return on_lines(x, dim, keepdim, op, [&](const Tensor& t, int64_t d, bool k) {
+    return median_lines(t, d, k, skip_nan, op);
+  });
+}
+
+// Of every element. An empty floating x has median NaN, as in PyTorch.
 Tensor median_all(const Tensor& x, bool skip_nan, const char* op) {
-  KILN_CHECK(x.defined() && x.numel() > 0, op, ": the input is empty; expected at least one element");
-  return median_along(x.reshape({-1}), 0, false, skip_nan, op).first;
+  KILN_CHECK(x.defined(), op, ": the input is undefined");
+  if (x.numel() == 0) {
+    KILN_CHECK(is_floating(x.dtype()), op, ": the ", dtype_name(x.dtype()), " input of shape ",
+               shape_str(x.sizes()), " is empty; expected at least one element (an empty float input gives NaN)");
+    return full({}, Scalar(std::numeric_limits<double>::quiet_NaN()), TensorOptions(x.dtype()).device(x.device()));
+  }
+  return median_lines(x.reshape({-1}), 0, false, skip_nan, op).first;
 }
 }  // namespace
 
 std::pair<Tensor, Tensor> kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
-  const int64_t d = line_dim(x, dim, "kthvalue");
-  KILN_CHECK(k >= 1 && k <= x.size(d), "kthvalue: k = ", k, " for a dim of size ", x.size(d), " (shape ",
-             shape_str(x.sizes()), "); expected 1 <= k <= ", x.size(d));
-  return sorted_at(x, d, full(one_along(x, d), Scalar(k - 1), TensorOptions(kInt64).device(x.device())), keepdim);
+  return on_lines(x, dim, keepdim, "kthvalue", [k](const Tensor& t, int64_t dim_, bool keep) {
+    const int64_t d = line_dim(t, dim_, "kthvalue");
+    KILN_CHECK(k >= 1 && k <= t.size(d), "kthvalue: k = ", k, " for a dim of size ", t.size(d), " (shape ",
+               shape_str(t.sizes()), "); expected 1 <= k <= ", t.size(d));
+    return sorted_at(t, d, full(one_along(t, d), Scalar(k - 1), TensorOptions(kInt64).device(t.device())), keep);
+  });
 }
 
 Tensor median(const Tensor& x) { return median_all(x, false, "median"); }
@@ -139,7 +164,7 @@ std::pair<Tensor, Tensor> nanmedian(const Tensor& x, int64_t dim, bool keepdim) 
 
 namespace {
 Tensor quantile_impl(const Tensor& x, const Tensor& q_in, std::optional<int64_t> dim, bool keepdim,
-                     std::string_view interpolation, bool skip_nan, const char* op) {
+                     std::string_view interpolation, bool skip_nan, const char* op, bool q_checked = false) {
   KILN_CHECK(x.defined(), op, ": the input is undefined");
   KILN_CHECK(is_floating(x.dtype()), op, ": expected a floating input, got ", dtype_name(x.dtype()));
   KILN_CHECK(interpolation == "linear" || interpolation == "lower" || interpolation == "higher" ||
@@ -148,16 +173,26 @@ Tensor quantile_impl(const Tensor& x, const Tensor& q_in, std::optional<int64_t>
              "\"; expected \"linear\", \"lower\", \"higher\", \"nearest\" or \"midpoint\"");
   KILN_CHECK(q_in.defined() && q_in.dim() <= 1, op, ": expected q to be a number or a 1-D tensor of them, got shape ",
              q_in.defined() ? shape_str(q_in.sizes()) : "undefined");
-  const Tensor q_host = ops::contiguous(ops::to(q_in, kCPU, kFloat64));
-  for (int64_t i = 0; i < q_host.numel(); ++i) {
-    const double v = q_host.data_ptr<double>()[i];
-    KILN_CHECK(v >= 0.0 && v <= 1.0, op, ": q = ", v, "; expected every q in [0, 1]");
+  // q's range is checked on the host: a q on the GPU is copied here (a sync), as PyTorch checks only a CPU q.
+  if (!q_checked) {
+    const Tensor q_host = ops::contiguous(ops::to(q_in, kCPU, kFloat64));
+    for (int64_t i = 0; i < q_host.numel(); ++i) {
+      const double v = q_host.data_ptr<double>()[i];
+      KILN_CHECK(v >= 0.0 && v <= 1.0, op, ": q = ", v, "; expected every q in [0, 1]");
+    }
   }
-  const Tensor src = dim ? x : x.reshape({-1});
-  const int64_t d = dim ? line_dim(src, *dim, op) : line_dim(src, 0, op);
+  KILN_CHECK(x.numel() > 0, op, ": the input of shape ", shape_str(x.sizes()),
+             " is empty; expected at least one element");
+  // A 0-dim x has no dim to reduce but its one element, as with no dim (PyTorch's rule).
+  const bool along = dim.has_value() && x.dim() > 0;
+  if (dim && x.dim() == 0) wrap_dim(*dim, 0, op);
+  const Tensor src = along ? x : x.reshape({-1});
+  const int64_t d = line_dim(src, along ? *dim : 0, op);
   const int64_t n = src.size(d), nq = q_in.dim() == 0 ? 1 : q_in.size(0);
 
-  // Positions q (valid - 1) along d, one per q: (..., nq at d, ...), float64.
+  // Positions q (valid - 1) along d, one per q: (..., nq at d, ...), in float64 for every x (PyTorch computes
+  // them in x's dtype, so a float32 quantile may pick the other neighbour where the float32 product rounds
+  // across an integer).
   Shape q_shape(static_cast<size_t>(src.dim()), 1);
   q_shape[static_cast<size_t>(d)] = nq;
   const Tensor q = ops::view(ops::to(q_in, x.device(), kFloat64), q_shape);
@@ -197,7 +232,7 @@ Tensor quantile_impl(const Tensor& x, const Tensor& q_in, std::optional<int64_t>
     out = out.permute(order);
     if (keepdim) out = out.unsqueeze(d + 1);
   }
-  if (!dim && keepdim) {
+  if (!along && keepdim) {
     // Over all elements: every dim of x kept with size 1.
     Shape kept(static_cast<size_t>(x.dim()), 1);
     if (q_in.dim() == 1) kept.insert(kept.begin(), nq);
@@ -206,11 +241,16 @@ Tensor quantile_impl(const Tensor& x, const Tensor& q_in, std::optional<int64_t>
   return out;
 }
 
-Tensor scalar_q(double q) { return full({}, Scalar(q), TensorOptions(kFloat64)); }
+// A number q as a 0-dim tensor on x's device, checked here, so quantile's own check reads no device memory.
+Tensor scalar_q(double q, const Tensor& x, const char* op) {
+  KILN_CHECK(q >= 0.0 && q <= 1.0, op, ": q = ", q, "; expected every q in [0, 1]");
+  KILN_CHECK(x.defined(), op, ": the input is undefined");
+  return full({}, Scalar(q), TensorOptions(kFloat64).device(x.device()));
+}
 }  // namespace
 
 Tensor quantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim, std::string_view interpolation) {
-  return quantile_impl(x, scalar_q(q), dim, keepdim, interpolation, false, "quantile");
+  return quantile_impl(x, scalar_q(q, x, "quantile"), dim, keepdim, interpolation, false, "quantile", true);
 }
 Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
                 std::string_view interpolation) {
@@ -218,7 +258,8 @@ Tensor quantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bo
 }
 Tensor nanquantile(const Tensor& x, double q, std::optional<int64_t> dim, bool keepdim,
                    std::string_view interpolation) {
-  return quantile_impl(x, scalar_q(q), dim, keepdim, interpolation, true, "nanquantile");
+  return quantile_impl(x, scalar_q(q, x, "nanquantile"), dim, keepdim, interpolation, true, "nanquantile",
+                       true);
 }
 Tensor nanquantile(const Tensor& x, const Tensor& q, std::optional<int64_t> dim, bool keepdim,
                    std::string_view interpolation) {
