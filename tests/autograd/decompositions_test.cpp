@@ -39,15 +39,6 @@ Tensor spd(IntArrayRef shape) {
 
 Tensor sym(const Tensor& x) { return 0.5 * (x + x.mT()); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // ---- gradients ----
 

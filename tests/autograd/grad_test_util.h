@@ -200,6 +200,17 @@ inline std::vector<GradCase> gradgrad(const std::vector<GradCase>& cases) {
   return out;
 }
 
+// What f throws as kiln::Error, or "(no error)": for tests that check an error's words.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // Test names: letters, digits and underscores only.
 inline std::string test_name(const std::string& name) {
   std::string s;
