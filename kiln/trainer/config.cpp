@@ -121,14 +121,29 @@ std::string read_string(const yaml::Node& value, const ConfigKey& key, const std
     type_error(value, name, key.choices.empty() ? std::string("a string") : "one of " + key.type.substr(7));
   }
   const std::string& text = value.text();
-  if (!key.choices.empty() && std::find(key.choices.begin(), key.choices.end(), text) == key.choices.end()) {
+  if (key.choices.empty()) return text;
+  std::vector<std::string> choices = key.choices;
+  std::vector<std::string> more = key.more_choices ? key.more_choices() : std::vector<std::string>{};
+  choices.insert(choices.end(), more.begin(), more.end());
+  if (std::find(choices.begin(), choices.end(), text) == choices.end()) {
     std::string allowed;
     for (const std::string& c : key.choices) allowed += (allowed.empty() ? "" : ", ") + c;
+    if (key.more_choices) {
+      std::string names;
+      for (const std::string& c : more) names += (names.empty() ? "" : ", ") + c;
+      allowed += " (or " + key.more_what + ": " + (names.empty() ? "none in this program" : names) + ")";
+    }
     // No "did you mean" here: the list is short and complete, and the nearest spelling can mislead
     // ("gpu" is one letter from "cpu" but means "cuda").
     detail::throw_error(detail::concat(name, ": expected one of ", allowed, "; found ", value.describe(), where(value.mark())));
   }
   return text;
+}
+
+yaml::Node read_mapping(const yaml::Node& value, const std::string& name) {
+  if (value.is_null()) return yaml::Node::mapping(value.mark());
+  if (!value.is_mapping()) type_error(value, name, "a mapping");
+  return value;
 }
 
 BatchLimit read_count_or_fraction(const yaml::Node& value, const ConfigKey& key, const std::string& name) {
@@ -264,6 +279,49 @@ void SchemaBase::read_mapping(void* config, const yaml::Node& map, const std::st
   }
 }
 
+// `map` with the entry at `keys` (a path into nested mappings) set to `value`, added at the end where new.
+static yaml::Node with_entry(const yaml::Node& map, const std::vector<std::string>& keys, size_t depth,
+                             const yaml::Node& value, const std::string& name) {
+  if (!map.is_null() && !map.is_mapping()) config_detail::type_error(map, name, "a mapping");
+  yaml::Node out = yaml::Node::mapping(map.mark());
+  bool found = false;
+  auto value_at = [&](const yaml::Node& old) {
+    return depth + 1 == keys.size() ? value : with_entry(old, keys, depth + 1, value, name + "." + keys[depth]);
+  };
+  if (map.is_mapping()) {
+    for (const yaml::Entry& e : map.entries()) {
+      if (e.key == keys[depth]) {
+        found = true;
+        out.add(e.key, value_at(e.value), e.key_mark);
+      } else {
+        out.add(e.key, e.value, e.key_mark);
+      }
+    }
+  }
+  if (!found) out.add(keys[depth], value_at(yaml::Node::null()));
+  return out;
+}
+
+bool SchemaBase::set_in_open_mapping(void* config, const std::string& path, std::string_view text,
+                                     const std::string& override_text) const {
+  for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+    const ConfigKey* key = find_key(path.substr(0, dot));
+    if (!key || !key->open_mapping) continue;
+    std::vector<std::string> keys;
+    for (size_t begin = dot + 1;;) {
+      size_t end = path.find('.', begin);
+      keys.push_back(path.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+      KILN_CHECK(!keys.back().empty(), "--set ", override_text, ": '", path, "' has an empty key");
+      if (end == std::string::npos) break;
+      begin = end + 1;
+    }
+    yaml::Node value = yaml::parse_inline(text, "--set " + override_text);
+    key->read(config, with_entry(key->write(config), keys, 0, value, key->path), *key);
+    return true;
+  }
+  return false;
+}
+
 void SchemaBase::read_into(void* config, const yaml::Node& doc, const std::vector<std::string>& overrides) const {
   if (!doc.is_null()) {
     if (!doc.is_mapping()) config_detail::type_error(doc, "config", "a mapping of sections and keys");
@@ -276,6 +334,7 @@ void SchemaBase::read_into(void* config, const yaml::Node& doc, const std::vecto
     while (!path.empty() && path.back() == ' ') path.pop_back();
     std::string at = " (--set " + o + ")";
     const ConfigKey* key = find_key(path);
+    if (!key && set_in_open_mapping(config, path, std::string_view(o).substr(eq + 1), o)) continue;
     if (!key && is_section(path)) {
       detail::throw_error(detail::concat("'", path, "' is a section", at, "; set its keys one by one (--set ", path,
                                          ".<key>=<value>)"));

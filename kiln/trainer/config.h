@@ -18,7 +18,10 @@
 // (integers, range-checked); double (any number, .inf, .nan); std::string (any scalar's text: `precision: 32`
 // is the string "32"); an enum of strings (add_enum: a std::string that must be one of a list);
 // std::vector<T> of those (a YAML list, block or flow); std::optional<T> (null allowed); BatchLimit (an
-// integer is a count, a float a fraction in [0, 1]); a duration (add_duration: seconds, or "DD:HH:MM:SS").
+// integer is a count, a float a fraction in [0, 1]); a duration (add_duration: seconds, or "DD:HH:MM:SS");
+// an open mapping (add_mapping: a yaml::Node holding a mapping of any keys, which the schema does not check:
+// the arguments of a model a program registered, read by that model's own code). `--set` reaches into an open
+// mapping by dotted key: `--set model.args.width=64` sets (or adds) its entry `width`.
 // Errors name the key, what was found, what was expected and where: "trainer.max_epochs: expected an integer,
 // found 'three' (run.yaml line 3)". An unknown key or section anywhere is an error that suggests the nearest
 // valid key. A value given twice in one file is an error; several `--set` for one key apply in order. In a
@@ -48,6 +51,11 @@ struct ConfigKey {
   std::string type;  // for help and messages: "int", "list of float", "one of auto|cpu|cuda", "int or null"
   std::string doc;
   std::vector<std::string> choices;  // the allowed strings of an enum
+  // An enum's further choices, asked for at each read rather than fixed when the schema was built (the models
+  // and datasets a program registered before loading its config).
+  std::function<std::vector<std::string>()> more_choices;
+  std::string more_what;  // what more_choices are, for messages ("a registered model")
+  bool open_mapping = false;  // add_mapping: a mapping of any keys, which --set can reach into
   std::optional<double> minimum;  // numbers (and each number of a list) must be at least this
   bool bool_as_int = false;  // an int key that also takes true (1) and false (0), like fast_dev_run
   std::function<void(void* config, const yaml::Node& value, const ConfigKey& key)> read;
@@ -57,6 +65,13 @@ struct ConfigKey {
   ConfigKey& accept_bool() {
     bool_as_int = true;
     type += " or bool";
+    return *this;
+  }
+  // `what` names the further choices in help texts and errors ("a registered model").
+  ConfigKey& allow_more(std::function<std::vector<std::string>()> choices_now, const std::string& what) {
+    more_choices = std::move(choices_now);
+    more_what = what;
+    type += " or " + what;
     return *this;
   }
 };
@@ -149,6 +164,16 @@ struct Codec<std::vector<T>> {
   }
 };
 
+// An open mapping (add_mapping).
+yaml::Node read_mapping(const yaml::Node& value, const std::string& name);
+
+template <>
+struct Codec<yaml::Node> {
+  static std::string name() { return "mapping"; }
+  static yaml::Node read(const yaml::Node& v, const ConfigKey&, const std::string& n) { return read_mapping(v, n); }
+  static yaml::Node write(const yaml::Node& v) { return v; }
+};
+
 template <typename T>
 struct Codec<std::optional<T>> {
   static std::string name() { return Codec<T>::name() + " or null"; }
@@ -183,6 +208,9 @@ class SchemaBase {
 
  private:
   void read_mapping(void* config, const yaml::Node& map, const std::string& prefix) const;
+  // --set into an open mapping: `path` is such a key followed by keys inside it. False when it is not.
+  bool set_in_open_mapping(void* config, const std::string& path, std::string_view text,
+                           const std::string& override_text) const;
   [[noreturn]] void unknown_key(const std::string& path, const std::string& where) const;
   bool is_section(std::string_view path) const;
 
@@ -225,6 +253,14 @@ class SchemaSection {
       get(*static_cast<Config*>(config)).*member = config_detail::read_duration(value, k, k.path);
     };
     key.type = "duration (seconds or DD:HH:MM:SS) or null";
+    return schema_->add_key(std::move(key));
+  }
+
+  // A mapping of any keys, kept as written (null reads as an empty mapping); see the header comment.
+  ConfigKey& add_mapping(std::string_view name, yaml::Node Section::*member, std::string doc) {
+    ConfigKey key = make_key<yaml::Node>(name, member, std::move(doc));
+    key.type = "mapping";
+    key.open_mapping = true;
     return schema_->add_key(std::move(key));
   }
 

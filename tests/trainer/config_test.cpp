@@ -339,3 +339,75 @@ TEST(Config, EditDistance) {
   EXPECT_EQ(kiln::trainer::edit_distance("", "abc"), 3u);
   EXPECT_EQ(kiln::trainer::edit_distance("same", "same"), 0u);
 }
+
+// ---- open mappings and choices that grow after the schema was built ----
+
+namespace open_mapping {
+
+namespace yaml = kiln::trainer::yaml;
+
+struct Part {
+  std::string kind = "a";
+  yaml::Node args = yaml::Node::mapping();
+  bool operator==(const Part&) const = default;
+};
+struct Open {
+  Part part;
+  bool operator==(const Open&) const = default;
+};
+
+std::vector<std::string>& later_kinds() {
+  static std::vector<std::string> kinds;
+  return kinds;
+}
+
+const Schema<Open>& open_schema() {
+  static const Schema<Open> s = [] {
+    Schema<Open> built;
+    auto part = built.section("part", &Open::part, "a part");
+    part.add_enum("kind", &Part::kind, {"a", "b"}, "which").allow_more([] { return later_kinds(); }, "a later kind");
+    part.add_mapping("args", &Part::args, "its arguments");
+    return built;
+  }();
+  return s;
+}
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    open_schema().load_text(text, "open.yaml", overrides);
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ConfigOpenMapping, KeepsAnyKeysAndSetReachesIntoThem) {
+  const Open c = open_schema().load_text("part:\n  args:\n    depth: 3\n    sizes: [1, 2]\n    inner: {x: v}\n",
+                                         "open.yaml", {"part.args.depth=4", "part.args.inner.z=w", "part.args.new=1"});
+  EXPECT_EQ(yaml::emit_inline(c.part.args), "{depth: 4, sizes: [1, 2], inner: {x: v, z: w}, new: 1}");
+  // The file's marks survive an override of another entry: errors can still name the line.
+  EXPECT_EQ(c.part.args.find("sizes")->mark().line, 4);
+  EXPECT_EQ(open_schema().load_text(open_schema().dump(c), "dump.yaml"), c);
+  EXPECT_EQ(open_schema().load_text("", "open.yaml", {"part.args={p: [1]}"}).part.args.size(), 1u);
+  EXPECT_EQ(open_schema().load_text("part:\n  args:\n", "open.yaml").part.args, yaml::Node::mapping());
+  EXPECT_EQ(error_of("part:\n  args: 3\n"), "part.args: expected a mapping, found '3' (open.yaml line 2)");
+  EXPECT_EQ(error_of("", {"part.args=[1]"}), "part.args: expected a mapping, found a list (--set part.args=[1])");
+  // Not an open mapping: an unknown key as before.
+  EXPECT_EQ(error_of("", {"part.kind.x=1"}).rfind("unknown key 'part.kind.x'", 0), 0u);
+  const std::string help = open_schema().help();
+  EXPECT_NE(help.find("  args: {}"), std::string::npos) << help;
+  EXPECT_NE(help.find("# mapping: its arguments"), std::string::npos) << help;
+}
+
+TEST(ConfigOpenMapping, ChoicesCanGrowAfterTheSchemaWasBuilt) {
+  later_kinds().clear();
+  EXPECT_EQ(error_of("part:\n  kind: c\n"),
+            "part.kind: expected one of a, b (or a later kind: none in this program); found 'c' (open.yaml line 2)");
+  later_kinds() = {"c", "d"};
+  EXPECT_EQ(open_schema().load_text("part:\n  kind: c\n", "open.yaml").part.kind, "c");
+  EXPECT_EQ(error_of("part:\n  kind: e\n"), "part.kind: expected one of a, b (or a later kind: c, d); found 'e' (open.yaml line 2)");
+  EXPECT_NE(open_schema().help().find("one of a|b or a later kind: which"), std::string::npos);
+  later_kinds().clear();
+}
+
+}  // namespace open_mapping
