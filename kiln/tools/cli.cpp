@@ -20,6 +20,7 @@
 #include "kiln/tools/cli_common.h"
 #include "kiln/tools/datasets.h"
 #include "kiln/tools/models.h"
+#include "kiln/tools/registry.h"
 #include "kiln/trainer/callbacks.h"
 #include "kiln/trainer/csv_logger.h"
 #include "kiln/trainer/tensorboard_logger.h"
@@ -31,8 +32,8 @@ namespace cli {
 
 void usage_error(const std::string& message) { throw std::invalid_argument(message); }
 
-Args parse_args(const std::vector<std::string>& args, size_t first, const std::vector<std::string>& allowed) {
-  Args a;
+Flags parse_args(const std::vector<std::string>& args, size_t first, const std::vector<std::string>& allowed) {
+  Flags a;
   for (size_t i = first; i < args.size(); ++i) {
     const std::string& flag = args[i];
     if (flag == "--help" || flag == "-h") {
@@ -103,7 +104,7 @@ Run build_run(const RunConfig& cfg) {
   const data::DataLoaderOptions eval{.batch_size = eval_batch, .num_workers = workers, .collate = collate,
                                      .pin_memory = pin};
   if (run.data.val) run.val = std::make_unique<data::DataLoader>(run.data.val, eval);
-  run.test = std::make_unique<data::DataLoader>(run.data.test, eval);
+  if (run.data.test) run.test = std::make_unique<data::DataLoader>(run.data.test, eval);  // a registered one may have none
   return run;
 }
 
@@ -336,10 +337,23 @@ void add_callbacks(const RunConfig& cfg, trainer::TrainerOptions& o) {
   }
 }
 
+// The models and datasets this program registered (kiln/tools/registry.h), for train --help; empty for none.
+std::string registered_help() {
+  std::string out;
+  const auto list = [&](const char* what, const std::vector<std::string>& names, const auto& find) {
+    if (names.empty()) return;
+    out += std::string("\nregistered ") + what + " (this program's own):\n";
+    for (const std::string& name : names) out += "  " + name + (find(name)->doc.empty() ? "" : ": " + find(name)->doc) + "\n";
+  };
+  list("models", registered_models(), find_registered_model);
+  list("datasets", registered_datasets(), find_registered_dataset);
+  return out;
+}
+
 int cmd_train(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--config", "--set", "--ckpt"});
+  const Flags a = parse_args(args, 1, {"--config", "--set", "--ckpt"});
   if (a.help) {
-    std::printf("%s%s", kTrainHelp, run_config_help().c_str());
+    std::printf("%s%s%s", kTrainHelp, run_config_help().c_str(), registered_help().c_str());
     return 0;
   }
   RunConfig cfg = a.config.empty() ? load_run_config_text("", "(defaults)", a.sets) : load_run_config(a.config, a.sets);
@@ -401,6 +415,10 @@ int cmd_train(const std::vector<std::string>& args) {
       if (!mc->options().monitor.empty() && !mc->best_model_path().empty()) best = mc->best_model_path();
     }
   }
+  if (!run.test) {
+    if (t.is_global_zero()) std::printf("no test: data.name %s has no test split\n", cfg.data.name.c_str());
+    return 0;
+  }
   const auto metrics = t.test(*run.module, *run.test, best);
   if (!t.is_global_zero()) return 0;  // under ddp, rank 0 reports for all
   std::printf("test (%s): %s\n", best.empty() ? "final weights" : best.c_str(), format_metrics(metrics).c_str());
@@ -411,7 +429,7 @@ int cmd_train(const std::vector<std::string>& args) {
 }
 
 int cmd_eval(const std::vector<std::string>& args, bool predict) {
-  const Args a = parse_args(args, 1, predict ? std::vector<std::string>{"--ckpt", "--set", "--split", "--output"}
+  const Flags a = parse_args(args, 1, predict ? std::vector<std::string>{"--ckpt", "--set", "--split", "--output"}
                                              : std::vector<std::string>{"--ckpt", "--set", "--split"});
   if (a.help) {
     std::printf("%s", predict ? kPredictHelp : kEvalHelp);
@@ -429,7 +447,8 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
   o.fast_dev_run = 0;
   trainer::Trainer t(o);
   data::DataLoader* loader = a.split == "val" ? run.val.get() : run.test.get();
-  KILN_CHECK(loader != nullptr, "--split val: the run's data has no validation split (data.val_size 0)");
+  KILN_CHECK(loader != nullptr, "--split ", a.split, ": the run's data (data.name ", cfg.data.name, ") has no ",
+             a.split == "val" ? "validation split (data.val_size 0)" : "test split");
   if (!predict) {
     const auto metrics = a.split == "val" ? t.validate(*run.module, *loader) : t.test(*run.module, *loader);
     std::printf("%s (%s): %s\n", a.split.c_str(), a.ckpt.c_str(), format_metrics(metrics).c_str());

@@ -19,7 +19,7 @@
 namespace kiln::tools::cli {
 
 // The command line after the command name: flags with values, --profile, and --help.
-struct Args {
+struct Flags {
   std::string config, ckpt, split = "test", output, dtype, steps, warmup;
   std::string prompt, tokens, temperature, top_k, seed;  // kiln generate
   std::string min_lr, max_lr;                            // kiln lr-find
@@ -31,7 +31,7 @@ struct Args {
 // A usage error (exit status 2): std::invalid_argument with the message.
 [[noreturn]] void usage_error(const std::string& message);
 // Parses args[first..]: each flag in `allowed` takes a value (--profile takes none); others are usage errors.
-Args parse_args(const std::vector<std::string>& args, size_t first, const std::vector<std::string>& allowed);
+Flags parse_args(const std::vector<std::string>& args, size_t first, const std::vector<std::string>& allowed);
 // An integer flag value in [min, max]; anything else (a sign, trailing text, out of range) is a usage error.
 int parse_int_flag(const std::string& flag, const std::string& value, int min, int max);
 

@@ -18,6 +18,7 @@
 #include "kiln/tensor/profiler.h"
 #include "kiln/tools/cli_common.h"
 #include "kiln/tools/generate.h"
+#include "kiln/tools/registry.h"
 #include "kiln/trainer/batch_size_finder.h"
 #include "kiln/trainer/lr_finder.h"
 
@@ -155,7 +156,7 @@ class BenchTimer : public trainer::Callback {
 }  // namespace
 
 int cmd_export(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--ckpt", "--output", "--dtype"});
+  const Flags a = parse_args(args, 1, {"--ckpt", "--output", "--dtype"});
   if (a.help) {
     std::printf("%s", kExportHelp);
     return 0;
@@ -185,7 +186,7 @@ int cmd_export(const std::vector<std::string>& args) {
 }
 
 int cmd_bench(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--config", "--set", "--steps", "--warmup", "--profile"});
+  const Flags a = parse_args(args, 1, {"--config", "--set", "--steps", "--warmup", "--profile"});
   if (a.help) {
     std::printf("%s", kBenchHelp);
     return 0;
@@ -252,7 +253,7 @@ constexpr const char* kLrFindHelp =
     "the CSV file (default lr_find.csv); nothing else (no logs, checkpoints or validation).\n";
 
 int cmd_lr_find(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--config", "--set", "--steps", "--min-lr", "--max-lr", "--output"});
+  const Flags a = parse_args(args, 1, {"--config", "--set", "--steps", "--min-lr", "--max-lr", "--output"});
   if (a.help) {
     std::printf("%s", kLrFindHelp);
     return 0;
@@ -319,7 +320,7 @@ constexpr const char* kScaleBatchSizeHelp =
     "                     dataset's size or --max-trials, default 25; on a GPU it caps what kiln reserves)\n";
 
 int cmd_scale_batch_size(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--config", "--set", "--mode", "--steps", "--init", "--max-trials",
+  const Flags a = parse_args(args, 1, {"--config", "--set", "--mode", "--steps", "--init", "--max-trials",
                                       "--memory-limit"});
   if (a.help) {
     std::printf("%s", kScaleBatchSizeHelp);
@@ -400,7 +401,7 @@ int cmd_scale_batch_size(const std::vector<std::string>& args) {
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
-  const Args a = parse_args(args, 1, {"--ckpt", "--prompt", "--tokens", "--temperature", "--top-k", "--seed",
+  const Flags a = parse_args(args, 1, {"--ckpt", "--prompt", "--tokens", "--temperature", "--top-k", "--seed",
                                       "--output", "--set"});
   if (a.help) {
     std::printf("%s", kGenerateHelp);
@@ -421,9 +422,10 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   const trainer::Checkpoint ckpt = trainer::load_checkpoint(a.ckpt);
   const RunConfig cfg = config_of_checkpoint(ckpt, a.sets);
-  KILN_CHECK(cfg.model.name == "gpt-mini" || cfg.model.name == "lstm-lm", "generate: ", a.ckpt,
-             " is a checkpoint of model ", cfg.model.name,
-             "; generate needs a language model (model.name gpt-mini or lstm-lm, data.name text)");
+  KILN_CHECK(is_language_model(cfg.model.name) && cfg.data.name == "text", "generate: ", a.ckpt,
+             " is a checkpoint of model ", cfg.model.name, " on data.name ", cfg.data.name,
+             "; generate needs a language model (gpt-mini, lstm-lm or one registered as such) trained on bytes "
+             "(data.name text)");
   // What the model needs to know of its data, without the data: byte tokens in windows of block_size.
   const DataInfo info{.input_shape = {cfg.data.block_size},
                       .num_classes = cfg.model.num_classes.value_or(256),

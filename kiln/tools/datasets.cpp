@@ -1,5 +1,7 @@
 #include "kiln/tools/datasets.h"
 
+#include "kiln/tools/registry.h"
+
 #include <cmath>
 #include <algorithm>
 #include <filesystem>
@@ -254,6 +256,19 @@ data::CollateFn DataSplits::collate() const {
 }
 
 DataSplits make_data(const RunConfig::Data& c) {
+  if (const DatasetSpec* spec = find_registered_dataset(c.name)) {
+    const std::string what = "dataset '" + c.name + "'";
+    Args args("data.args", c.args);
+    DataSplits out = spec->build(args, c);
+    args.check_all_used(what);
+    KILN_CHECK(out.train != nullptr, what, ": its build function gave no training set");
+    KILN_CHECK(out.train->size() > 0, what, ": its training set is empty");
+    KILN_CHECK(out.info.num_classes >= 2, what, ": info.num_classes is ", out.info.num_classes,
+               "; a classifier needs at least 2 (set it in the DataSplits the build function returns)");
+    KILN_CHECK(!out.info.input_shape.empty() || !out.info.tokens, what,
+               ": info.input_shape is empty for token sequences; expected (S), the sequence length");
+    return out;
+  }
   if (c.name == "fashion-mnist" || c.name == "mnist" || c.name == "idx") return mnist_style(c);
   if (c.name == "csv") return csv(c);
   if (c.name == "synthetic") return synthetic(c);

@@ -1,5 +1,7 @@
 #include "kiln/tools/models.h"
 
+#include "kiln/tools/registry.h"
+
 namespace kiln::tools {
 
 namespace {
@@ -189,8 +191,28 @@ Tensor LstmLm::forward(const Tensor& tokens) {
   return head(drop(lstm(x, nn::RNNState{}).output));     // (N, S, vocab)
 }
 
+namespace {
+
+std::shared_ptr<nn::Module> make_registered(const ModelSpec& spec, const RunConfig::Model& config, const DataInfo& info) {
+  const std::string what = "model '" + config.name + "'";
+  KILN_CHECK(info.tokens == spec.language_model, what, " was registered ",
+             spec.language_model ? "as a language model (token sequences in)" : "as a classifier (features or images in)",
+             ", but the data gives ", info.tokens ? "token sequences" : "examples of shape " + shape_str(info.input_shape));
+  Args args("model.args", config.args);
+  std::shared_ptr<nn::Module> model = spec.build(args, info);
+  KILN_CHECK(model != nullptr, what, ": its build function returned no module");
+  args.check_all_used(what);
+  KILN_CHECK(!spec.language_model || std::dynamic_pointer_cast<LanguageModel>(model) != nullptr, what,
+             " was registered as a language model, but its build function returned a module that does not derive "
+             "from kiln::tools::LanguageModel (", model->type_name(), ")");
+  return model;
+}
+
+}  // namespace
+
 std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const DataInfo& info) {
   KILN_CHECK(info.num_classes >= 2, "make_model: ", info.num_classes, " classes; a classifier needs at least 2");
+  if (const ModelSpec* spec = find_registered_model(config.name)) return make_registered(*spec, config, info);
   if (config.name == "gpt-mini") return make_gpt_mini(config, info);
   if (config.name == "lstm-lm") return make_lstm_lm(config, info);
   KILN_CHECK(!info.tokens, "model '", config.name, "' takes features or images; the data gives token sequences ",
@@ -198,7 +220,8 @@ std::shared_ptr<nn::Module> make_model(const RunConfig::Model& config, const Dat
   if (config.name == "mlp") return make_mlp(config, info);
   if (config.name == "cnn") return make_cnn(config, info);
   if (config.name == "resnet-small") return make_resnet_small(config, info);
-  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn, resnet-small, gpt-mini or lstm-lm");
+  KILN_CHECK(false, "model.name '", config.name, "': expected mlp, cnn, resnet-small, gpt-mini, lstm-lm or a ",
+             "registered model (kiln/tools/registry.h)");
   return nullptr;
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kiln/tensor/error.h"
+#include "kiln/tools/registry.h"
 
 namespace kiln::tools {
 
@@ -87,7 +88,7 @@ void declare_trainer(Schema<R>& s) {
 void declare_model(Schema<R>& s) {
   auto m = s.section("model", &R::model, "the network");
   using M = R::Model;
-  m.add_enum("name", &M::name, {"mlp", "cnn", "resnet-small", "gpt-mini", "lstm-lm"}, "the architecture");
+  m.add_enum("name", &M::name, builtin_models(), "the architecture").allow_more(registered_models, "a registered model");
   m.add("hidden", &M::hidden, "the MLP's hidden layer widths").at_least(1);
   m.add("channels", &M::channels, "the CNN's convolution widths, one 3x3 conv and 2x2 max-pool each").at_least(1);
   m.add("fc", &M::fc, "the CNN's hidden linear width").at_least(1);
@@ -103,13 +104,14 @@ void declare_model(Schema<R>& s) {
         "gpt-mini: keep only each block's input for backward and run the block again there (activation "
         "checkpointing): less memory for about one more forward");
   m.add("num_classes", &M::num_classes, "output classes (null: from the data)").at_least(1);
+  m.add_mapping("args", &M::args, "a registered model's arguments (kiln/tools/registry.h)");
 }
 
 void declare_data(Schema<R>& s) {
   auto d = s.section("data", &R::data, "the dataset and its loaders");
   using D = R::Data;
-  d.add_enum("name", &D::name, {"fashion-mnist", "mnist", "idx", "csv", "synthetic", "text"},
-             "the dataset (text: a file's bytes, for language models)");
+  d.add_enum("name", &D::name, builtin_datasets(), "the dataset (text: a file's bytes, for language models)")
+      .allow_more(registered_datasets, "a registered dataset");
   d.add("path", &D::path,
         "a folder (fashion-mnist, mnist, idx), a file (csv), a file or folder of files (text) (null: the dataset's "
         "standard place)");
@@ -131,6 +133,7 @@ void declare_data(Schema<R>& s) {
   d.add("num_classes", &D::num_classes, "classes (synthetic only)").at_least(2);
   d.add("block_size", &D::block_size, "tokens of context per example (text only)").at_least(1);
   d.add("seed", &D::seed, "seed of the validation split and the shuffling").at_least(0);
+  d.add_mapping("args", &D::args, "a registered dataset's arguments (kiln/tools/registry.h)");
 }
 
 void declare_optimizer(Schema<R>& s) {
@@ -301,11 +304,25 @@ void check_run_config(const RunConfig& c) {
   KILN_CHECK(m.name != "cnn" || !m.channels.empty(), "model.name cnn needs at least one entry in model.channels");
   KILN_CHECK(m.name != "gpt-mini" || m.embed_dim % m.heads == 0, "model.embed_dim (", m.embed_dim,
              ") must be a multiple of model.heads (", m.heads, ") for gpt-mini");
-  const bool language_model = m.name == "gpt-mini" || m.name == "lstm-lm";
-  KILN_CHECK(language_model == (c.data.name == "text"), "model.name ", m.name, " and data.name ", c.data.name,
-             ": gpt-mini and lstm-lm are the models for text (token sequences), and text data needs one of them");
-
   const auto& d = c.data;
+  const bool builtin_model = find_registered_model(m.name) == nullptr;
+  const bool builtin_data = find_registered_dataset(d.name) == nullptr;
+  KILN_CHECK(!builtin_model || m.args.size() == 0, "model.args: model.name ", m.name,
+             " is built in and takes no arguments there (its keys are model.hidden, model.channels, ...); found ",
+             trainer::yaml::emit_inline(m.args));
+  KILN_CHECK(!builtin_data || d.args.size() == 0, "data.args: data.name ", d.name,
+             " is built in and takes no arguments there (its keys are data.path, data.val_size, ...); found ",
+             trainer::yaml::emit_inline(d.args));
+  // A registered dataset says whether it holds tokens only once built (DataInfo::tokens): build_run checks it.
+  if (builtin_data) {
+    const bool language_model = is_language_model(m.name);
+    KILN_CHECK(language_model == (d.name == "text"), "model.name ", m.name, " and data.name ", d.name,
+               ": gpt-mini and lstm-lm are the models for text (token sequences), and text data needs one of them",
+               builtin_model ? ""
+               : language_model ? " (model " + m.name + " was registered as a language model)"
+                                : " (or a model registered with language_model = true)");
+  }
+
   KILN_CHECK(!(d.name == "idx" || d.name == "csv" || d.name == "text") || d.path, "data.name ", d.name,
              " needs data.path (a ", d.name == "idx" ? "folder" : d.name == "csv" ? "file" : "file or folder", ")");
   KILN_CHECK(d.name != "synthetic" || d.val_size < d.num_samples, "data.val_size (", d.val_size,

@@ -69,7 +69,7 @@ struct RunConfig {
   };
 
   struct Model {
-    std::string name = "cnn";  // mlp | cnn | resnet-small | gpt-mini
+    std::string name = "cnn";  // mlp | cnn | resnet-small | gpt-mini | lstm-lm | a registered model
     std::vector<int64_t> hidden{512, 256};
     std::vector<int64_t> channels{32, 64};
     int64_t fc = 128;
@@ -79,11 +79,13 @@ struct RunConfig {
     double dropout = 0.0;
     bool checkpoint_activations = false;  // gpt-mini: each block recomputed in backward (autograd::checkpoint)
     std::optional<int64_t> num_classes;  // null: from the data
+    // A registered model's own arguments (kiln/tools/registry.h); the built-in models take none.
+    trainer::yaml::Node args = trainer::yaml::Node::mapping();
     bool operator==(const Model&) const = default;
   };
 
   struct Data {
-    std::string name = "fashion-mnist";  // fashion-mnist | mnist | idx | csv | synthetic | text
+    std::string name = "fashion-mnist";  // fashion-mnist | mnist | idx | csv | synthetic | text | a registered one
     std::optional<std::string> path;  // null: the dataset's standard place (see data_path)
     int64_t batch_size = 64;
     std::optional<int64_t> val_batch_size;  // null: batch_size
@@ -100,6 +102,8 @@ struct RunConfig {
     int64_t num_classes = 10;
     int64_t block_size = 64;  // text: tokens of context per example
     int64_t seed = 0;
+    // A registered dataset's own arguments (kiln/tools/registry.h); the built-in datasets take none.
+    trainer::yaml::Node args = trainer::yaml::Node::mapping();
     bool operator==(const Data&) const = default;
   };
 

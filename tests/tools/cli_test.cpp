@@ -97,9 +97,10 @@ bool same_elements(const Tensor& a, const Tensor& b) {
   return std::equal(x.data_ptr<double>(), x.data_ptr<double>() + x.numel(), y.data_ptr<double>());
 }
 
-// The values of a YAML tree: its leaves, counting a list as one value.
+// The values of a YAML tree: its leaves, counting a list as one value, and an empty mapping too (an open
+// mapping's default, model.args; a section is never empty).
 size_t count_values(const trainer::yaml::Node& node) {
-  if (!node.is_mapping()) return 1;
+  if (!node.is_mapping() || node.size() == 0) return 1;
   size_t n = 0;
   for (const auto& e : node.entries()) n += count_values(e.value);
   return n;
