@@ -10,6 +10,7 @@ packages=(
   libeigen3-dev           # CPU kernels (and GEMM when no BLAS is found)
   libopenblas-openmp-dev  # GEMM; the OpenMP build shares kiln's thread pool
   libgtest-dev            # tests
+  libpng-dev              # tests: the reference decoder for the PNGs kiln writes (optional)
   libopenmpi-dev openmpi-bin  # the "mpi" process group (optional: built when found) and its mpirun tests
   libgloo-dev             # the "gloo" process group (optional: built when found)
   zlib1g-dev              # gzipped IDX files

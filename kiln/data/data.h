@@ -5,6 +5,7 @@
 #include "kiln/data/dataloader.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/idx.h"
+#include "kiln/data/image.h"
 #include "kiln/data/random.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/transforms.h"

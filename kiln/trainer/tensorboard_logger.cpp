@@ -8,7 +8,13 @@
 //           SessionLog session_log = 7; }
 //   SessionLog { SessionStatus status = 1; }                      START = 1
 //   Summary { repeated Value value = 1; }
-//   Summary.Value { string tag = 1; float simple_value = 2; TensorProto tensor = 8; SummaryMetadata metadata = 9; }
+//   Summary.Value { string tag = 1; float simple_value = 2; Image image = 4; HistogramProto histo = 5;
+//                   TensorProto tensor = 8; SummaryMetadata metadata = 9; }
+//   Summary.Image { int32 height = 1; int32 width = 2; int32 colorspace = 3; bytes encoded_image_string = 4; }
+//                                                       colorspace: 1 grey, 3 RGB, 4 RGBA (the PNG's channels)
+//   HistogramProto { double min = 1; double max = 2; double num = 3; double sum = 4; double sum_squares = 5;
+//                    repeated double bucket_limit = 6 [packed]; repeated double bucket = 7 [packed]; }
+//     bucket i counts the values in (bucket_limit[i - 1], bucket_limit[i]], bucket 0 those up to bucket_limit[0].
 //   SummaryMetadata { PluginData plugin_data = 1; }   PluginData { string plugin_name = 1; }
 //   TensorProto { DataType dtype = 1; TensorShapeProto tensor_shape = 2; repeated bytes string_val = 8; }
 //   DataType DT_STRING = 7; an empty TensorShapeProto is a scalar.
@@ -16,12 +22,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
+#include "kiln/data/image.h"
 #include "kiln/serialize/crc32c.h"
 #include "kiln/tensor/error.h"
 #include "kiln/trainer/csv_logger.h"
@@ -58,6 +68,16 @@ class ProtoWriter {
     out_ += bytes;
   }
   void message_field(uint32_t field, const ProtoWriter& message) { bytes_field(field, message.out_); }
+  // A packed repeated double: one length-delimited field holding the values' eight bytes each.
+  void packed_doubles_field(uint32_t field, const std::vector<double>& values) {
+    key(field, kLengthDelimited);
+    varint(values.size() * 8);
+    for (double v : values) {
+      uint64_t bits;
+      std::memcpy(&bits, &v, 8);
+      little_endian(bits, 8);
+    }
+  }
   const std::string& bytes() const { return out_; }
 
  private:
@@ -195,6 +215,85 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
     value.float_field(2, static_cast<float>(v));
     summary.message_field(1, value);
   }
+  ProtoWriter event = event_header(step);
+  event.message_field(5, summary);
+  write_record(event.bytes());
+}
+
+void TensorBoardLogger::log_histogram(const std::string& tag, const Tensor& values, int64_t step, int64_t bins) {
+  KILN_CHECK(!tag.empty(), "TensorBoardLogger: empty histogram name at step ", step);
+  KILN_CHECK(bins >= 1, "TensorBoardLogger: histogram '", tag, "': bins must be >= 1, got ", bins);
+  KILN_CHECK(values.defined() && values.numel() > 0, "TensorBoardLogger: histogram '", tag, "' at step ", step,
+             ": no values (", values.defined() ? "shape " + shape_str(values.shape()) : std::string("undefined"), ")");
+  const Tensor v = values.detach().to(Device::cpu()).to(kFloat64).contiguous();
+  const double* x = v.data_ptr<double>();
+  const int64_t n = v.numel();
+  double lo = x[0], hi = x[0], sum = 0, sum_squares = 0;
+  int64_t not_finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      ++not_finite;
+      continue;
+    }
+    lo = std::isfinite(lo) ? std::min(lo, x[i]) : x[i];
+    hi = std::isfinite(hi) ? std::max(hi, x[i]) : x[i];
+    sum += x[i];
+    sum_squares += x[i] * x[i];
+  }
+  KILN_CHECK(not_finite == 0, "TensorBoardLogger: histogram '", tag, "' at step ", step, ": ", not_finite, " of ", n,
+             " values are NaN or infinite; a histogram takes finite values only");
+  // numpy.histogram's bins: `bins` equal widths over [lo, hi] (widened by 0.5 each way when lo == hi), each
+  // bin half-open but the last, which holds hi. The index from the width alone can be one off next to an edge
+  // in floating point, so it is checked against the edges themselves.
+  const double first = lo == hi ? lo - 0.5 : lo, last = lo == hi ? hi + 0.5 : hi;
+  std::vector<double> edges(static_cast<size_t>(bins) + 1);
+  for (int64_t i = 0; i <= bins; ++i) edges[i] = first + (last - first) * static_cast<double>(i) / static_cast<double>(bins);
+  edges[bins] = last;
+  std::vector<double> counts(static_cast<size_t>(bins) + 1, 0.0);  // counts[0]: the empty bucket up to edges[0]
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t b = std::clamp<int64_t>(static_cast<int64_t>((x[i] - first) / (last - first) * static_cast<double>(bins)),
+                                    0, bins - 1);
+    if (x[i] < edges[b]) --b;
+    else if (b + 1 < bins && x[i] >= edges[b + 1]) ++b;
+    counts[static_cast<size_t>(b) + 1] += 1;
+  }
+  // TensorBoard keeps only each bucket's right limit: the leading empty bucket carries the left edge.
+  ProtoWriter histo;
+  histo.double_field(1, lo);
+  histo.double_field(2, hi);
+  histo.double_field(3, static_cast<double>(n));
+  histo.double_field(4, sum);
+  histo.double_field(5, sum_squares);
+  histo.packed_doubles_field(6, edges);
+  histo.packed_doubles_field(7, counts);
+  ProtoWriter value, summary;
+  value.bytes_field(1, tag);
+  value.message_field(5, histo);
+  summary.message_field(1, value);
+  open();
+  ProtoWriter event = event_header(step);
+  event.message_field(5, summary);
+  write_record(event.bytes());
+}
+
+void TensorBoardLogger::log_image(const std::string& tag, const Tensor& image, int64_t step) {
+  KILN_CHECK(!tag.empty(), "TensorBoardLogger: empty image name at step ", step);
+  Tensor pixels;  // (H, W, C) uint8
+  try {
+    pixels = data::to_pixels(image.detach());
+  } catch (const Error& e) {
+    detail::throw_error(detail::concat("TensorBoardLogger: image '", tag, "' at step ", step, ": ", e.what()));
+  }
+  ProtoWriter img;
+  img.varint_field(1, static_cast<uint64_t>(pixels.size(0)));
+  img.varint_field(2, static_cast<uint64_t>(pixels.size(1)));
+  img.varint_field(3, static_cast<uint64_t>(pixels.size(2)));
+  img.bytes_field(4, data::encode_png(pixels.permute({2, 0, 1})));
+  ProtoWriter value, summary;
+  value.bytes_field(1, tag);
+  value.message_field(4, img);
+  summary.message_field(1, value);
+  open();
   ProtoWriter event = event_header(step);
   event.message_field(5, summary);
   write_record(event.bytes());

@@ -7,6 +7,9 @@
 // has one simple_value (float32) per metric. The protobuf messages are encoded by hand in the .cpp, with the
 // field numbers of TensorBoard's event.proto, summary.proto and tensor.proto.
 //
+// Histograms are HistogramProto values and images Image values holding a PNG (summary.proto's legacy fields,
+// which TensorBoard reads into its Histograms, Distributions and Images tabs).
+//
 // Hyperparameters go in as a text summary (tag "hparams", a markdown table; TensorBoard's Text tab shows it)
 // and to hparams.yaml, as CSVLogger writes it. on_resume writes a SessionLog START event at step + 1:
 // TensorBoard then drops the events at that step and after which it read from earlier files of the folder,
@@ -42,6 +45,12 @@ class TensorBoardLogger : public Logger {
   // Merged with earlier calls; each call writes the whole set as a text summary at step 0.
   void log_hyperparams(const std::map<std::string, std::string>& hparams) override;
   void log_metrics(const std::map<std::string, double>& metrics, int64_t step) override;
+  // A HistogramProto (TensorBoard's Histograms and Distributions tabs): minimum, maximum, count, sum and sum of
+  // squares of the values, and the counts of `bins` equal-width bins over [min, max] (numpy.histogram's bins;
+  // [v - 0.5, v + 0.5] when every value is v). NaN or inf among the values is an error naming the tag.
+  void log_histogram(const std::string& tag, const Tensor& values, int64_t step, int64_t bins = 64) override;
+  // An Image summary holding the PNG of data::encode_png (TensorBoard's Images tab).
+  void log_image(const std::string& tag, const Tensor& image, int64_t step) override;
   void on_resume(int64_t step) override;
   void flush() override;
   void finalize(const std::string& status) override;

@@ -31,6 +31,16 @@ void TrainModule::log(const std::string& name, double value, LogOptions options)
   trainer_->log_metric(name, value, options);
 }
 
+void TrainModule::log_histogram(const std::string& tag, const Tensor& values, int64_t bins) {
+  KILN_CHECK(trainer_ != nullptr, type_name(), ": log_histogram(\"", tag, "\") outside a Trainer's fit, validate or test");
+  trainer_->log_histogram(tag, values, bins);
+}
+
+void TrainModule::log_image(const std::string& tag, const Tensor& image) {
+  KILN_CHECK(trainer_ != nullptr, type_name(), ": log_image(\"", tag, "\") outside a Trainer's fit, validate or test");
+  trainer_->log_image(tag, image);
+}
+
 Trainer& TrainModule::trainer() const {
   KILN_CHECK(trainer_ != nullptr, type_name(), ": trainer(): the module is not being run by a Trainer");
   return *trainer_;

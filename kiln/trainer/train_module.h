@@ -136,6 +136,13 @@ class TrainModule : public nn::Module, public Callback {
   // Records a scalar metric (a one-element tensor, detached, or a number) under `name`.
   void log(const std::string& name, const Tensor& value, LogOptions options = {});
   void log(const std::string& name, double value, LogOptions options = {});
+  // The distribution of `values` (a layer's weights, its activations) at the current global step, to the
+  // loggers that draw histograms (TensorBoard); `bins` equal-width bins over the values' range. On rank 0 only
+  // under ddp, and not during the sanity check, as metrics.
+  void log_histogram(const std::string& tag, const Tensor& values, int64_t bins = 64);
+  // An image at the current global step (data::encode_png's shapes and values; data::make_grid for a batch),
+  // to the loggers that show images (TensorBoard).
+  void log_image(const std::string& tag, const Tensor& image);
 
   // ---- manual optimization (Lightning's automatic_optimization = false) ----
   // On by default: the Trainer runs backward, clipping, the optimizers' steps and the schedulers after each

@@ -255,6 +255,10 @@ class Trainer {
   void save_checkpoint(const std::string& path, bool weights_only = false);
   // Called by TrainModule::log.
   void log_metric(const std::string& name, double value, const LogOptions& options);
+  // Called by TrainModule::log_histogram and log_image: to every logger at the global step (none while the
+  // sanity check runs; the other ranks of ddp have no loggers).
+  void log_histogram(const std::string& tag, const Tensor& values, int64_t bins);
+  void log_image(const std::string& tag, const Tensor& image);
   // Manual optimization's steps (the TrainModule and ManualOptimizer calls of the same names).
   void manual_backward(const Tensor& loss);
   void manual_optimizer_step(optim::Optimizer& optimizer);

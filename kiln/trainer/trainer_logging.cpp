@@ -70,6 +70,16 @@ std::map<std::string, double> Trainer::finish_means(std::map<std::string, Mean>&
   return to_log;
 }
 
+void Trainer::log_histogram(const std::string& tag, const Tensor& values, int64_t bins) {
+  if (sanity_checking_) return;
+  for (auto& logger : loggers_) logger->log_histogram(tag, values, global_step_, bins);
+}
+
+void Trainer::log_image(const std::string& tag, const Tensor& image) {
+  if (sanity_checking_) return;
+  for (auto& logger : loggers_) logger->log_image(tag, image, global_step_);
+}
+
 void Trainer::send_to_loggers(std::map<std::string, double> metrics) {
   if (metrics.empty() || sanity_checking_) return;
   metrics.emplace("epoch", static_cast<double>(epoch_));  // every row says which epoch it belongs to

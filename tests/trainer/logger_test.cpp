@@ -22,7 +22,9 @@
 #include "kiln/tensor/error.h"
 #include "kiln/trainer/csv_logger.h"
 #include "kiln/trainer/tensorboard_logger.h"
+#include "data/png_reader.h"
 #include "trainer/tfevents_reader.h"
+#include "trainer/trainer_test_util.h"
 
 namespace kiln::test {
 namespace {
@@ -412,6 +414,10 @@ TEST_F(LoggerTest, TensorBoardRunForTheIndependentCheck) {
         if (s <= 5) expected[tag][s] = static_cast<float>(v);
       }
     }
+    // A histogram and an image that survive the resume (steps 2 and 3), and a histogram that does not (7).
+    first.log_histogram("weights/hand", tensor(std::vector<double>{0, 1, 2, 3, 4, 9.5, 10}), 2, 4);
+    first.log_image("samples/rgb", tensor(std::vector<float>{1, 0, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1}, {3, 2, 2}), 3);
+    first.log_histogram("weights/hand", tensor(std::vector<double>{-1, 1}), 7, 2);
     first.finalize("interrupted");
   }
   // TensorBoard reads a folder's files in name order; the second file must not share the first one's second.
@@ -429,7 +435,7 @@ TEST_F(LoggerTest, TensorBoardRunForTheIndependentCheck) {
   // Through the test's reader: both files decode, the resume marker is in the second.
   std::vector<std::string> files = files_in(resumed.log_dir(), "events.out.tfevents.");
   ASSERT_EQ(files.size(), 2u);
-  EXPECT_EQ(read_tfevents(files[0]).size(), 12u);  // version, hparams, 10 steps
+  EXPECT_EQ(read_tfevents(files[0]).size(), 15u);  // version, hparams, 10 steps, 2 histograms, an image
   EXPECT_EQ(read_tfevents(files[1]).at(1).session_status, 1);
 
   std::ofstream out(fs::path(resumed.log_dir()) / "expected.txt");
@@ -440,7 +446,153 @@ TEST_F(LoggerTest, TensorBoardRunForTheIndependentCheck) {
       out << tag << ' ' << step << ' ' << buf << '\n';
     }
   }
+  // The histogram and the image, as tensorboard_check.py compares them: bucket limits and counts as TensorBoard
+  // reads them (its leading empty bucket included), the image's size and its pixels, row by row.
+  std::ofstream media(fs::path(resumed.log_dir()) / "expected_media.txt");
+  media << "histogram weights/hand 2 min=0 max=10 num=7 sum=29.5 limits=0,2.5,5,7.5,10 counts=0,3,2,0,2\n";
+  media << "image samples/rgb 3 width=2 height=2 channels=3 pixels=255,0,0,0,255,0,0,0,255,255,255,255\n";
   if (keep && *keep) std::printf("kept the run in %s\n", resumed.log_dir().c_str());
+}
+
+// ---- histograms and images ----
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The counts of numpy.histogram(values, bins) by its definition, by binary search over edges computed here:
+// bin i holds edges[i] <= v < edges[i + 1], the last bin also v == edges[bins].
+std::vector<double> reference_counts(const std::vector<double>& values, const std::vector<double>& edges) {
+  std::vector<double> counts(edges.size() - 1, 0.0);
+  for (double v : values) {
+    auto it = std::upper_bound(edges.begin(), edges.end(), v);
+    size_t bin = static_cast<size_t>(it - edges.begin()) - 1;
+    if (bin == counts.size()) --bin;  // v == the last edge
+    counts[bin] += 1;
+  }
+  return counts;
+}
+
+TEST_F(LoggerTest, TensorBoardHistogramsReadBack) {
+  TensorBoardLogger logger(dir(), "h", 0);
+  // Hand-worked: 4 bins over [0, 10] have edges 0, 2.5, 5, 7.5, 10 and hold {0, 1, 2}, {3, 4}, {}, {9.5, 10}.
+  logger.log_histogram("hand", tensor(std::vector<double>{0, 1, 2, 3, 4, 9.5, 10}), 3, 4);
+  // Every value equal: numpy's range [v - 0.5, v + 0.5]; an int64 tensor.
+  logger.log_histogram("flat", full({5}, 2, kInt64), 4, 2);
+  manual_seed(11);
+  const Tensor normal = randn({20000}, kFloat32);
+  logger.log_histogram("weights/normal", normal.reshape({100, 200}).t(), 5);  // any shape and strides
+  EXPECT_EQ(error_of([&] { logger.log_histogram("nan", tensor(std::vector<float>{1, NAN, INFINITY}), 6); }),
+            "TensorBoardLogger: histogram 'nan' at step 6: 2 of 3 values are NaN or infinite; a histogram takes "
+            "finite values only");
+  EXPECT_EQ(error_of([&] { logger.log_histogram("none", zeros({0}), 6); }),
+            "TensorBoardLogger: histogram 'none' at step 6: no values (shape (0))");
+  logger.finalize("success");
+
+  const std::vector<TfEvent> events = read_tfevents(logger.event_file());
+  ASSERT_EQ(events.size(), 4u);  // the version, then one event per histogram logged
+  const TfHistogram hand = *events[1].values.at(0).histo;
+  EXPECT_EQ(events[1].step, 3);
+  EXPECT_EQ(events[1].values[0].tag, "hand");
+  EXPECT_EQ(hand.min, 0);
+  EXPECT_EQ(hand.max, 10);
+  EXPECT_EQ(hand.num, 7);
+  EXPECT_EQ(hand.sum, 29.5);
+  EXPECT_EQ(hand.sum_squares, 0 + 1 + 4 + 9 + 16 + 90.25 + 100);
+  // TensorBoard keeps right limits only: an empty leading bucket carries the left edge.
+  EXPECT_EQ(hand.bucket_limit, (std::vector<double>{0, 2.5, 5, 7.5, 10}));
+  EXPECT_EQ(hand.bucket, (std::vector<double>{0, 3, 2, 0, 2}));
+
+  const TfHistogram flat = *events[2].values.at(0).histo;
+  EXPECT_EQ(flat.bucket_limit, (std::vector<double>{1.5, 2, 2.5}));
+  EXPECT_EQ(flat.bucket, (std::vector<double>{0, 0, 5}));  // 2 is the second bin's left edge
+  EXPECT_EQ(flat.sum, 10);
+
+  const TfHistogram h = *events[3].values.at(0).histo;
+  const std::vector<float> f = normal.to_vector<float>();
+  const std::vector<double> values(f.begin(), f.end());
+  EXPECT_EQ(h.min, *std::min_element(values.begin(), values.end()));
+  EXPECT_EQ(h.max, *std::max_element(values.begin(), values.end()));
+  ASSERT_EQ(h.bucket_limit.size(), 65u);  // 64 bins by default
+  EXPECT_EQ(h.bucket_limit.front(), h.min);
+  EXPECT_EQ(h.bucket_limit.back(), h.max);
+  std::vector<double> counts(h.bucket.begin() + 1, h.bucket.end());
+  EXPECT_EQ(counts, reference_counts(values, h.bucket_limit));
+  EXPECT_EQ(h.bucket[0], 0);
+  double sum = 0;
+  for (double v : values) sum += v;
+  EXPECT_NEAR(h.sum, sum, 1e-9 * values.size());
+}
+
+TEST_F(LoggerTest, TensorBoardImagesHoldAPng) {
+  TensorBoardLogger logger(dir(), "i", 0);
+  // (3, 2, 2) RGB: red, green / blue, white.
+  const Tensor img = tensor(std::vector<float>{1, 0, 0, 1, 0, 1, 0, 1, 0, 0, 1, 1}, {3, 2, 2});
+  logger.log_image("samples/rgb", img, 7);
+  logger.log_image("samples/grid", data::make_grid(full({3, 1, 4, 4}, 0.5), {.nrow = 3}), 8);
+  EXPECT_EQ(error_of([&] { logger.log_image("bad", zeros({2, 3, 3}), 9); }),
+            "TensorBoardLogger: image 'bad' at step 9: to_pixels: expected 1, 3 or 4 channels (grey, RGB, RGBA) in "
+            "dim 0, got shape (2, 3, 3)");
+  logger.finalize("success");
+  const std::vector<TfEvent> events = read_tfevents(logger.event_file());
+  ASSERT_EQ(events.size(), 3u);
+  const TfImage rgb = *events[1].values.at(0).image;
+  EXPECT_EQ(events[1].step, 7);
+  EXPECT_EQ(rgb.height, 2);
+  EXPECT_EQ(rgb.width, 2);
+  EXPECT_EQ(rgb.colorspace, 3);
+  const PngImage png = decode_png(rgb.encoded);
+  EXPECT_EQ(png.pixels, (std::vector<uint8_t>{255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255}));
+  const TfImage grid = *events[2].values.at(0).image;
+  EXPECT_EQ(grid.width, 3 * 6 + 2);
+  EXPECT_EQ(grid.height, 4 + 4);
+  EXPECT_EQ(decode_png(grid.encoded).pixels.at((2 * grid.width + 2) * 3), 128);  // 0.5 -> 128
+}
+
+// A regression module that logs its weights' histogram every training step and one image per validation.
+struct HistogramRegressor : Regressor {
+  Tensor training_step(const data::Batch& b, int64_t i) override {
+    log_histogram("fc/weight", fc->weight);
+    return Regressor::training_step(b, i);
+  }
+};
+
+TEST_F(LoggerTest, TrainModulesLogHistogramsAndImagesAtTheGlobalStep) {
+  auto logger = std::make_shared<TensorBoardLogger>(dir(), "t", 0);
+  HistogramRegressor module;
+  module.on_validation = [](Regressor& m, const data::Batch& b) { m.log_image("val/inputs", b[0].unsqueeze(0).sigmoid()); };
+  trainer::TrainerOptions o;
+  o.max_epochs = 2;
+  o.num_sanity_val_steps = 1;
+  o.loggers = {logger};
+  o.enable_checkpointing = false;
+  o.enable_progress_bar = false;
+  o.enable_model_summary = false;
+  o.default_root_dir = dir();
+  trainer::Trainer t(o);
+  auto train = loader(regression_data(32), 8);
+  auto val = loader(regression_data(8, 9), 8);
+  t.fit(module, *train, val.get());
+  std::vector<int64_t> histogram_steps, image_steps;
+  for (const TfEvent& e : read_tfevents(logger->event_file())) {
+    for (const TfValue& v : e.values) {
+      if (v.histo) histogram_steps.push_back(e.step);
+      if (v.image) image_steps.push_back(e.step);
+    }
+  }
+  // The histogram before each of the 8 optimizer steps (global step 0 .. 7); one image per epoch's
+  // validation (after steps 4 and 8), none from the sanity check.
+  EXPECT_EQ(histogram_steps, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(image_steps, (std::vector<int64_t>{4, 8}));
+  // Outside a Trainer: an error, as log().
+  HistogramRegressor alone;
+  EXPECT_EQ(error_of([&] { alone.log_histogram("w", alone.fc->weight); }),
+            "Regressor: log_histogram(\"w\") outside a Trainer's fit, validate or test");
 }
 
 }  // namespace

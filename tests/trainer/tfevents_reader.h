@@ -20,9 +20,21 @@
 
 namespace kiln::test {
 
+struct TfHistogram {
+  double min = 0, max = 0, num = 0, sum = 0, sum_squares = 0;
+  std::vector<double> bucket_limit, bucket;
+};
+
+struct TfImage {
+  int64_t height = 0, width = 0, colorspace = 0;
+  std::string encoded;  // the image file (PNG)
+};
+
 struct TfValue {
   std::string tag;
   std::optional<float> simple_value;
+  std::optional<TfHistogram> histo;
+  std::optional<TfImage> image;
   std::string plugin_name;               // metadata.plugin_data.plugin_name
   std::optional<int64_t> tensor_dtype;   // tensor.dtype
   std::optional<int> tensor_rank;        // number of tensor.tensor_shape.dim, when the shape is present
@@ -122,6 +134,19 @@ void for_each_field(std::string_view bytes, F&& on_field) {
   }
 }
 
+// A repeated double, packed (one length-delimited field of 8-byte values) or not (one fixed64 per value).
+inline void read_doubles(ProtoReader& r, uint32_t wire_type, std::vector<double>& out) {
+  if (wire_type == 1) {
+    out.push_back(r.fixed64_double());
+    return;
+  }
+  ProtoReader::expect(0, wire_type, 2);
+  std::string_view bytes = r.length_delimited();
+  if (bytes.size() % 8 != 0) throw std::runtime_error("protobuf: packed doubles of " + std::to_string(bytes.size()) + " bytes");
+  ProtoReader p(bytes);
+  while (!p.done()) out.push_back(p.fixed64_double());
+}
+
 inline TfValue decode_value(std::string_view bytes) {
   TfValue v;
   for_each_field(bytes, [&](ProtoReader& r, uint32_t field, uint32_t wt) {
@@ -142,6 +167,41 @@ inline TfValue decode_value(std::string_view bytes) {
         });
         return true;
       });
+    } else if (field == 5) {  // HistogramProto
+      ProtoReader::expect(field, wt, 2);
+      TfHistogram h;
+      for_each_field(r.length_delimited(), [&](ProtoReader& m, uint32_t f, uint32_t w) {
+        if (f >= 1 && f <= 5) {
+          ProtoReader::expect(f, w, 1);
+          double* slot[] = {&h.min, &h.max, &h.num, &h.sum, &h.sum_squares};
+          *slot[f - 1] = m.fixed64_double();
+        } else if (f == 6) {
+          read_doubles(m, w, h.bucket_limit);
+        } else if (f == 7) {
+          read_doubles(m, w, h.bucket);
+        } else {
+          return false;
+        }
+        return true;
+      });
+      v.histo = h;
+    } else if (field == 4) {  // Summary.Image
+      ProtoReader::expect(field, wt, 2);
+      TfImage image;
+      for_each_field(r.length_delimited(), [&](ProtoReader& m, uint32_t f, uint32_t w) {
+        if (f >= 1 && f <= 3) {
+          ProtoReader::expect(f, w, 0);
+          int64_t* slot[] = {&image.height, &image.width, &image.colorspace};
+          *slot[f - 1] = static_cast<int64_t>(m.varint());
+        } else if (f == 4) {
+          ProtoReader::expect(f, w, 2);
+          image.encoded = std::string(m.length_delimited());
+        } else {
+          return false;
+        }
+        return true;
+      });
+      v.image = image;
     } else if (field == 8) {  // TensorProto
       ProtoReader::expect(field, wt, 2);
       for_each_field(r.length_delimited(), [&](ProtoReader& t, uint32_t f, uint32_t w) {
