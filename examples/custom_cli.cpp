@@ -8,11 +8,12 @@
 //                        (model.args.fc, default [120, 84]), activation model.args.activation (relu or tanh)
 //   data.name: spirals   two interleaved spirals in the plane, class 0 and class 1: data.args.samples points
 //                        (default 2000), data.args.turns turns (default 1.5), Gaussian noise of std
-//                        data.args.noise (default 0.05); data.val_size of them validate, as many test
+//                        data.args.noise (default 0.05); data.val_size of them validate, as many test (so
+//                        data.val_size, 5000 by default for Fashion-MNIST, must come down below samples / 2)
 //
 //   ./build/examples/custom_cli train --set model.name=lenet --set trainer.max_epochs=1
-//   ./build/examples/custom_cli train --set data.name=spirals --set model.name=mlp --set model.hidden=[64,64] \
-//       --set data.args.turns=2 --set trainer.max_epochs=20
+//   ./build/examples/custom_cli train --set data.name=spirals --set data.val_size=300 --set model.name=mlp \
+//       --set model.hidden=[64,64] --set data.args.turns=2 --set trainer.max_epochs=30
 //   ./build/examples/custom_cli train --help          (lists the two, with their docs)
 //
 // The first trains LeNet-5 on Fashion-MNIST (the built-in dataset, from Debian's dataset-fashion-mnist); the
@@ -58,7 +59,7 @@ class LeNet : public nn::Module {
     features->push_back(act());
     features->push_back(downsample());
     h /= 2, w /= 2;
-    KILN_CHECK(h >= 5 && w >= 5, "model lenet: images of ", shape_str(data.input_shape),
+    KILN_CHECK(h >= 6 && w >= 6, "model lenet: images of ", shape_str(data.input_shape),
                " are too small for the second 5x5 convolution");
     features->push_back(nn::Conv2d(channels[0], channels[1], 5));
     features->push_back(act());

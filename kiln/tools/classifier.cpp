@@ -41,7 +41,18 @@ Tensor Classifier::evaluate(const data::Batch& batch, const std::string& split) 
   return loss;
 }
 
-Tensor Classifier::training_step(const data::Batch& batch, int64_t) { return evaluate(batch, "train"); }
+Tensor Classifier::training_step(const data::Batch& batch, int64_t) {
+  const int64_t every = config_.logger.histogram_every_n_steps;
+  if (every > 0) {
+    // The weights about to be updated by this step, under the network's own names ("weights/0.weight").
+    const int64_t step = trainer().global_step();
+    if (step % every == 0 && step != last_histogram_step_) {
+      last_histogram_step_ = step;
+      for (const auto& [name, p] : net_->named_parameters()) log_histogram("weights/" + name, p.detach());
+    }
+  }
+  return evaluate(batch, "train");
+}
 
 Tensor Classifier::validation_step(const data::Batch& batch, int64_t) {
   evaluate(batch, "val");

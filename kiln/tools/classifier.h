@@ -33,6 +33,7 @@ class Classifier : public trainer::TrainModule {
 
   std::shared_ptr<nn::Module> net_;
   RunConfig config_;
+  int64_t last_histogram_step_ = -1;  // logger.histogram_every_n_steps: once per optimizer step, not per batch
 };
 
 // The optimizer a config names, over `params`.

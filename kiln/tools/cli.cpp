@@ -447,8 +447,10 @@ int cmd_eval(const std::vector<std::string>& args, bool predict) {
   o.fast_dev_run = 0;
   trainer::Trainer t(o);
   data::DataLoader* loader = a.split == "val" ? run.val.get() : run.test.get();
+  const bool registered = find_registered_dataset(cfg.data.name) != nullptr;
   KILN_CHECK(loader != nullptr, "--split ", a.split, ": the run's data (data.name ", cfg.data.name, ") has no ",
-             a.split == "val" ? "validation split (data.val_size 0)" : "test split");
+             a.split == "val" ? "validation split" : "test split",
+             a.split == "val" && !registered ? " (data.val_size 0)" : registered ? " (the dataset gave none)" : "");
   if (!predict) {
     const auto metrics = a.split == "val" ? t.validate(*run.module, *loader) : t.test(*run.module, *loader);
     std::printf("%s (%s): %s\n", a.split.c_str(), a.ckpt.c_str(), format_metrics(metrics).c_str());

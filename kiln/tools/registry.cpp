@@ -25,6 +25,13 @@ const yaml::Node& Args::find_required(std::string_view key) const {
   return *value;
 }
 
+const Args& Args::sub(std::string_view key) const {
+  if (auto it = subs_.find(key); it != subs_.end()) return *it->second;
+  const yaml::Node* value = find(key);
+  auto child = std::make_unique<Args>(name_ + "." + std::string(key), value ? *value : yaml::Node::mapping());
+  return *subs_.emplace(std::string(key), std::move(child)).first->second;
+}
+
 std::vector<std::string> Args::keys() const {
   std::vector<std::string> out;
   if (mapping_.is_mapping()) {
@@ -34,6 +41,7 @@ std::vector<std::string> Args::keys() const {
 }
 
 void Args::check_all_used(const std::string& owner) const {
+  for (const auto& [key, child] : subs_) child->check_all_used(owner);
   if (!mapping_.is_mapping()) return;
   for (const yaml::Entry& e : mapping_.entries()) {
     if (used_.count(e.key)) continue;

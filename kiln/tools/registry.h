@@ -27,10 +27,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/tools/datasets.h"
@@ -49,12 +51,15 @@ class Args {
 
   // The value of `key` as a T, or `fallback` when the mapping has no such key. T is any type a config key can
   // have: bool, int, int64_t, double, std::string, std::vector of those, std::optional of those, or
-  // trainer::yaml::Node for the value as written.
+  // trainer::yaml::Node for the value as written (unchecked: prefer sub() for a nested mapping).
   template <typename T>
   T get(std::string_view key, T fallback) const {
     const trainer::yaml::Node* value = find(key);
     return value ? read<T>(key, *value) : fallback;
   }
+  // The nested mapping under `key` as Args of its own ("model.args.block"), empty when not given: read its
+  // keys as these, and check_all_used() checks them too.
+  const Args& sub(std::string_view key) const;
   // The value of `key` as a T; an error naming the key when it is missing.
   template <typename T>
   T required(std::string_view key) const {
@@ -65,8 +70,9 @@ class Args {
   std::vector<std::string> keys() const;
   const std::string& name() const { return name_; }
 
-  // Throws when the mapping has a key no get() or required() asked for, naming it and `owner` (the model or
-  // dataset that was built): "model.args.widht: model 'wide-mlp' has no argument widht (it read width)".
+  // Throws when the mapping (or a sub() of it) has a key no get(), required() or sub() asked for, naming it and
+  // `owner` (the model or dataset that was built):
+  // "model.args.widht (run.yaml line 7): model 'wide-mlp' has no argument 'widht' (it read width)".
   void check_all_used(const std::string& owner) const;
 
  private:
@@ -74,13 +80,18 @@ class Args {
   const trainer::yaml::Node& find_required(std::string_view key) const;
   template <typename T>
   T read(std::string_view key, const trainer::yaml::Node& value) const {
-    trainer::ConfigKey spec;  // no choices, no minimum: the model checks its own ranges
-    return trainer::config_detail::Codec<T>::read(value, spec, name_ + "." + std::string(key));
+    if constexpr (std::is_same_v<T, trainer::yaml::Node>) {
+      return value;
+    } else {
+      trainer::ConfigKey spec;  // no choices, no minimum: the model checks its own ranges
+      return trainer::config_detail::Codec<T>::read(value, spec, name_ + "." + std::string(key));
+    }
   }
 
   std::string name_;
   trainer::yaml::Node mapping_;
   mutable std::set<std::string, std::less<>> used_;
+  mutable std::map<std::string, std::unique_ptr<Args>, std::less<>> subs_;
 };
 
 struct ModelSpec {
@@ -94,8 +105,12 @@ struct ModelSpec {
 
 struct DatasetSpec {
   // Builds the splits. `config` is the whole data section: a dataset may use data.path, data.seed,
-  // data.val_size and friends as the built-in ones do, and its own keys under data.args. train is required;
-  // val and test may be null (no validation; `kiln eval --split test` then says there is no test split).
+  // data.val_size and data.normalize as the built-in ones do (kiln itself neither normalizes nor augments a
+  // registered dataset), and its own keys under data.args; the built-in datasets' other keys
+  // (random_crop_padding, horizontal_flip, label_column, num_samples, num_features, num_classes, block_size)
+  // must stay at their defaults, as must the built-in models' keys (model.hidden ... model.dropout) for a
+  // registered model: set, they would be ignored. train is required; val and test may be null (no
+  // validation; `kiln eval --split test` then says there is no test split).
   // info.input_shape is one example's shape, info.num_classes the number of classes (labels 0 .. K-1, int64),
   // info.tokens whether examples are token sequences for a language model.
   std::function<DataSplits(const Args& args, const RunConfig::Data& config)> build;
@@ -120,7 +135,7 @@ const DatasetSpec* find_registered_dataset(std::string_view name);
 // Whether model `name` (built-in or registered) takes token sequences.
 bool is_language_model(std::string_view name);
 
-// Forgets every registration (for tests).
+// Forgets every registration (for tests, between runs: the specs find_registered_* returned are gone).
 void clear_registry();
 
 }  // namespace kiln::tools

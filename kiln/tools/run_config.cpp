@@ -248,6 +248,9 @@ void declare_logger(Schema<R>& s) {
   l.add("tensorboard", &L::tensorboard, "write TensorBoard event files");
   l.add("name", &L::name, "the experiment's folder name");
   l.add("version", &L::version, "the run's version number (null: one more than the highest there)").at_least(0);
+  l.add("histogram_every_n_steps", &L::histogram_every_n_steps,
+        "log every parameter's histogram to TensorBoard every n optimizer steps (0: never)")
+      .at_least(0);
 }
 
 }  // namespace
@@ -313,6 +316,35 @@ void check_run_config(const RunConfig& c) {
   KILN_CHECK(!builtin_data || d.args.size() == 0, "data.args: data.name ", d.name,
              " is built in and takes no arguments there (its keys are data.path, data.val_size, ...); found ",
              trainer::yaml::emit_inline(d.args));
+  // The built-in models' and datasets' own keys mean nothing to a registered one: a value other than the
+  // default there would be ignored without a word, so it is refused, pointing at the args.
+  const auto not_for_registered = [](bool at_default, const std::string& key, const std::string& what) {
+    const std::string kind = what.substr(0, what.find(' '));  // "model" or "dataset"
+    KILN_CHECK(at_default, key, ": a key of the built-in ", kind, "s; ", what, " takes its own arguments under ",
+               key.substr(0, key.find('.')), ".args");
+  };
+  if (!builtin_model) {
+    const RunConfig::Model d;
+    const std::string what = "model " + m.name;
+    not_for_registered(m.hidden == d.hidden, "model.hidden", what);
+    not_for_registered(m.channels == d.channels, "model.channels", what);
+    not_for_registered(m.fc == d.fc, "model.fc", what);
+    not_for_registered(m.layers == d.layers, "model.layers", what);
+    not_for_registered(m.heads == d.heads, "model.heads", what);
+    not_for_registered(m.embed_dim == d.embed_dim, "model.embed_dim", what);
+    not_for_registered(m.dropout == d.dropout, "model.dropout", what);
+    not_for_registered(m.checkpoint_activations == d.checkpoint_activations, "model.checkpoint_activations", what);
+  }
+  if (!builtin_data) {
+    const RunConfig::Data d;
+    not_for_registered(c.data.random_crop_padding == d.random_crop_padding, "data.random_crop_padding", "dataset " + c.data.name);
+    not_for_registered(c.data.horizontal_flip == d.horizontal_flip, "data.horizontal_flip", "dataset " + c.data.name);
+    not_for_registered(c.data.label_column == d.label_column, "data.label_column", "dataset " + c.data.name);
+    not_for_registered(c.data.num_samples == d.num_samples, "data.num_samples", "dataset " + c.data.name);
+    not_for_registered(c.data.num_features == d.num_features, "data.num_features", "dataset " + c.data.name);
+    not_for_registered(c.data.num_classes == d.num_classes, "data.num_classes", "dataset " + c.data.name);
+    not_for_registered(c.data.block_size == d.block_size, "data.block_size", "dataset " + c.data.name);
+  }
   // A registered dataset says whether it holds tokens only once built (DataInfo::tokens): build_run checks it.
   if (builtin_data) {
     const bool language_model = is_language_model(m.name);
@@ -343,6 +375,8 @@ void check_run_config(const RunConfig& c) {
   }
   KILN_CHECK(schedule.empty() || c.trainer.accumulate_grad_batches == 1, "callbacks.accumulate_grad_schedule needs "
              "trainer.accumulate_grad_batches 1 (the schedule sets it), found ", c.trainer.accumulate_grad_batches);
+  KILN_CHECK(c.logger.tensorboard || c.logger.histogram_every_n_steps == 0, "logger.histogram_every_n_steps (",
+             c.logger.histogram_every_n_steps, ") needs logger.tensorboard: only TensorBoard draws histograms");
   KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.lr_monitor,
              "callbacks.lr_monitor needs a logger (logger.csv or logger.tensorboard)");
   KILN_CHECK(c.logger.csv || c.logger.tensorboard || !c.callbacks.throughput_monitor.enabled,

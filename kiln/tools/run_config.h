@@ -216,6 +216,7 @@ struct RunConfig {
     bool tensorboard = true;
     std::string name = "kiln";
     std::optional<int64_t> version;
+    int64_t histogram_every_n_steps = 0;  // 0: off; else every parameter's histogram to TensorBoard that often
     bool operator==(const Logger&) const = default;
   };
 

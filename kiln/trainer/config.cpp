@@ -140,9 +140,20 @@ std::string read_string(const yaml::Node& value, const ConfigKey& key, const std
   return text;
 }
 
+// Keys inside an open mapping are single names: `--set a.b.c=1` reaches nested mappings by dots, so a key
+// holding a dot could never be set from the command line (and would read as two levels there).
+static void check_open_keys(const yaml::Node& map, const std::string& name) {
+  for (const yaml::Entry& e : map.entries()) {
+    KILN_CHECK(!e.key.empty() && e.key.find('.') == std::string::npos, name, ": key '", e.key, "'", where(e.key_mark),
+               " is empty or holds a dot; nest mappings instead (", name, ".a.b is `a: {b: ...}`)");
+    if (e.value.is_mapping()) check_open_keys(e.value, name + "." + e.key);
+  }
+}
+
 yaml::Node read_mapping(const yaml::Node& value, const std::string& name) {
   if (value.is_null()) return yaml::Node::mapping(value.mark());
   if (!value.is_mapping()) type_error(value, name, "a mapping");
+  check_open_keys(value, name);
   return value;
 }
 
@@ -279,14 +290,21 @@ void SchemaBase::read_mapping(void* config, const yaml::Node& map, const std::st
   }
 }
 
-// `map` with the entry at `keys` (a path into nested mappings) set to `value`, added at the end where new.
+// `map` with the entry at `keys` (a path into nested mappings) set to `value`, added at the end where new (its
+// key marked as coming from the --set, for later messages).
 static yaml::Node with_entry(const yaml::Node& map, const std::vector<std::string>& keys, size_t depth,
-                             const yaml::Node& value, const std::string& name) {
-  if (!map.is_null() && !map.is_mapping()) config_detail::type_error(map, name, "a mapping");
+                             const yaml::Node& value, const std::string& name, const std::string& override_text) {
+  if (!map.is_null() && !map.is_mapping()) {
+    detail::throw_error(detail::concat("--set ", override_text, ": ", name, " is ", map.describe(),
+                                       config_detail::where(map.mark()), ", not a mapping to set '", keys[depth],
+                                       "' in (set ", name, " itself to replace it: --set ", name, "={...})"));
+  }
   yaml::Node out = yaml::Node::mapping(map.mark());
   bool found = false;
   auto value_at = [&](const yaml::Node& old) {
-    return depth + 1 == keys.size() ? value : with_entry(old, keys, depth + 1, value, name + "." + keys[depth]);
+    return depth + 1 == keys.size()
+               ? value
+               : with_entry(old, keys, depth + 1, value, name + "." + keys[depth], override_text);
   };
   if (map.is_mapping()) {
     for (const yaml::Entry& e : map.entries()) {
@@ -298,7 +316,7 @@ static yaml::Node with_entry(const yaml::Node& map, const std::vector<std::strin
       }
     }
   }
-  if (!found) out.add(keys[depth], value_at(yaml::Node::null()));
+  if (!found) out.add(keys[depth], value_at(yaml::Node::null()), value.mark());
   return out;
 }
 
@@ -316,7 +334,7 @@ bool SchemaBase::set_in_open_mapping(void* config, const std::string& path, std:
       begin = end + 1;
     }
     yaml::Node value = yaml::parse_inline(text, "--set " + override_text);
-    key->read(config, with_entry(key->write(config), keys, 0, value, key->path), *key);
+    key->read(config, with_entry(key->write(config), keys, 0, value, key->path, override_text), *key);
     return true;
   }
   return false;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "kiln/tools/registry.h"
 #include "kiln/trainer/checkpoint.h"
 #include "tools/tools_test_util.h"
+#include "trainer/tfevents_reader.h"
 
 namespace kiln::tools {
 namespace registry_test {
@@ -170,9 +172,74 @@ TEST_F(Registry, SetReachesIntoTheArgsAndTheDumpReadsBack) {
   EXPECT_EQ(load("model:\n  name: m\n  args:\n").model.args.size(), 0u);
   EXPECT_TRUE(contains(error_of([&] { load("model:\n  args: [1]\n"); }), "model.args: expected a mapping, found a list"));
   EXPECT_TRUE(contains(error_of([&] { load("", {"model.args.a..b=1"}); }), "has an empty key"));
-  // Into a scalar entry: that entry is not a mapping.
-  EXPECT_TRUE(contains(error_of([&] { load("", {"model.name=m", "model.args.w=1", "model.args.w.x=2"}); }),
-                       "model.args.w: expected a mapping"));
+  // Into a scalar entry: that entry is not a mapping, and the message says which --set tried.
+  EXPECT_EQ(error_of([&] { load("", {"model.name=m", "model.args.w=1", "model.args.w.x=2"}); }),
+            "--set model.args.w.x=2: model.args.w is '1' (--set model.args.w=1), not a mapping to set 'x' in (set "
+            "model.args.w itself to replace it: --set model.args.w={...})");
+  // A dot inside a key could never be reached by --set: refused in the file.
+  EXPECT_EQ(error_of([&] { load("model:\n  name: m\n  args:\n    inner: {a.b: 1}\n"); }),
+            "model.args.inner: key 'a.b' (run.yaml line 4) is empty or holds a dot; nest mappings instead "
+            "(model.args.inner.a.b is `a: {b: ...}`)");
+  // Strings that read as other types survive the dump, quoted.
+  const RunConfig tricky = load("model:\n  name: m\n  args:\n    code: \"007\"\n    answer: 'yes'\n"
+                                "    one: \"1\"\n    colon: \"a: b\"\n    \"3\": three\n");
+  EXPECT_EQ(load(dump(tricky)), tricky);
+  EXPECT_EQ(Args("model.args", tricky.model.args).get<std::string>("code", ""), "007");
+}
+
+TEST_F(Registry, SubArgumentsAreCheckedLikeTheTopLevel) {
+  register_model("m", hidden_layer_model());
+  const RunConfig c = load("model:\n  name: m\n  args:\n    block: {depth: 2, widht: 3}\n    layers: [1, 2]\n");
+  const Args args("model.args", c.model.args);
+  const Args& block = args.sub("block");
+  EXPECT_EQ(block.name(), "model.args.block");
+  EXPECT_EQ(block.get<int64_t>("depth", 0), 2);
+  EXPECT_EQ(&args.sub("block"), &block);  // the same object each time
+  EXPECT_EQ(args.sub("absent").get<int64_t>("x", 5), 5);  // a missing mapping reads as empty
+  // The value as written, whatever its kind.
+  EXPECT_EQ(trainer::yaml::emit_inline(args.get<trainer::yaml::Node>("layers", {})), "[1, 2]");
+  EXPECT_EQ(error_of([&] { args.check_all_used("model 'm'"); }),
+            "model.args.block.widht (run.yaml line 4): model 'm' has no argument 'widht' (it read depth)");
+  EXPECT_TRUE(contains(error_of([&] { args.sub("layers"); }), "model.args.layers: expected a mapping, found a list"));
+}
+
+TEST_F(Registry, TheBuiltInsKeysAreRefusedForRegisteredOnes) {
+  register_model("m", hidden_layer_model());
+  register_dataset("d", xor_blobs());
+  EXPECT_EQ(error_of([] { load("model:\n  name: m\n  hidden: [3]\n"); }),
+            "model.hidden: a key of the built-in models; model m takes its own arguments under model.args");
+  EXPECT_EQ(error_of([] { load("model:\n  name: m\n  dropout: 0.5\n"); }),
+            "model.dropout: a key of the built-in models; model m takes its own arguments under model.args");
+  EXPECT_EQ(error_of([] { load("data:\n  name: d\n  horizontal_flip: true\n"); }),
+            "data.horizontal_flip: a key of the built-in datasets; dataset d takes its own arguments under data.args");
+  // The keys every dataset shares stay free: the loader's, the split's, the path.
+  EXPECT_NO_THROW(load("data:\n  name: d\n  batch_size: 7\n  val_size: 3\n  seed: 4\n  path: x\n  normalize: false\n"));
+  EXPECT_NO_THROW(load("model:\n  name: m\n  num_classes: 4\n"));
+}
+
+TEST_F(Registry, DatasetsAreCheckedWhenBuilt) {
+  const auto make = [](std::function<DataSplits()> f) { return DatasetSpec{.build = [f](const Args&, const RunConfig::Data&) { return f(); }}; };
+  const Tensor x = zeros({4, 2}), y = zeros({4}, kInt64);
+  register_dataset("none", make([] { return DataSplits{}; }));
+  register_dataset("empty", make([] {
+    DataSplits s;
+    s.train = std::make_shared<data::TensorDataset>(std::vector<Tensor>{zeros({0, 2}), zeros({0}, kInt64)});
+    s.info = DataInfo{.input_shape = {2}, .num_classes = 2};
+    return s;
+  }));
+  register_dataset("one-class", make([x, y] {
+    DataSplits s;
+    s.train = std::make_shared<data::TensorDataset>(std::vector<Tensor>{x, y});
+    s.info = DataInfo{.input_shape = {2}, .num_classes = 1};
+    return s;
+  }));
+  RunConfig::Data c;
+  c.name = "none";
+  EXPECT_EQ(error_of([&] { make_data(c); }), "dataset 'none': its build function gave no training set");
+  c.name = "empty";
+  EXPECT_EQ(error_of([&] { make_data(c); }), "dataset 'empty': its training set is empty");
+  c.name = "one-class";
+  EXPECT_TRUE(contains(error_of([&] { make_data(c); }), "dataset 'one-class': info.num_classes is 1"));
 }
 
 // ---- names ----
@@ -316,7 +383,8 @@ TEST_F(RegisteredRun, TrainsEvaluatesAndExportsThroughTheCommandLine) {
   EXPECT_NEAR(std::stod(eval.out.substr(at + 8)), by_hand, 1e-4);
   const CliResult test = run_kiln({"eval", "--ckpt", last_ckpt()});
   EXPECT_EQ(test.status, 1);
-  EXPECT_TRUE(contains(test.err, "--split test: the run's data (data.name xor-blobs) has no test split"));
+  EXPECT_TRUE(contains(test.err, "--split test: the run's data (data.name xor-blobs) has no test split (the dataset "
+                                 "gave none)"));
 
   const CliResult predict = run_kiln({"predict", "--ckpt", last_ckpt(), "--split", "val", "--output", dir_ / "p.csv"});
   EXPECT_EQ(predict.status, 0) << predict.err;
@@ -329,6 +397,38 @@ TEST_F(RegisteredRun, TrainsEvaluatesAndExportsThroughTheCommandLine) {
   const CliResult stock = run_kiln({"eval", "--ckpt", last_ckpt(), "--split", "val"});
   EXPECT_EQ(stock.status, 1);
   EXPECT_TRUE(contains(stock.err, "(or a registered model: none in this program); found 'hidden'"));
+}
+
+TEST_F(RegisteredRun, HistogramsOfTheWeightsGoToTensorBoard) {
+  // 800 training examples in batches of 32: 25 steps an epoch; 2 epochs; every 10 steps: 0, 10, 20, 30, 40.
+  const CliResult r = run_kiln({"train", "--config", config_, "--set", "trainer.max_epochs=2", "--set",
+                                "logger.histogram_every_n_steps=10", "--set", "trainer.accumulate_grad_batches=1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::map<std::string, std::vector<int64_t>> steps;
+  std::map<std::string, test::TfHistogram> first;
+  for (const auto& e : fs::directory_iterator(dir_.path() / "runs" / "kiln" / "version_0")) {
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+    for (const test::TfEvent& event : test::read_tfevents(e.path().string())) {
+      for (const test::TfValue& v : event.values) {
+        if (!v.histo) continue;
+        steps[v.tag].push_back(event.step);
+        if (!first.count(v.tag)) first[v.tag] = *v.histo;
+      }
+    }
+  }
+  const std::vector<int64_t> expected{0, 10, 20, 30, 40};
+  // The hidden model's parameters under the network's names: two linear layers, weight and bias each.
+  ASSERT_EQ(steps.size(), 4u);
+  for (const char* tag : {"weights/0.weight", "weights/0.bias", "weights/2.weight", "weights/2.bias"}) {
+    EXPECT_EQ(steps[tag], expected) << tag;
+  }
+  EXPECT_EQ(first["weights/0.weight"].num, 2 * 24);  // (24, 2)
+  EXPECT_EQ(first["weights/2.bias"].num, 2);
+  // Histograms need TensorBoard.
+  const CliResult no_tb = run_kiln({"train", "--config", config_, "--set", "logger.tensorboard=false", "--set",
+                                    "logger.histogram_every_n_steps=10"});
+  EXPECT_EQ(no_tb.status, 1);
+  EXPECT_TRUE(contains(no_tb.err, "logger.histogram_every_n_steps (10) needs logger.tensorboard"));
 }
 
 TEST_F(RegisteredRun, ALinearModelCannotFitTheData) {
@@ -344,7 +444,8 @@ TEST_F(RegisteredRun, ALinearModelCannotFitTheData) {
 TEST_F(RegisteredRun, ArgumentMistakesStopTheRunBeforeTraining) {
   CliResult r = run_kiln({"train", "--config", config_, "--set", "model.args.widht=8"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(contains(r.err, "model.args.widht: model 'hidden' has no argument 'widht' (it read activation, width)"));
+  EXPECT_TRUE(contains(r.err, "model.args.widht (--set model.args.widht=8): model 'hidden' has no argument 'widht' "
+                              "(it read activation, width)"));
   r = run_kiln({"train", "--config", config_, "--set", "data.args.samples=many"});
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(contains(r.err, "data.args.samples: expected an integer, found 'many' (--set data.args.samples=many)"));
