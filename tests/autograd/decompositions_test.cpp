@@ -4,10 +4,13 @@
 // order); and the errors bad input gets.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <numeric>
 
 #include "grad_test_util.h"
 #include "kiln/autograd/linalg.h"
+#include "kiln/tensor/ops/linalg.h"
 
 namespace kiln {
 namespace {
@@ -568,6 +571,131 @@ TEST(LinalgErrors, UndefinedGradientsSayWhy) {
   EXPECT_TRUE(b.grad().defined());
   Tensor s = f64({1, 2, 2, 4}, {2, 2}).requires_grad_();
   EXPECT_NE(error_of([&] { linalg::slogdet(s).logabsdet.backward(); }).find("singular"), std::string::npos);
+}
+
+// ---- both CPU backends on matrices large enough for LAPACK ----
+
+// The backends this build has ("eigen", and "openblas" where built with it): from order 128 the LU
+// factorization and the triangular solves go to OpenBLAS's LAPACK when it is the backend, and the Cholesky
+// factorization too (from order 512 under OMP_WAIT_POLICY=passive, which CTest sets); below that and otherwise
+// to Eigen. Each must meet the definitions, read only the triangle it is given, and report the same failures at
+// the same places.
+std::vector<std::string> cpu_backends() {
+  std::vector<std::string> out{"eigen"};
+  const CpuGemmBackend chosen = cpu_gemm_backend();
+  try {
+    set_cpu_gemm_backend("openblas");
+    out.push_back("openblas");
+  } catch (const Error&) {  // built without OpenBLAS
+  }
+  set_cpu_gemm_backend(chosen.name == "OpenBLAS" ? "openblas" : "eigen");
+  return out;
+}
+
+// Runs f under each backend, then puts the chosen one back.
+void for_each_cpu_backend(const std::function<void(const std::string&)>& f) {
+  const CpuGemmBackend chosen = cpu_gemm_backend();
+  for (const std::string& backend : cpu_backends()) {
+    set_cpu_gemm_backend(backend);
+    SCOPED_TRACE(backend);
+    f(backend);
+  }
+  set_cpu_gemm_backend(chosen.name == "OpenBLAS" ? "openblas" : "eigen");
+}
+
+double relative_error(const Tensor& got, const Tensor& want) {
+  return max_abs_diff(got, want) / std::max(1.0, ops::amax(ops::abs(want.detach().to(kFloat64))).item<double>());
+}
+
+TEST(LinalgBackends, CholeskyOfLargeMatricesMeetsItsDefinition) {
+  std::map<std::string, Tensor> factors;
+  const std::map<int64_t, Tensor> inputs{{40, spd({3, 40, 40})}, {130, spd({2, 130, 130})}, {520, spd({1, 520, 520})}};
+  for_each_cpu_backend([&](const std::string& backend) {
+    for (int64_t n : {40, 130, 520}) {
+      for (DType d : {kFloat64, kFloat32}) {
+        const Tensor a64 = inputs.at(n);
+        // Junk above the diagonal: only the lower triangle may be read.
+        const Tensor a = (ops::tril(a64) + ops::triu(full_like(a64, NAN), 1)).to(d);
+        const Tensor l = ops::cholesky(a);
+        const double tol = d == kFloat64 ? 1e-12 : 2e-5;
+        EXPECT_LT(relative_error(ops::matmul(l.to(kFloat64), l.to(kFloat64).mT()), a64), tol) << n << " " << d;
+        EXPECT_TRUE(ops::equal(ops::triu(l, 1), zeros_like(l))) << "exact zeros above the diagonal";
+        if (d == kFloat64 && n == 520) factors[backend] = l;
+      }
+    }
+    // The same failures at the same orders: a negative pivot, a NaN and an infinity on the diagonal.
+    for (int64_t n : {40, 520}) {
+      for (const auto& [at, value] : std::vector<std::pair<int64_t, double>>{{36, -1.0}, {5, NAN}, {3, INFINITY}}) {
+        Tensor a = eye(n, n, kFloat64).contiguous();
+        a.index_put_({at, at}, value);
+        EXPECT_NE(error_of([&] { ops::cholesky(a); }).find("its leading minor of order " + std::to_string(at + 1)),
+                  std::string::npos)
+            << n << ": " << error_of([&] { ops::cholesky(a); });
+      }
+    }
+  });
+  if (factors.size() == 2) EXPECT_LT(max_abs_diff(factors["eigen"], factors["openblas"]), 1e-10);
+}
+
+TEST(LinalgBackends, LuFactorsAndSolvesLargeMatrices) {
+  for_each_cpu_backend([&](const std::string&) {
+    for (int64_t n : {33, 130}) {
+      for (DType d : {kFloat64, kFloat32}) {
+        // Entries of order 1/sqrt(n) and 2 on the diagonal: eigenvalues in about the disc of radius 0.6 around 2,
+        // so the residuals below measure the solver, not the matrix's condition.
+        const Tensor a64 = (leaf({2, n, n}, -1.0, 1.0).detach() / std::sqrt(static_cast<double>(n)) +
+                            2.0 * eye(n, n, kFloat64))
+                               .contiguous();
+        const Tensor a = a64.to(d);
+        const ops::LuFactors f = ops::lu_factor(a);
+        // Every row of perm a permutation, and P a = L U.
+        for (int64_t b = 0; b < 2; ++b) {
+          std::vector<int64_t> p = f.perm.select(0, b).to_vector<int64_t>();
+          std::sort(p.begin(), p.end());
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(p[static_cast<size_t>(i)], i);
+        }
+        const Tensor lu = f.lu.to(kFloat64);
+        const Tensor lower = ops::tril(lu, -1) + eye_like(lu), upper = ops::triu(lu);
+        const Tensor pa = ops::gather(a64, 1, f.perm.unsqueeze(-1).expand({2, n, n}));
+        const double tol = d == kFloat64 ? 1e-12 : 1e-5;
+        EXPECT_LT(relative_error(ops::matmul(lower, upper), pa), tol) << n << " " << d;
+        // Solves both ways: a x = b and a^T x = b, checked by their residuals.
+        const Tensor rhs = leaf({2, n, 3}).detach().to(d);
+        const Tensor x = ops::lu_solve(f, rhs), xt = ops::lu_solve(f, rhs, /*transpose=*/true);
+        EXPECT_LT(relative_error(ops::matmul(a64, x.to(kFloat64)), rhs), tol * 10) << n << " " << d;
+        EXPECT_LT(relative_error(ops::matmul(a64.mT(), xt.to(kFloat64)), rhs), tol * 10) << n << " " << d;
+      }
+    }
+    // A zero column: U's diagonal is exactly zero there, det exactly 0, solve an error naming the matrix.
+    for (int64_t n : {50, 150}) {
+      Tensor s = well_conditioned({n, n}, 1.0);
+      s.index_put_({Slice(), 17}, 0.0);
+      EXPECT_EQ(ops::det(s).item<double>(), 0.0);
+      EXPECT_NE(error_of([&] { ops::solve(s, ones({n, 1}, kFloat64)); }).find("singular"), std::string::npos);
+    }
+  });
+}
+
+TEST(LinalgBackends, TriangularSolvesReadOnlyTheirTriangle) {
+  for_each_cpu_backend([&](const std::string&) {
+    const int64_t n = 140;
+    // Off-diagonal entries of order 1/n: random triangular matrices are otherwise badly conditioned (their
+    // condition grows exponentially with n), and the residual would measure that rather than the solve.
+    const Tensor base = (leaf({n, n}, -1.0, 1.0).detach() / static_cast<double>(n) + 2.0 * eye(n, n, kFloat64)).contiguous();
+    const Tensor rhs = leaf({n, 5}).detach();
+    for (bool upper : {false, true}) {
+      for (bool unit : {false, true}) {
+        const Tensor tri = upper ? ops::triu(base) : ops::tril(base);
+        const Tensor used = unit ? tri * (1.0 - eye_like(tri)) + eye_like(tri) : tri;
+        // NaN everywhere the solve must not look: the other triangle, and the diagonal when unit.
+        Tensor junk = used.clone();
+        const Tensor mask = upper ? ops::tril(ones_like(base), unit ? 0 : -1) : ops::triu(ones_like(base), unit ? 0 : 1);
+        junk = ops::where(mask > 0.5, full_like(base, NAN), junk);
+        const Tensor x = ops::solve_triangular(junk, rhs, upper, unit);
+        EXPECT_LT(relative_error(ops::matmul(used, x), rhs), 1e-13) << upper << unit;
+      }
+    }
+  });
 }
 
 }  // namespace

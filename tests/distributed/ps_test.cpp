@@ -444,6 +444,11 @@ TEST(PSSSP, NoWorkerRunsMoreThanStalenessAheadOfTheSlowest) {
 }
 
 TEST(PSAsync, ConvergesOnFashionMnist) {
+#if defined(__SANITIZE_ADDRESS__)
+  // A convergence test: the release build runs it (15 s). Unoptimized and instrumented it took 51 s, the
+  // longest of the sanitized suite, for memory checks the other PSAsync tests already make of the same path.
+  GTEST_SKIP() << "a convergence test, run in the release build only";
+#endif
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(dir)) {
     GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";

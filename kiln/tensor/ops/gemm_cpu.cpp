@@ -148,6 +148,14 @@ void cpu_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const 
   gemm_eigen(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+bool cpu_blas_usable_here() {
+#ifdef KILN_WITH_BLAS
+  return gemm_through_blas() && (g_blas_in_workers || !in_parallel_region());
+#else
+  return false;
+#endif
+}
+
 template void cpu_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
                               int64_t, float, float*, int64_t);
 template void cpu_gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,

@@ -23,4 +23,10 @@ extern template void cpu_gemm<float>(bool, bool, int64_t, int64_t, int64_t, floa
 extern template void cpu_gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                                       const double*, int64_t, double, double*, int64_t);
 
+// Whether a call made here may go to OpenBLAS (and the LAPACK inside it): the product goes there
+// (cpu_gemm_backend() is "OpenBLAS"), and OpenBLAS may run on this thread (not a parallel_for worker, or an
+// OpenBLAS that runs on its caller's thread there). Always false in a build without OpenBLAS. The matrix
+// factorizations (decompositions_cpu.cpp) follow it, so KILN_GEMM=eigen moves them to Eigen too.
+bool cpu_blas_usable_here();
+
 }  // namespace kiln::detail
