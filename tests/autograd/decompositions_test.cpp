@@ -4,6 +4,7 @@
 // order); and the errors bad input gets.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -696,6 +697,78 @@ TEST(LinalgBackends, TriangularSolvesReadOnlyTheirTriangle) {
       }
     }
   });
+}
+
+// eigh and svd take LAPACK (syevd, gesdd) from order 128 only when OpenMP's threads spin (OMP_WAIT_POLICY is
+// not passive, which the decision reads at each call): CTest runs passive, so the test sets the variable for
+// its duration to reach that path too.
+class WaitPolicy {
+ public:
+  explicit WaitPolicy(const char* value) {
+    const char* old = std::getenv("OMP_WAIT_POLICY");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv("OMP_WAIT_POLICY", value, 1);
+  }
+  ~WaitPolicy() {
+    if (had_) ::setenv("OMP_WAIT_POLICY", old_.c_str(), 1);
+    else ::unsetenv("OMP_WAIT_POLICY");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+TEST(LinalgBackends, EighAndSvdOfLargeMatricesMeetTheirDefinitions) {
+  const Tensor sym130 = sym(leaf({2, 130, 130}).detach());
+  const Tensor tall = leaf({1, 200, 130}).detach(), wide = leaf({1, 130, 200}).detach();
+  std::map<std::string, std::vector<Tensor>> values;
+  for (const char* policy : {"active", "passive"}) {
+    WaitPolicy wait(policy);
+    for_each_cpu_backend([&](const std::string& backend) {
+      const std::string key = backend + "/" + policy;
+      for (DType d : {kFloat64, kFloat32}) {
+        const double tol = d == kFloat64 ? 1e-11 : 2e-4;
+        // Junk above the diagonal: eigh reads the lower triangle only.
+        const Tensor a = (ops::tril(sym130) + ops::triu(full_like(sym130, NAN), 1)).to(d);
+        const auto [w, v] = ops::eigh(a);
+        const Tensor v64 = v.to(kFloat64), w64 = w.to(kFloat64);
+        EXPECT_LT(relative_error(ops::matmul(v64 * w64.unsqueeze(-2), v64.mT()), sym130), tol) << key << " " << d;
+        EXPECT_LT(relative_error(ops::matmul(v64.mT(), v64), eye_like(sym130)), tol) << key << " " << d;
+        EXPECT_LT(relative_error(ops::eigvalsh(a).to(kFloat64), w64), tol) << key;
+        if (d == kFloat64) values[key].push_back(w64);
+        for (const Tensor& x64 : {tall, wide}) {
+          const Tensor x = x64.to(d);
+          for (bool full : {false, true}) {
+            const ops::SvdFactors f = ops::svd(x, full);
+            const int64_t k = std::min(x.size(1), x.size(2));
+            const Tensor u = f.u.narrow(-1, 0, k).to(kFloat64), vh = f.vh.narrow(-2, 0, k).to(kFloat64);
+            const Tensor s64 = f.s.to(kFloat64);
+            EXPECT_LT(relative_error(ops::matmul(u * s64.unsqueeze(-2), vh), x64), tol) << key << " " << full;
+            EXPECT_LT(relative_error(ops::matmul(f.u.to(kFloat64).mT(), f.u.to(kFloat64)), eye(f.u.size(-1), f.u.size(-1), kFloat64).unsqueeze(0)), tol)
+                << key << " u orthonormal, full " << full;
+            EXPECT_LT(relative_error(ops::matmul(f.vh.to(kFloat64), f.vh.to(kFloat64).mT()), eye(f.vh.size(-2), f.vh.size(-2), kFloat64).unsqueeze(0)), tol)
+                << key << " vh orthonormal, full " << full;
+            EXPECT_LT(relative_error(ops::svdvals(x).to(kFloat64), s64), tol) << key;
+            if (d == kFloat64 && !full) values[key].push_back(s64);
+          }
+        }
+      }
+    });
+  }
+  // Every path finds the same spectra.
+  const std::vector<Tensor>& reference = values.begin()->second;
+  for (const auto& [key, got] : values) {
+    ASSERT_EQ(got.size(), reference.size()) << key;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(max_abs_diff(got[i], reference[i]), 1e-10) << key << " " << i;
+  }
+  // NaN input is still refused before any solver sees it.
+  WaitPolicy wait("active");
+  Tensor bad = sym130.select(0, 0).contiguous();
+  bad.index_put_({3, 2}, NAN);
+  EXPECT_NE(error_of([&] { ops::eigh(bad); }).find("eigh"), std::string::npos);
+  EXPECT_NE(error_of([&] { ops::svdvals(bad); }).find("svd"), std::string::npos);
 }
 
 }  // namespace

@@ -16,8 +16,12 @@
 // so kLapackMinOrder is 128. The last row is with OMP_WAIT_POLICY=passive, where each of the many short parallel
 // regions of OpenBLAS's recursive potrf pays a thread wake-up: there Cholesky stays with Eigen below order 512
 // (where OpenBLAS is ahead again, 0.65). Small matrices stay with Eigen, whose inlined loops beat a library
-// call's overhead. The two round differently; which one runs depends only on the order, the backend and that
-// variable, not on the batch.
+// call's overhead. The symmetric eigensolver and the SVD go to syevd and gesdd the same way from order 128 (the
+// smaller side, for the SVD), but only when the threads spin: with passive waits LAPACK's took 2.5-6x Eigen's time
+// on one 512 x 512 matrix (Eigen's solvers run each matrix on one thread and open no regions), with spinning
+// threads 0.57-0.68x. QR stays with Eigen (geqrf would win by 10% with spinning threads, not worth a transposed
+// copy each way). The two round differently, and eigenvectors' signs may differ between them; which one runs
+// depends only on the order, the backend and that variable, not on the batch.
 //
 // The frontends (decompositions.cpp) hand every kernel contiguous (B, m, n) float32/float64 batches and fresh
 // contiguous outputs. Each matrix is copied into a column-major Eigen matrix, factored there and copied out: the
@@ -55,6 +59,18 @@ void spotrf_(const char* uplo, const blasint* n, float* a, const blasint* lda, b
 void dpotrf_(const char* uplo, const blasint* n, double* a, const blasint* lda, blasint* info, size_t uplo_len);
 void sgetrf_(const blasint* m, const blasint* n, float* a, const blasint* lda, blasint* ipiv, blasint* info);
 void dgetrf_(const blasint* m, const blasint* n, double* a, const blasint* lda, blasint* ipiv, blasint* info);
+void ssyevd_(const char* jobz, const char* uplo, const blasint* n, float* a, const blasint* lda, float* w,
+             float* work, const blasint* lwork, blasint* iwork, const blasint* liwork, blasint* info, size_t jobz_len,
+             size_t uplo_len);
+void dsyevd_(const char* jobz, const char* uplo, const blasint* n, double* a, const blasint* lda, double* w,
+             double* work, const blasint* lwork, blasint* iwork, const blasint* liwork, blasint* info,
+             size_t jobz_len, size_t uplo_len);
+void sgesdd_(const char* jobz, const blasint* m, const blasint* n, float* a, const blasint* lda, float* s, float* u,
+             const blasint* ldu, float* vt, const blasint* ldvt, float* work, const blasint* lwork, blasint* iwork,
+             blasint* info, size_t jobz_len);
+void dgesdd_(const char* jobz, const blasint* m, const blasint* n, double* a, const blasint* lda, double* s,
+             double* u, const blasint* ldu, double* vt, const blasint* ldvt, double* work, const blasint* lwork,
+             blasint* iwork, blasint* info, size_t jobz_len);
 }
 #endif
 
@@ -67,12 +83,10 @@ namespace {
 constexpr int64_t kLapackMinOrder = 128;
 constexpr int64_t kPassivePotrfMinOrder = 512;
 
+// Read at each call (a getenv beside an O(n^3) factorization): the tests change it to reach both paths.
 bool passive_waits() {
-  static const bool passive = [] {
-    const char* v = std::getenv("OMP_WAIT_POLICY");
-    return v != nullptr && (std::string_view(v) == "passive" || std::string_view(v) == "PASSIVE");
-  }();
-  return passive;
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  return v != nullptr && (std::string_view(v) == "passive" || std::string_view(v) == "PASSIVE");
 }
 
 bool use_lapack(int64_t n, int64_t min_order = kLapackMinOrder) {
@@ -102,6 +116,53 @@ void transpose_square(const T* src, T* dst, int64_t n) {
   const auto bn = static_cast<blasint>(n);
   if constexpr (std::is_same_v<T, float>) cblas_somatcopy(CblasRowMajor, CblasTrans, bn, bn, 1.0f, src, bn, dst, bn);
   else cblas_domatcopy(CblasRowMajor, CblasTrans, bn, bn, 1.0, src, bn, dst, bn);
+}
+
+// LAPACK's workspace query (lwork = -1) answers the size in work[0]: a float, read back as a count.
+template <typename T>
+blasint workspace_size(T answer) {
+  return static_cast<blasint>(std::ceil(static_cast<double>(answer)));
+}
+
+// Eigenvalues (w, ascending) and, with vectors, eigenvectors in z's columns (column-major) of the symmetric
+// column-major z (n, n), read from its upper triangle; returns LAPACK's info.
+template <typename T>
+blasint syevd(bool vectors, T* z, blasint n, T* w) {
+  const char* jobz = vectors ? "V" : "N";
+  blasint info = 0, lwork = -1, liwork = -1, iwork_size = 0;
+  T work_size = 0;
+  const auto call = [&](T* work, blasint* iwork) {
+    if constexpr (std::is_same_v<T, float>) ssyevd_(jobz, "U", &n, z, &n, w, work, &lwork, iwork, &liwork, &info, 1, 1);
+    else dsyevd_(jobz, "U", &n, z, &n, w, work, &lwork, iwork, &liwork, &info, 1, 1);
+  };
+  call(&work_size, &iwork_size);
+  lwork = workspace_size(work_size);
+  liwork = std::max<blasint>(1, iwork_size);
+  std::vector<T> work(static_cast<size_t>(lwork));
+  std::vector<blasint> iwork(static_cast<size_t>(liwork));
+  call(work.data(), iwork.data());
+  return info;
+}
+
+// The SVD of the column-major (rows, cols) matrix a (overwritten): jobz "N" (values), "S" (reduced) or "A"
+// (complete); u (rows, ..., ldu) and vt (..., cols, ldvt) column-major. Returns LAPACK's info.
+template <typename T>
+blasint gesdd(const char* jobz, blasint rows, blasint cols, T* a, T* s, T* u, blasint ldu, T* vt, blasint ldvt) {
+  blasint info = 0, lwork = -1;
+  T work_size = 0;
+  std::vector<blasint> iwork(static_cast<size_t>(8 * std::min(rows, cols)));
+  const auto call = [&](T* work) {
+    if constexpr (std::is_same_v<T, float>) {
+      sgesdd_(jobz, &rows, &cols, a, &rows, s, u, &ldu, vt, &ldvt, work, &lwork, iwork.data(), &info, 1);
+    } else {
+      dgesdd_(jobz, &rows, &cols, a, &rows, s, u, &ldu, vt, &ldvt, work, &lwork, iwork.data(), &info, 1);
+    }
+  };
+  call(&work_size);
+  lwork = workspace_size(work_size);
+  std::vector<T> work(static_cast<size_t>(lwork));
+  call(work.data());
+  return info;
 }
 
 // b (n, k, row-major) <- op(a)^-1 b for the triangle of a (n, n, row-major) that upper/unit name.
@@ -345,6 +406,18 @@ void eigh_cpu(const Tensor& w, const Tensor& v, const Tensor& info, const Tensor
         if (v.defined()) matrix_at<T>(v, b, n, n).setConstant(std::numeric_limits<T>::quiet_NaN());
         return;
       }
+#ifdef KILN_WITH_BLAS
+      if (!passive_waits() && use_lapack(n)) {
+        // Row-major a is column-major a^T = a; its lower triangle is the column-major upper one that syevd reads.
+        const Tensor scratch = empty({n, n}, a.dtype());
+        T* z = static_cast<T*>(scratch.raw_data_ptr());
+        std::memcpy(z, static_cast<const T*>(a.raw_data_ptr()) + b * n * n, sizeof(T) * n * n);
+        bad[b] = syevd(v.defined(), z, static_cast<blasint>(n), values.data()) == 0 ? 0 : 1;
+        // z's columns are the eigenvectors; v (row-major) holds them as columns too: v = z read transposed.
+        if (v.defined()) transpose_square(z, static_cast<T*>(v.raw_data_ptr()) + b * n * n, n);
+        return;
+      }
+#endif
       Eigen::SelfAdjointEigenSolver<Matrix<T>> es(m, v.defined() ? Eigen::ComputeEigenvectors : Eigen::EigenvaluesOnly);
       bad[b] = es.info() == Eigen::Success ? 0 : 1;
       values = es.eigenvalues();
@@ -398,6 +471,22 @@ void svd_cpu(const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& i
         }
         return;
       }
+#ifdef KILN_WITH_BLAS
+      if (!passive_waits() && use_lapack(k) && m <= std::numeric_limits<blasint>::max() / n) {
+        // Row-major a (m, n) is column-major a^T (n, m) = U' S V'^T, so a = V' S U'^T: gesdd's column-major
+        // VT' (k or m rows) read row-major is u, and its U' (n, k or n) read row-major is vh. No transposes.
+        const Tensor scratch = empty({m, n}, a.dtype());
+        T* copy = static_cast<T*>(scratch.raw_data_ptr());
+        std::memcpy(copy, static_cast<const T*>(a.raw_data_ptr()) + b * m * n, sizeof(T) * m * n);
+        const char* jobz = !vectors ? "N" : full ? "A" : "S";
+        T* u_out = vectors ? static_cast<T*>(u.raw_data_ptr()) + b * u.size(1) * u.size(2) : nullptr;
+        T* vh_out = vectors ? static_cast<T*>(vh.raw_data_ptr()) + b * vh.size(1) * vh.size(2) : nullptr;
+        const auto bm = static_cast<blasint>(m), bn = static_cast<blasint>(n), bk = static_cast<blasint>(k);
+        const blasint info = gesdd(jobz, bn, bm, copy, values.data(), vh_out, bn, u_out, full ? bm : bk);
+        bad[b] = info == 0 ? 0 : 1;
+        return;
+      }
+#endif
       const unsigned options =
           !vectors ? 0u : full ? Eigen::ComputeFullU | Eigen::ComputeFullV : Eigen::ComputeThinU | Eigen::ComputeThinV;
       Eigen::BDCSVD<Matrix<T>> f(mat, options);
