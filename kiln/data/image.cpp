@@ -47,8 +47,8 @@ Tensor as_chw(const Tensor& image, const char* who) {
   KILN_CHECK(c == 1 || c == 3 || c == 4, who, ": expected 1, 3 or 4 channels (grey, RGB, RGBA) in dim 0, got shape ",
              shape_str(image.shape()));
   KILN_CHECK(chw.size(1) >= 1 && chw.size(2) >= 1, who, ": an empty image of shape ", shape_str(image.shape()));
-  KILN_CHECK(chw.size(1) <= (int64_t{1} << 24) && chw.size(2) <= (int64_t{1} << 24), who, ": an image of shape ",
-             shape_str(image.shape()), " is larger than PNG readers take (2^24 pixels a side)");
+  KILN_CHECK(chw.size(1) < (int64_t{1} << 31) && chw.size(2) < (int64_t{1} << 31), who, ": an image of shape ",
+             shape_str(image.shape()), " is larger than PNG allows (2^31 - 1 pixels a side)");
   return chw;
 }
 
@@ -99,7 +99,9 @@ std::string encode_png(const Tensor& image) {
   header += std::string(3, '\0');                              // compression, filter, interlace
   std::string png = "\x89PNG\r\n\x1a\n";
   put_chunk(png, "IHDR", header);
-  put_chunk(png, "IDAT", deflated);
+  // The zlib stream in IDAT chunks of at most 1 MiB (a chunk's length field is 31 bits; readers join them).
+  constexpr size_t kIdat = size_t{1} << 20;
+  for (size_t at = 0; at < deflated.size(); at += kIdat) put_chunk(png, "IDAT", deflated.substr(at, kIdat));
   put_chunk(png, "IEND", "");
   return png;
 }
@@ -148,7 +150,7 @@ Tensor make_grid(const Tensor& images, const GridOptions& o) {
 }
 
 void save_image(const Tensor& image, const std::string& path, const GridOptions& options) {
-  const std::string png = encode_png(image.defined() && image.dim() == 4 ? make_grid(image, options) : image);
+  const std::string png = encode_png(make_grid(image, options));  // as torchvision's, for one image too
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   KILN_CHECK(f != nullptr, "save_image: cannot write ", path, ": ", std::strerror(errno));

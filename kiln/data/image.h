@@ -40,7 +40,8 @@ struct GridOptions {
 // padding). Floats stay floats (uint8 stays uint8), on the input's device.
 Tensor make_grid(const Tensor& images, const GridOptions& options = {});
 
-// Writes encode_png(image) to `path`, or of make_grid(image, options) for a batch (N, C, H, W). The file
+// Writes encode_png(make_grid(image, options)) to `path`, as torchvision's save_image: a batch (N, C, H, W) as a
+// grid, one image (C, H, W) or (H, W) as it is (grey as RGB; normalize and value_range apply). The file
 // appears whole or not at all (written beside it, then renamed).
 void save_image(const Tensor& image, const std::string& path, const GridOptions& options = {});
 

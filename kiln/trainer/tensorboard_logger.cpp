@@ -245,14 +245,19 @@ void TensorBoardLogger::log_histogram(const std::string& tag, const Tensor& valu
   // numpy.histogram's bins: `bins` equal widths over [lo, hi] (widened by 0.5 each way when lo == hi), each
   // bin half-open but the last, which holds hi. The index from the width alone can be one off next to an edge
   // in floating point, so it is checked against the edges themselves.
+  // The edges as numpy.linspace makes them (i * step + first, the last one exactly `last`), so that a value on
+  // an edge lands in numpy's bin.
   const double first = lo == hi ? lo - 0.5 : lo, last = lo == hi ? hi + 0.5 : hi;
+  KILN_CHECK(last > first && std::isfinite(last - first), "TensorBoardLogger: histogram '", tag, "' at step ", step,
+             ": the values' range [", first, ", ", last, "] cannot be cut into ", bins,
+             " bins in float64 (too narrow for their magnitude, or wider than the largest double)");
+  const double width = (last - first) / static_cast<double>(bins), norm = static_cast<double>(bins) / (last - first);
   std::vector<double> edges(static_cast<size_t>(bins) + 1);
-  for (int64_t i = 0; i <= bins; ++i) edges[i] = first + (last - first) * static_cast<double>(i) / static_cast<double>(bins);
+  for (int64_t i = 0; i <= bins; ++i) edges[i] = static_cast<double>(i) * width + first;
   edges[bins] = last;
   std::vector<double> counts(static_cast<size_t>(bins) + 1, 0.0);  // counts[0]: the empty bucket up to edges[0]
   for (int64_t i = 0; i < n; ++i) {
-    int64_t b = std::clamp<int64_t>(static_cast<int64_t>((x[i] - first) / (last - first) * static_cast<double>(bins)),
-                                    0, bins - 1);
+    int64_t b = std::clamp<int64_t>(static_cast<int64_t>((x[i] - first) * norm), 0, bins - 1);
     if (x[i] < edges[b]) --b;
     else if (b + 1 < bins && x[i] >= edges[b + 1]) ++b;
     counts[static_cast<size_t>(b) + 1] += 1;

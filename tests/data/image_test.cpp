@@ -83,11 +83,15 @@ TEST(Png, ChannelsBecomeInterleavedPixels) {
 }
 
 TEST(Png, LargeRandomImagesRoundTrip) {
-  // Enough rows for zlib to split its output, and noise it cannot compress.
+  // Noise zlib cannot compress, more than the 1 MiB a chunk holds: the stream is split over IDAT chunks.
   manual_seed(3);
-  const Tensor img = randint(0, 256, {3, 300, 517}, kUInt8);
-  const PngImage p = read_back(encode_png(img));
-  ASSERT_EQ(p.pixels.size(), size_t{300 * 517 * 3});
+  const Tensor img = randint(0, 256, {3, 620, 617}, kUInt8);
+  const std::string png = encode_png(img);
+  size_t idat = 0;
+  for (size_t at = png.find("IDAT"); at != std::string::npos; at = png.find("IDAT", at + 4)) ++idat;
+  EXPECT_GE(idat, 2u);
+  const PngImage p = read_back(png);
+  ASSERT_EQ(p.pixels.size(), size_t{620 * 617 * 3});
   const Tensor hwc = img.permute({1, 2, 0}).contiguous();
   EXPECT_TRUE(std::equal(p.pixels.begin(), p.pixels.end(), hwc.data_ptr<uint8_t>()));
 }
@@ -158,9 +162,18 @@ TEST(SaveImage, WritesTheFileWholeAndGridsABatch) {
   EXPECT_EQ(p.channels, 3);
   EXPECT_EQ(p.pixels[0], 0);                                // padding
   EXPECT_EQ(p.pixels[(1 * p.width + 1) * 3], 255);          // image 0's first pixel
+  // One image goes through make_grid too, as torchvision's: normalize applies, grey becomes RGB.
+  const std::string one = (dir / "one.png").string();
+  save_image(tensor(std::vector<float>{-1, 0, 1}, {1, 1, 3}), one, {.normalize = true});
+  std::ifstream in_one(one, std::ios::binary);
+  std::stringstream one_bytes;
+  one_bytes << in_one.rdbuf();
+  const PngImage q = read_back(one_bytes.str());
+  EXPECT_EQ(q.channels, 3);
+  EXPECT_EQ(q.pixels, (std::vector<uint8_t>{0, 0, 0, 128, 128, 128, 255, 255, 255}));
   size_t entries = 0;
   for (const auto& e : fs::directory_iterator(dir)) entries += e.is_regular_file();
-  EXPECT_EQ(entries, 1u);  // no temporary left beside it
+  EXPECT_EQ(entries, 2u);  // no temporary left beside them
   EXPECT_NE(error_of([&] { save_image(zeros({1, 2, 2}), (dir / "no" / "such.png").string()); })
                 .find("save_image: cannot write"),
             std::string::npos);

@@ -492,10 +492,25 @@ TEST_F(LoggerTest, TensorBoardHistogramsReadBack) {
             "finite values only");
   EXPECT_EQ(error_of([&] { logger.log_histogram("none", zeros({0}), 6); }),
             "TensorBoardLogger: histogram 'none' at step 6: no values (shape (0))");
+  // 1e16 +- 0.5 rounds back to 1e16: no range to cut (numpy: "Too many bins for data range").
+  EXPECT_NE(error_of([&] { logger.log_histogram("flat", full({3}, 1e16, kFloat64), 6); }).find("cannot be cut into"),
+            std::string::npos);
+  // Values on edges, against numpy 2.4's np.histogram: edges are linspace's i * step + first, so 0.3 lies below
+  // the fourth edge (0.30000000000000004) of 10 bins over [0, 1].
+  logger.log_histogram("edges10", tensor(std::vector<double>{0, 0.3, 1}), 7, 10);
+  std::vector<double> tenths;
+  for (int i = 0; i <= 10; ++i) tenths.push_back(0.1 * i);
+  tenths.push_back(0.35);
+  tenths.push_back(0.7);
+  logger.log_histogram("edges7", tensor(tenths), 8, 7);
   logger.finalize("success");
 
   const std::vector<TfEvent> events = read_tfevents(logger.event_file());
-  ASSERT_EQ(events.size(), 4u);  // the version, then one event per histogram logged
+  ASSERT_EQ(events.size(), 6u);  // the version, then one event per histogram logged
+  const TfHistogram e10 = *events[4].values.at(0).histo, e7 = *events[5].values.at(0).histo;
+  EXPECT_EQ(e10.bucket_limit.at(3), 0.30000000000000004);
+  EXPECT_EQ(e10.bucket, (std::vector<double>{0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1}));
+  EXPECT_EQ(e7.bucket, (std::vector<double>{0, 2, 1, 3, 1, 3, 1, 2}));
   const TfHistogram hand = *events[1].values.at(0).histo;
   EXPECT_EQ(events[1].step, 3);
   EXPECT_EQ(events[1].values[0].tag, "hand");

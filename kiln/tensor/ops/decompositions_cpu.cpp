@@ -20,8 +20,10 @@
 // smaller side, for the SVD), but only when the threads spin: with passive waits LAPACK's took 2.5-6x Eigen's time
 // on one 512 x 512 matrix (Eigen's solvers run each matrix on one thread and open no regions), with spinning
 // threads 0.57-0.68x. QR stays with Eigen (geqrf would win by 10% with spinning threads, not worth a transposed
-// copy each way). The two round differently, and eigenvectors' signs may differ between them; which one runs
-// depends only on the order, the backend and that variable, not on the batch.
+// copy each way). The two round differently, and eigenvectors' signs may differ between them. NOTE: a matrix's
+// bits can depend on its batch: a lone matrix runs OpenBLAS threaded, a batch's matrices one per worker
+// (single-threaded OpenBLAS, which may round differently), and with a pthreads OpenBLAS (never inside workers,
+// see gemm_cpu.h) a batch's matrices take Eigen.
 //
 // The frontends (decompositions.cpp) hand every kernel contiguous (B, m, n) float32/float64 batches and fresh
 // contiguous outputs. Each matrix is copied into a column-major Eigen matrix, factored there and copied out: the
@@ -39,6 +41,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -83,10 +86,22 @@ namespace {
 constexpr int64_t kLapackMinOrder = 128;
 constexpr int64_t kPassivePotrfMinOrder = 512;
 
-// Read at each call (a getenv beside an O(n^3) factorization): the tests change it to reach both paths.
+// OMP_WAIT_POLICY, any case, as libgomp reads it. Read at each call (a getenv beside an O(n^3) factorization)
+// rather than once, so that the tests can reach both paths in one process; OpenMP itself reads it at startup.
 bool passive_waits() {
   const char* v = std::getenv("OMP_WAIT_POLICY");
-  return v != nullptr && (std::string_view(v) == "passive" || std::string_view(v) == "PASSIVE");
+  return v != nullptr && strcasecmp(v, "passive") == 0;
+}
+
+// syevd's and gesdd's workspaces (LAPACK's documented minimums, with vectors) must fit blasint, or the query
+// itself wraps: 1 + 6n + 2n^2 reals for syevd, 4k^2 + 7k + max(m, n) for gesdd (k = min(m, n)).
+bool syevd_fits(int64_t n) {
+  return n < (int64_t{1} << 20) && 1 + 6 * n + 2 * n * n <= std::numeric_limits<blasint>::max();
+}
+bool gesdd_fits(int64_t m, int64_t n) {
+  const int64_t k = std::min(m, n), big = std::max(m, n);
+  return big < (int64_t{1} << 30) && k < (int64_t{1} << 20) && m * n <= std::numeric_limits<blasint>::max() &&
+         4 * k * k + 7 * k + big <= std::numeric_limits<blasint>::max();
 }
 
 bool use_lapack(int64_t n, int64_t min_order = kLapackMinOrder) {
@@ -118,10 +133,13 @@ void transpose_square(const T* src, T* dst, int64_t n) {
   else cblas_domatcopy(CblasRowMajor, CblasTrans, bn, bn, 1.0, src, bn, dst, bn);
 }
 
-// LAPACK's workspace query (lwork = -1) answers the size in work[0]: a float, read back as a count.
+// LAPACK's workspace query (lwork = -1) answers the size in work[0]: a float, read back as a count. A float32
+// answer may have been rounded down on its way into work[0] (LAPACK before 3.11 rounds to nearest): one ulp up
+// first.
 template <typename T>
 blasint workspace_size(T answer) {
-  return static_cast<blasint>(std::ceil(static_cast<double>(answer)));
+  const double up = static_cast<double>(std::nextafter(answer, std::numeric_limits<T>::infinity()));
+  return static_cast<blasint>(std::min<double>(std::ceil(up), std::numeric_limits<blasint>::max()));
 }
 
 // Eigenvalues (w, ascending) and, with vectors, eigenvectors in z's columns (column-major) of the symmetric
@@ -407,7 +425,7 @@ void eigh_cpu(const Tensor& w, const Tensor& v, const Tensor& info, const Tensor
         return;
       }
 #ifdef KILN_WITH_BLAS
-      if (!passive_waits() && use_lapack(n)) {
+      if (!passive_waits() && use_lapack(n) && syevd_fits(n)) {
         // Row-major a is column-major a^T = a; its lower triangle is the column-major upper one that syevd reads.
         const Tensor scratch = empty({n, n}, a.dtype());
         T* z = static_cast<T*>(scratch.raw_data_ptr());
@@ -472,7 +490,7 @@ void svd_cpu(const Tensor& u, const Tensor& s, const Tensor& vh, const Tensor& i
         return;
       }
 #ifdef KILN_WITH_BLAS
-      if (!passive_waits() && use_lapack(k) && m <= std::numeric_limits<blasint>::max() / n) {
+      if (!passive_waits() && use_lapack(k) && gesdd_fits(m, n)) {
         // Row-major a (m, n) is column-major a^T (n, m) = U' S V'^T, so a = V' S U'^T: gesdd's column-major
         // VT' (k or m rows) read row-major is u, and its U' (n, k or n) read row-major is vh. No transposes.
         const Tensor scratch = empty({m, n}, a.dtype());
