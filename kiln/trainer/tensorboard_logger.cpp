@@ -113,6 +113,22 @@ ProtoWriter event_header(int64_t step) {
   return event;
 }
 
+// An Event at `step` holding `summary`, serialized.
+std::string summary_event(int64_t step, const ProtoWriter& summary) {
+  ProtoWriter event = event_header(step);
+  event.message_field(5, summary);
+  return event.bytes();
+}
+
+// A Summary of one Value: `tag` and the message `payload` in the Value's field `field` (4 image, 5 histo).
+ProtoWriter one_value(const std::string& tag, uint32_t field, const ProtoWriter& payload) {
+  ProtoWriter value, summary;
+  value.bytes_field(1, tag);
+  value.message_field(field, payload);
+  summary.message_field(1, value);
+  return summary;
+}
+
 // Markdown table of the hyperparameters for TensorBoard's Text tab. '|' would end a cell and a newline a row,
 // so both are escaped; hparams.yaml keeps the exact text.
 std::string markdown_table(const std::map<std::string, std::string>& hparams) {
@@ -199,9 +215,7 @@ void TensorBoardLogger::log_hyperparams(const std::map<std::string, std::string>
   value.message_field(8, tensor);
   value.message_field(9, metadata);
   summary.message_field(1, value);
-  ProtoWriter event = event_header(0);
-  event.message_field(5, summary);
-  write_record(event.bytes());
+  write_record(summary_event(0, summary));
 }
 
 void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
@@ -215,9 +229,7 @@ void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics
     value.float_field(2, static_cast<float>(v));
     summary.message_field(1, value);
   }
-  ProtoWriter event = event_header(step);
-  event.message_field(5, summary);
-  write_record(event.bytes());
+  write_record(summary_event(step, summary));
 }
 
 void TensorBoardLogger::log_histogram(const std::string& tag, const Tensor& values, int64_t step, int64_t bins) {
@@ -271,14 +283,8 @@ void TensorBoardLogger::log_histogram(const std::string& tag, const Tensor& valu
   histo.double_field(5, sum_squares);
   histo.packed_doubles_field(6, edges);
   histo.packed_doubles_field(7, counts);
-  ProtoWriter value, summary;
-  value.bytes_field(1, tag);
-  value.message_field(5, histo);
-  summary.message_field(1, value);
   open();
-  ProtoWriter event = event_header(step);
-  event.message_field(5, summary);
-  write_record(event.bytes());
+  write_record(summary_event(step, one_value(tag, 5, histo)));
 }
 
 void TensorBoardLogger::log_image(const std::string& tag, const Tensor& image, int64_t step) {
@@ -294,14 +300,8 @@ void TensorBoardLogger::log_image(const std::string& tag, const Tensor& image, i
   img.varint_field(2, static_cast<uint64_t>(pixels.size(1)));
   img.varint_field(3, static_cast<uint64_t>(pixels.size(2)));
   img.bytes_field(4, data::encode_png(pixels.permute({2, 0, 1})));
-  ProtoWriter value, summary;
-  value.bytes_field(1, tag);
-  value.message_field(4, img);
-  summary.message_field(1, value);
   open();
-  ProtoWriter event = event_header(step);
-  event.message_field(5, summary);
-  write_record(event.bytes());
+  write_record(summary_event(step, one_value(tag, 4, img)));
 }
 
 void TensorBoardLogger::on_resume(int64_t step) {

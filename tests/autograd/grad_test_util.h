@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/functions.h"
 #include "kiln/autograd/gradcheck.h"
@@ -198,17 +199,6 @@ inline std::vector<GradCase> gradgrad(const std::vector<GradCase>& cases) {
   for (const GradCase& c : cases)
     if (c.twice) out.push_back(gradgrad(c));
   return out;
-}
-
-// What f throws as kiln::Error, or "(no error)": for tests that check an error's words.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Test names: letters, digits and underscores only.

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "data/png_reader.h"
+#include "error_of.h"
 #include "kiln/kiln.h"
 
 namespace kiln::data {
@@ -21,14 +22,7 @@ namespace fs = std::filesystem;
 using test::decode_png;
 using test::PngImage;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Both decoders agree with each other (where libpng is present) and the result is returned.
 PngImage read_back(const std::string& png) {

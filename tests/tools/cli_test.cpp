@@ -63,12 +63,9 @@ struct HandEval {
 };
 
 HandEval evaluate_by_hand(const std::string& ckpt_path, const std::string& split) {
-  const trainer::Checkpoint c = trainer::load_checkpoint(ckpt_path);
-  const RunConfig cfg = load_run_config_text(c.get("hparams.config"), ckpt_path);
-  const DataSplits d = make_data(cfg.data);
-  Classifier module(make_model(cfg.model, d.info), cfg);
-  module.load_state_dict(c.tensor_section("model"));
-  module.eval();
+  const testing::CheckpointRun run = testing::rebuild_from_checkpoint(ckpt_path);
+  const DataSplits& d = run.data;
+  Classifier& module = *run.module;
   auto ds = std::dynamic_pointer_cast<data::TensorDataset>(split == "val" ? d.val : d.test);
   EXPECT_TRUE(ds != nullptr);
   NoGradGuard no_grad;

@@ -19,6 +19,7 @@
 #include "kiln/tools/registry.h"
 #include "kiln/trainer/checkpoint.h"
 #include "tools/tools_test_util.h"
+#include "error_of.h"
 #include "trainer/tfevents_reader.h"
 
 namespace kiln::tools {
@@ -29,16 +30,7 @@ using testing::CliResult;
 using testing::run_kiln;
 using testing::TempDir;
 
-// The message of the kiln::Error that `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
@@ -352,15 +344,10 @@ class RegisteredRun : public Registry {
 
 // The accuracy of a checkpoint's weights on the dataset's validation split, by one forward pass.
 double val_accuracy_by_hand(const std::string& ckpt_path) {
-  const trainer::Checkpoint c = trainer::load_checkpoint(ckpt_path);
-  const RunConfig cfg = load_run_config_text(c.get("hparams.config"), ckpt_path);
-  const DataSplits d = make_data(cfg.data);
-  Classifier module(make_model(cfg.model, d.info), cfg);
-  module.load_state_dict(c.tensor_section("model"));
-  module.eval();
+  const testing::CheckpointRun run = testing::rebuild_from_checkpoint(ckpt_path);
   NoGradGuard no_grad;
-  const auto& val = std::dynamic_pointer_cast<data::TensorDataset>(d.val)->tensors();
-  const Tensor predicted = argmax(module.forward(val[0]), 1);
+  const auto& val = std::dynamic_pointer_cast<data::TensorDataset>(run.data.val)->tensors();
+  const Tensor predicted = argmax(run.module->forward(val[0]), 1);
   return (predicted == val[1]).to(kFloat64).mean().item<double>();
 }
 

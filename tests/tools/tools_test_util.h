@@ -17,7 +17,11 @@
 
 #include <unistd.h>
 
+#include "kiln/tools/classifier.h"
 #include "kiln/tools/cli.h"
+#include "kiln/tools/datasets.h"
+#include "kiln/tools/models.h"
+#include "kiln/trainer/checkpoint.h"
 
 namespace kiln::tools::testing {
 
@@ -172,6 +176,23 @@ inline CsvTable read_csv_table(const std::filesystem::path& path) {
     t.rows.push_back(std::move(row));
   }
   return t;
+}
+
+// A checkpoint written by kiln train, rebuilt by hand: its config's data and model, the weights loaded, in eval
+// mode. For checking what the commands report against a plain forward pass.
+struct CheckpointRun {
+  DataSplits data;
+  std::shared_ptr<Classifier> module;
+};
+
+inline CheckpointRun rebuild_from_checkpoint(const std::string& ckpt_path) {
+  const trainer::Checkpoint c = trainer::load_checkpoint(ckpt_path);
+  const RunConfig cfg = load_run_config_text(c.get("hparams.config"), ckpt_path);
+  CheckpointRun run{make_data(cfg.data), nullptr};
+  run.module = std::make_shared<Classifier>(make_model(cfg.model, run.data.info), cfg);
+  run.module->load_state_dict(c.tensor_section("model"));
+  run.module->eval();
+  return run;
 }
 
 }  // namespace kiln::tools::testing

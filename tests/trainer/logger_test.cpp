@@ -23,6 +23,7 @@
 #include "kiln/trainer/csv_logger.h"
 #include "kiln/trainer/tensorboard_logger.h"
 #include "data/png_reader.h"
+#include "error_of.h"
 #include "trainer/tfevents_reader.h"
 #include "trainer/trainer_test_util.h"
 
@@ -455,15 +456,6 @@ TEST_F(LoggerTest, TensorBoardRunForTheIndependentCheck) {
 }
 
 // ---- histograms and images ----
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // The counts of numpy.histogram(values, bins) by its definition, by binary search over edges computed here:
 // bin i holds edges[i] <= v < edges[i + 1], the last bin also v == edges[bins].
